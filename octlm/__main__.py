@@ -1,0 +1,3 @@
+from octlm.cli import main
+
+raise SystemExit(main())

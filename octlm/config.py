@@ -1,0 +1,354 @@
+"""Typed configs, loaded from TOML and validated once at the boundary.
+
+A config file has three tables, `[model]`, `[data]` and `[train]`, each a dataclass below. `load_config` reads a
+file, applies `section.field=value` overrides (the CLI turns `--position rope` into `model.position=rope`), and
+checks everything at once: every unknown key, wrong type and inconsistent value is listed in one `UserError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from octlm.errors import UserError
+
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+ROPE_LAYOUTS = ("half", "interleaved")
+
+
+@dataclass
+class ModelConfig:
+    """The decoder's shape. Defaults are the seed's Day 1 model (V=1,024, C=128, T=128)."""
+
+    vocab_size: int = 1024
+    d_model: int = 128
+    context_length: int = 128  # rows of a learned table; the training block length for every scheme
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 0  # 0 = same as n_heads; fewer gives grouped-query attention
+    d_ff: int = 512  # MLP hidden width
+    position: str = "learned"
+    norm: str = "layernorm"
+    mlp: str = "gelu"
+    bias: bool = True  # biases in linear layers and LayerNorm (GPT-2 has them, Llama does not)
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    rope_layout: str = "half"
+    sinusoidal_base: float = 10000.0
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    def problems(self) -> list[str]:
+        """Every inconsistency in this config, as readable lines (empty when valid)."""
+        p: list[str] = []
+        for name in ("vocab_size", "d_model", "context_length", "n_layers", "n_heads", "d_ff"):
+            if getattr(self, name) < 1:
+                p.append(f"model.{name} = {getattr(self, name)} must be at least 1")
+        if self.n_kv_heads < 0:
+            p.append(f"model.n_kv_heads = {self.n_kv_heads} must be 0 (same as n_heads) or positive")
+        if self.n_heads >= 1 and self.d_model % self.n_heads:
+            p.append(
+                f"model.d_model = {self.d_model} is not divisible by model.n_heads = {self.n_heads}; "
+                "pick a width that is a multiple of the head count"
+            )
+        if self.n_heads >= 1 and self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
+            p.append(f"model.n_heads = {self.n_heads} is not a multiple of model.n_kv_heads = {self.n_kv_heads}")
+        for name, allowed in (
+            ("position", POSITIONS),
+            ("norm", NORMS),
+            ("mlp", MLPS),
+            ("rope_layout", ROPE_LAYOUTS),
+        ):
+            if getattr(self, name) not in allowed:
+                p.append(f"model.{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}")
+        if self.position == "rope" and self.n_heads >= 1 and self.d_model % self.n_heads == 0 and self.head_dim % 2:
+            p.append(
+                f"model.position = 'rope' needs an even head size, but d_model / n_heads = {self.head_dim}; "
+                "change d_model or n_heads"
+            )
+        if self.position == "sinusoidal" and self.d_model % 2:
+            p.append(f"model.position = 'sinusoidal' needs an even d_model, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            p.append(f"model.dropout = {self.dropout} must be in [0, 1)")
+        for name in ("rope_base", "sinusoidal_base", "norm_eps"):
+            if getattr(self, name) <= 0:
+                p.append(f"model.{name} = {getattr(self, name)} must be positive")
+        if self.t5_buckets < 2:
+            p.append(f"model.t5_buckets = {self.t5_buckets} must be at least 2")
+        if self.t5_max_distance < 1:
+            p.append(f"model.t5_max_distance = {self.t5_max_distance} must be at least 1")
+        return p
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it is split and tokenized."""
+
+    source: str = "stdlib"  # "stdlib" (built in), "text" (the paths in `text`) or "hub" (`hub_dataset`)
+    text: list[str] = field(default_factory=list)
+    hub_dataset: str = ""  # e.g. "roneneldan/TinyStories"; needs internet and the `datasets` package
+    hub_split: str = "train"
+    hub_text_field: str = "text"
+    hub_max_documents: int = 20000
+    val_fraction: float = 0.1
+    data_dir: str = "data"
+
+    def problems(self) -> list[str]:
+        p: list[str] = []
+        if self.source not in ("stdlib", "text", "hub"):
+            p.append(f"data.source = {self.source!r} is unknown; choose one of stdlib, text, hub")
+        if self.source == "text" and not self.text:
+            p.append("data.source = 'text' needs at least one path in data.text (or pass --text PATH)")
+        if self.source == "hub" and not self.hub_dataset:
+            p.append("data.source = 'hub' needs data.hub_dataset, e.g. 'roneneldan/TinyStories'")
+        if not 0.0 < self.val_fraction < 1.0:
+            p.append(f"data.val_fraction = {self.val_fraction} must be strictly between 0 and 1")
+        if self.hub_max_documents < 1:
+            p.append(f"data.hub_max_documents = {self.hub_max_documents} must be at least 1")
+        return p
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, evaluation and bookkeeping for one run."""
+
+    steps: int = 1500
+    batch_size: int = 16
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_batches: int = 20
+    checkpoint_interval: int = 500
+    seed: int = 1337
+    device: str = "auto"
+    compile: bool = False
+    out_dir: str = "runs"
+    run_name: str = ""  # empty: derived from the config name and position scheme
+    sample_tokens: int = 120
+    report: bool = True
+
+    def problems(self) -> list[str]:
+        p: list[str] = []
+        for name in ("steps", "batch_size", "eval_interval", "eval_batches", "checkpoint_interval"):
+            if getattr(self, name) < 1:
+                p.append(f"train.{name} = {getattr(self, name)} must be at least 1")
+        for name in ("warmup_steps", "sample_tokens"):
+            if getattr(self, name) < 0:
+                p.append(f"train.{name} = {getattr(self, name)} must not be negative")
+        if self.lr <= 0:
+            p.append(f"train.lr = {self.lr} must be positive")
+        if not 0 <= self.min_lr <= self.lr:
+            p.append(f"train.min_lr = {self.min_lr} must be between 0 and train.lr = {self.lr}")
+        if self.weight_decay < 0:
+            p.append(f"train.weight_decay = {self.weight_decay} must not be negative")
+        for name in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                p.append(f"train.{name} = {getattr(self, name)} must be in [0, 1)")
+        if self.grad_clip < 0:
+            p.append(f"train.grad_clip = {self.grad_clip} must not be negative (0 turns clipping off)")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            p.append(f"train.device = {self.device!r} is unknown; choose auto, cpu or cuda")
+        return p
+
+
+@dataclass
+class Config:
+    """A whole run: model, data and training settings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = "custom"  # the config file's stem; names runs
+
+    def problems(self) -> list[str]:
+        return self.model.problems() + self.data.problems() + self.train.problems()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": dataclasses.asdict(self.model), "data": dataclasses.asdict(self.data),
+                "train": dataclasses.asdict(self.train)}  # fmt: skip
+
+    def hash(self) -> str:
+        """SHA-256 of what determines the trained weights (bookkeeping fields such as steps excluded)."""
+        d = self.to_dict()
+        for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens"):
+            d["train"].pop(key)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
+    """Check a TOML value (or a CLI string) against a field's type; strings from the CLI are parsed."""
+    origin = typing.get_origin(kind)
+    if origin in (list, types.GenericAlias) or kind is list or origin is list:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problems.append(f"{where} = {value!r} must be a list of strings")
+            return None
+        return value
+    if kind is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        if not isinstance(value, bool):
+            problems.append(f"{where} = {value!r} must be true or false")
+            return None
+        return value
+    if kind is int:
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{where} = {value!r} must be a whole number")
+            return None
+        return value
+    if kind is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{where} = {value!r} must be a number")
+            return None
+        return float(value)
+    if not isinstance(value, str):
+        problems.append(f"{where} = {value!r} must be a string")
+        return None
+    return value
+
+
+def config_from_dict(raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None) -> Config:
+    """Build and validate a Config from nested dicts (as TOML gives) plus dotted overrides.
+
+    Raises UserError listing every problem: unknown sections and keys, wrong types, inconsistent values.
+    """
+    problems: list[str] = []
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    if not isinstance(raw, dict):
+        raise UserError(f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}")
+    for section, table in raw.items():
+        if section not in SECTIONS:
+            problems.append(f"unknown section [{section}]; sections are {', '.join(SECTIONS)}")
+            continue
+        if not isinstance(table, dict):
+            problems.append(f"[{section}] must be a table, got {table!r}")
+            continue
+        values[section].update(table)
+    for key, value in (overrides or {}).items():
+        section, _, field_name = key.partition(".")
+        if section not in SECTIONS or not field_name:
+            problems.append(f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}")
+            continue
+        values[section][field_name] = value
+
+    built: dict[str, Any] = {}
+    for section, cls in SECTIONS.items():
+        types_ = _field_types(cls)
+        kwargs: dict[str, Any] = {}
+        for key, value in values[section].items():
+            if key not in types_:
+                close = [k for k in types_ if k.startswith(key[:3])]
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                problems.append(f"unknown key {section}.{key}{hint}")
+                continue
+            coerced = _coerce(value, types_[key], f"{section}.{key}", problems)
+            if coerced is not None:
+                kwargs[key] = coerced
+        built[section] = cls(**kwargs)
+    config = Config(**built, name=name)
+    problems += config.problems()  # checked even after type errors, so one run lists everything
+    if problems:
+        raise UserError(f"config {name!r} has {len(problems)} problem(s): " + "; ".join(problems))
+    return config
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a TOML config (default: the built-in configs/day1.toml), apply overrides, validate."""
+    path = Path(path) if path is not None else default_config_path()
+    if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
+        path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.toml")))
+        raise UserError(f"config file {str(path)!r} does not exist; built-in configs: {known}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise UserError(f"config file {str(path)!r} is not valid TOML: {error}") from None
+    return config_from_dict(raw, name=path.stem, overrides=overrides)
+
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def default_config_path() -> Path:
+    return CONFIG_DIR / "day1.toml"
+
+
+def add_config_arguments(parser: Any) -> None:
+    """Add `--config` and one `--<field>` flag per config field (e.g. `--position rope`, `--steps 200`).
+
+    A field name that appears in two sections is only reachable with `--set section.field=value`.
+    """
+    parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override any config field, e.g. --set train.lr=1e-3")  # fmt: skip
+    seen: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            seen[f.name] = section if f.name not in seen else ""
+    for name, section in seen.items():
+        if section:
+            flag = "--" + name.replace("_", "-")
+            nargs = "+" if name == "text" else None
+            parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
+                                metavar=name.upper(), help=f"override {section}.{name}")  # fmt: skip
+
+
+def config_from_args(args: Any) -> Config:
+    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
+    overrides: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key.startswith("cfg__") and value is not None:
+            _, section, name = key.split("__", 2)
+            overrides[f"{section}.{name}"] = value
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UserError(f"--set {item!r} must look like section.field=value")
+        overrides[key.strip()] = value.strip()
+    if "data.text" in overrides and "data.source" not in overrides:
+        overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
+    return load_config(args.config, overrides)

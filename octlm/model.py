@@ -1,0 +1,253 @@
+"""The decoder, top to bottom: token table, position scheme, pre-norm blocks, tied output head.
+
+    ids [B, T] -> token_embedding -> [B, T, C] -> positions.embed -> blocks (attention + MLP) -> norm
+               -> head (the token table, transposed) -> logits [B, T, V]
+
+The position scheme (octlm/positions.py) acts in exactly one place: added to the input (learned, sinusoidal),
+rotating queries and keys in every attention layer (rope), or biasing attention scores (alibi, t5). NoPE uses
+none. Positions are explicit, so incremental decoding with a KV cache runs the same code as a full pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from octlm.config import ModelConfig
+from octlm.errors import UserError
+from octlm.positions import UNBOUNDED_SCHEMES, PositionScheme, build_positions
+
+
+class KVCache:
+    """Preallocated keys and values for every layer, `[L, B, Hkv, capacity, D]`, filled left to right.
+
+    `length` tokens are cached; the next forward pass writes its keys at `length .. length + T - 1`.
+    The buffers double when decoding runs past `capacity`.
+    """
+
+    def __init__(self, config: ModelConfig, batch: int, capacity: int, device=None, dtype=torch.float32):
+        shape = (config.n_layers, batch, config.kv_heads, capacity, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    def reserve(self, total: int) -> None:
+        """Make room for `total` cached positions."""
+        capacity = self.k.shape[3]
+        if total > capacity:
+            new = max(total, 2 * capacity)
+            pad = (0, 0, 0, new - capacity)
+            self.k, self.v = F.pad(self.k, pad), F.pad(self.v, pad)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this layer's new `[B, Hkv, T, D]` keys/values; return all cached ones `[B, Hkv, length+T, D]`."""
+        end = self.length + k.shape[2]
+        self.k[layer, :, :, self.length : end] = k
+        self.v[layer, :, :, self.length : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+class Attention(nn.Module):
+    """Causal self-attention through `scaled_dot_product_attention`, with optional grouped KV heads."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.kv_heads, config.head_dim
+        # One fused projection for q, k and v: one matmul instead of three.
+        self.qkv = nn.Linear(config.d_model, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, config.bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, config.bias)
+        self.dropout = config.dropout
+
+    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | None,
+                is_causal: bool, cache: KVCache | None = None, layer: int = 0) -> Tensor:  # fmt: skip
+        """`[B, T, C]` -> `[B, T, C]`. `mask` is a bool or additive float mask over `[.., Tq, Tk]`, or None."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1
+        )
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = scheme.rotate(q, k, positions)  # keys are cached after rotation; values are never rotated
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            enable_gqa=self.n_kv_heads != self.n_heads,
+        )  # fmt: skip
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    """GELU (GPT-2) or SwiGLU (Llama) feed-forward layer, `[B, T, C]` -> `[B, T, C]`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.swiglu = config.mlp == "swiglu"
+        # SwiGLU's gate and up projections are fused into one matrix of twice the width.
+        hidden = 2 * config.d_ff if self.swiglu else config.d_ff
+        self.fc = nn.Linear(config.d_model, hidden, config.bias)
+        self.proj = nn.Linear(config.d_ff, config.d_model, config.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.fc(x)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            return self.proj(F.silu(gate) * up)
+        return self.proj(F.gelu(h))
+
+
+def make_norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(config.d_model, eps=config.norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.norm1, self.attn = make_norm(config), Attention(config)
+        self.norm2, self.mlp = make_norm(config), MLP(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | None,
+                is_causal: bool, cache: KVCache | None, layer: int) -> Tensor:  # fmt: skip
+        x = x + self.dropout(self.attn(self.norm1(x), positions, scheme, mask, is_causal, cache, layer))
+        return x + self.dropout(self.mlp(self.norm2(x)))
+
+
+class Decoder(nn.Module):
+    """A decoder-only language model whose first layer is the subject of octlm."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        problems = config.problems()
+        if problems:
+            raise UserError("invalid model config: " + "; ".join(problems))
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)  # E: [V, C]
+        self.positions = build_positions(config)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = make_norm(config)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.head.weight = self.token_embedding.weight  # the output head reads the same table
+        self.apply(self._init_weights)
+        # GPT-2: residual projections start smaller, so the residual stream's variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied table counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def check_ids(self, ids: Tensor, offset: int = 0) -> None:
+        """Raise a UserError naming the problem if `ids` is not a `[B, T]` integer tensor of valid token ids."""
+        if not isinstance(ids, Tensor) or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            kind = ids.dtype if isinstance(ids, Tensor) else type(ids).__name__
+            raise UserError(f"token ids must be an integer tensor, got {kind}")
+        if ids.dim() != 2 or ids.shape[1] == 0:
+            raise UserError(f"token ids must have shape [B, T] with T >= 1, got {list(ids.shape)}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            bad = low if low < 0 else high
+            raise UserError(
+                f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size}); "
+                "encode text with the tokenizer the model was trained with"
+            )
+        limit, length = self.positions.max_length, offset + ids.shape[1]
+        if limit is not None and length > limit:
+            raise UserError(
+                f"a sequence of length {length} is longer than the learned position table ({limit} rows); "
+                f"use at most {limit} tokens, or a scheme with no maximum: {', '.join(UNBOUNDED_SCHEMES)}"
+            )
+
+    def new_cache(self, batch: int, capacity: int | None = None) -> KVCache:
+        """An empty KV cache for `batch` sequences (grows past `capacity` when needed)."""
+        p = self.token_embedding.weight
+        return KVCache(self.config, batch, capacity or self.config.context_length, p.device, p.dtype)
+
+    def forward(self, ids: Tensor, targets: Tensor | None = None,
+                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """ids `[B, T]` -> (logits `[B, T, V]`, mean cross-entropy against `targets` `[B, T]` or None).
+
+        With a cache, `ids` continue the cached sequence: they sit at positions `cache.length ..`.
+        """
+        offset = cache.length if cache is not None else 0
+        self.check_ids(ids, offset)
+        T = ids.shape[1]
+        positions = torch.arange(offset, offset + T, device=ids.device)
+        x = self.positions.embed(self.token_embedding(ids), positions)  # [B, T, C]
+        mask, is_causal = self._attention_mask(positions, offset + T)
+        if cache is not None:
+            cache.reserve(offset + T)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, positions, self.positions, mask, is_causal, cache, layer)
+        if cache is not None:
+            cache.length = offset + T
+        logits = self.head(self.norm(x))
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        return logits, loss
+
+    def _attention_mask(self, positions: Tensor, total: int) -> tuple[Tensor | None, bool]:
+        """The mask every layer shares: the scheme's bias (causal part included), or the plain causal rule.
+
+        Without a bias the cheapest correct form is used: SDPA's own `is_causal` when queries and keys are the
+        same positions, no mask for one new token (it may see every cached key), and an explicit boolean mask
+        for a chunk of several new tokens after a cache (where `is_causal` would align the wrong corner).
+        """
+        k_positions = torch.arange(total, device=positions.device)
+        bias = self.positions.bias(positions, k_positions)
+        if bias is not None:
+            return bias.to(self.token_embedding.weight.dtype), False
+        if positions.shape[0] == total:
+            return None, True
+        if positions.shape[0] == 1:
+            return None, False
+        return k_positions.unsqueeze(0) <= positions.unsqueeze(1), False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `octlm model`
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from octlm.config import add_config_arguments
+
+    add_config_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true", help="also run one forward pass on random ids")
+
+
+def run(args: argparse.Namespace) -> None:
+    from octlm.config import config_from_args
+
+    config = config_from_args(args)
+    mc = config.model
+    model = Decoder(mc)
+    table = mc.vocab_size * mc.d_model
+    print(f"config {config.name}: position={mc.position} norm={mc.norm} mlp={mc.mlp} tied={mc.tie_embeddings}")
+    print(f"parameters: {model.num_parameters():,} (token table {mc.vocab_size} x {mc.d_model} = {table:,})")
+    if args.dry_run:
+        ids = torch.randint(0, mc.vocab_size, (2, mc.context_length))
+        with torch.inference_mode():
+            logits, _ = model(ids)
+        print(f"ids {list(ids.shape)} -> logits {list(logits.shape)}")
