@@ -1,0 +1,142 @@
+/**
+ * The exported result files the Results page reads, as TypeScript types plus checks. web/DATA.md says the same
+ * in prose for whoever writes the files. Both live in web/public/data/ and are produced by octlm commands:
+ *
+ * - length.json: `octlm experiment length`
+ * - embeddings.json: `octlm inspect runs/<name>`
+ */
+
+export interface LengthRow {
+  scheme: string; // position scheme: learned, sinusoidal, rope, alibi, t5, nope
+  variant: string; // e.g. "plain", "pi", "ntk", "yarn"; "" when the scheme has one variant
+  length: number; // evaluation length in tokens
+  bpb_mean: number | null; // bits per byte, mean over seeds (null: no result, see status)
+  bpb_std: number | null;
+  ppl_mean: number | null; // perplexity per token, mean over seeds
+  n_seeds: number;
+  status: "ok" | "no rows"; // "no rows": the scheme cannot run at this length (a learned table past its end)
+}
+
+export interface LengthData {
+  schema: 1;
+  command: string; // the command line that produced the file
+  train_length: number;
+  eval_lengths: number[];
+  rows: LengthRow[];
+}
+
+export interface TokenInfo {
+  id: number;
+  text: string;
+  count: number; // occurrences in the training data
+}
+
+export interface EmbeddingsData {
+  schema: 1;
+  run: string; // run folder name, e.g. "day1-learned"
+  position: string; // the run's position scheme
+  d_model: number;
+  tokens: TokenInfo[];
+  token_table: number[][]; // one row of width d_model per entry of `tokens`, same order
+  position_similarity: number[][] | null; // [T, T] cosine similarity of learned position rows, or null
+}
+
+export const DATA_FILES = {
+  length: { path: "data/length.json", command: "octlm experiment length" },
+  embeddings: { path: "data/embeddings.json", command: "octlm inspect runs/<name>" },
+} as const;
+
+type Result<T> = { ok: true; data: T } | { ok: false; errors: string[] };
+
+const isNum = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v);
+const isNumOrNull = (v: unknown) => v === null || isNum(v);
+const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Check a parsed length.json; every problem is listed, so a producer can fix them in one go. */
+export function checkLength(raw: unknown): Result<LengthData> {
+  const errors: string[] = [];
+  if (!isObj(raw)) return { ok: false, errors: ["the file is not a JSON object"] };
+  if (raw.schema !== 1) errors.push(`schema must be 1, got ${JSON.stringify(raw.schema)}`);
+  if (typeof raw.command !== "string") errors.push("command must be a string");
+  if (!isNum(raw.train_length)) errors.push("train_length must be a number");
+  if (!Array.isArray(raw.eval_lengths) || !raw.eval_lengths.every(isNum)) errors.push("eval_lengths must be a list of numbers");
+  if (!Array.isArray(raw.rows)) errors.push("rows must be a list");
+  else
+    raw.rows.forEach((r, i) => {
+      if (!isObj(r)) return errors.push(`rows[${i}] must be an object`);
+      if (typeof r.scheme !== "string") errors.push(`rows[${i}].scheme must be a string`);
+      if (typeof r.variant !== "string") errors.push(`rows[${i}].variant must be a string`);
+      if (!isNum(r.length)) errors.push(`rows[${i}].length must be a number`);
+      for (const k of ["bpb_mean", "bpb_std", "ppl_mean"]) if (!isNumOrNull(r[k])) errors.push(`rows[${i}].${k} must be a number or null`);
+      if (!isNum(r.n_seeds)) errors.push(`rows[${i}].n_seeds must be a number`);
+      if (r.status !== "ok" && r.status !== "no rows") errors.push(`rows[${i}].status must be "ok" or "no rows"`);
+      if (r.status === "ok" && r.bpb_mean === null) errors.push(`rows[${i}] has status "ok" but no bpb_mean`);
+    });
+  return errors.length ? { ok: false, errors } : { ok: true, data: raw as unknown as LengthData };
+}
+
+export function checkEmbeddings(raw: unknown): Result<EmbeddingsData> {
+  const errors: string[] = [];
+  if (!isObj(raw)) return { ok: false, errors: ["the file is not a JSON object"] };
+  if (raw.schema !== 1) errors.push(`schema must be 1, got ${JSON.stringify(raw.schema)}`);
+  for (const k of ["run", "position"]) if (typeof raw[k] !== "string") errors.push(`${k} must be a string`);
+  if (!isNum(raw.d_model)) errors.push("d_model must be a number");
+  const tokens = raw.tokens;
+  if (!Array.isArray(tokens) || !tokens.every((t) => isObj(t) && isNum(t.id) && typeof t.text === "string" && isNum(t.count)))
+    errors.push("tokens must be a list of {id, text, count}");
+  const table = raw.token_table;
+  if (!Array.isArray(table) || !table.every((r) => Array.isArray(r) && r.every(isNum))) errors.push("token_table must be a list of rows of numbers");
+  else {
+    if (Array.isArray(tokens) && table.length !== tokens.length) errors.push(`token_table has ${table.length} rows but tokens has ${tokens.length} entries`);
+    if (isNum(raw.d_model) && table.some((r) => r.length !== raw.d_model)) errors.push(`every token_table row must have d_model = ${raw.d_model} numbers`);
+  }
+  const sim = raw.position_similarity;
+  if (sim !== null && !(Array.isArray(sim) && sim.every((r) => Array.isArray(r) && r.length === sim.length && r.every(isNum))))
+    errors.push("position_similarity must be null or a square list of rows of numbers");
+  return errors.length ? { ok: false, errors } : { ok: true, data: raw as unknown as EmbeddingsData };
+}
+
+export type Loaded<T> = { state: "ok"; data: T } | { state: "missing" } | { state: "invalid"; errors: string[] };
+
+/** The result files present when the site was built (data/manifest.json, written by the build). */
+export async function presentFiles(base: string): Promise<string[]> {
+  try {
+    const response = await fetch(`${base}data/manifest.json`, { cache: "no-store" });
+    const raw: unknown = response.ok ? await response.json() : null;
+    return isObj(raw) && Array.isArray(raw.files) ? raw.files.filter((f): f is string => typeof f === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Fetch and check one data file; a 404 (or an HTML fallback page) counts as missing. */
+export async function loadData<T>(url: string, check: (raw: unknown) => Result<T>): Promise<Loaded<T>> {
+  let response: Response;
+  try {
+    response = await fetch(url, { cache: "no-store" });
+  } catch {
+    return { state: "missing" };
+  }
+  if (!response.ok) return { state: "missing" };
+  const text = await response.text();
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return text.trimStart().startsWith("<") ? { state: "missing" } : { state: "invalid", errors: ["the file is not valid JSON"] };
+  }
+  const result = check(raw);
+  return result.ok ? { state: "ok", data: result.data } : { state: "invalid", errors: result.errors };
+}
+
+/** The k nearest tokens to token index `i` by cosine similarity (itself excluded), best first. */
+export function nearest(table: number[][], i: number, k: number): { index: number; similarity: number }[] {
+  const norm = (r: number[]) => Math.sqrt(r.reduce((s, v) => s + v * v, 0)) || 1;
+  const a = table[i];
+  const na = norm(a);
+  return table
+    .map((r, j) => ({ index: j, similarity: r.reduce((s, v, c) => s + v * a[c], 0) / (na * norm(r)) }))
+    .filter((x) => x.index !== i)
+    .sort((x, y) => y.similarity - x.similarity)
+    .slice(0, k);
+}

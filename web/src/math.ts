@@ -1,0 +1,160 @@
+/**
+ * The position math of octlm/positions.py, in TypeScript (float64 throughout).
+ *
+ * Every function here has a twin in positions.py with the same name in snake_case. The fixtures in
+ * web/fixtures/ are written by `octlm export fixtures` from the Python side, and tests/unit/parity.test.ts
+ * checks each function below against them to 1e-5.
+ */
+
+export type Matrix = number[][];
+export type RopeLayout = "half" | "interleaved";
+
+/** [length, width]: column 2i of row t is sin(t / base^(2i/width)), column 2i+1 is the cosine. */
+export function sinusoidalTable(length: number, width: number, base = 10000): Matrix {
+  if (width % 2 !== 0) throw new Error(`sinusoidal table needs an even width, got ${width}`);
+  if (length < 0) throw new Error(`sinusoidal table needs a non-negative length, got ${length}`);
+  const table: Matrix = [];
+  for (let t = 0; t < length; t++) {
+    const row = new Array<number>(width);
+    for (let i = 0; i < width / 2; i++) {
+      const angle = t / Math.pow(base, (2 * i) / width);
+      row[2 * i] = Math.sin(angle);
+      row[2 * i + 1] = Math.cos(angle);
+    }
+    table.push(row);
+  }
+  return table;
+}
+
+/** [N, N]: cosine of the angle between every pair of rows (0 where a row is all zeros). */
+export function cosineSimilarityMatrix(x: Matrix): Matrix {
+  const norms = x.map((row) => Math.sqrt(row.reduce((s, v) => s + v * v, 0)));
+  return x.map((a, i) =>
+    x.map((b, j) => {
+      const denom = norms[i] * norms[j];
+      if (denom === 0) return 0;
+      let dot = 0;
+      for (let c = 0; c < a.length; c++) dot += a[c] * b[c];
+      return dot / denom;
+    }),
+  );
+}
+
+/** [headDim / 2]: θ_i = base^(-2i / headDim), the angle per position of channel pair i. */
+export function ropeFrequencies(headDim: number, base = 10000): number[] {
+  if (headDim % 2 !== 0) throw new Error(`RoPE needs an even head size, got ${headDim}`);
+  return Array.from({ length: headDim / 2 }, (_, i) => Math.pow(base, (-2 * i) / headDim));
+}
+
+/** The two channels that form pair i of a head of size d, in the given layout. */
+export function ropePair(i: number, headDim: number, layout: RopeLayout): [number, number] {
+  return layout === "half" ? [i, i + headDim / 2] : [2 * i, 2 * i + 1];
+}
+
+/** Rotate the 2-vector (a, b) by angle φ. */
+export function rotate(a: number, b: number, phi: number): [number, number] {
+  const c = Math.cos(phi);
+  const s = Math.sin(phi);
+  return [a * c - b * s, a * s + b * c];
+}
+
+/** x is [T, D]; row r is rotated as position positions[r]: pair i turns by positions[r]·θ_i. */
+export function ropeRotate(x: Matrix, positions: number[], base = 10000, layout: RopeLayout = "half"): Matrix {
+  if (x.length !== positions.length) {
+    throw new Error(`ropeRotate: ${x.length} rows but ${positions.length} positions`);
+  }
+  return x.map((row, r) => {
+    const d = row.length;
+    const theta = ropeFrequencies(d, base);
+    const out = row.slice();
+    theta.forEach((th, i) => {
+      const [p, q] = ropePair(i, d, layout);
+      const [a, b] = rotate(row[p], row[q], positions[r] * th);
+      out[p] = a;
+      out[q] = b;
+    });
+    return out;
+  });
+}
+
+function slopesPowerOfTwo(n: number): number[] {
+  const start = Math.pow(2, -8 / n);
+  return Array.from({ length: n }, (_, i) => Math.pow(start, i + 1));
+}
+
+/** [H]: the ALiBi head slopes of Press et al. (their reference recipe for head counts that are not 2^k). */
+export function alibiSlopes(nHeads: number): number[] {
+  if (!Number.isInteger(nHeads) || nHeads < 1) throw new Error(`ALiBi needs at least one head, got ${nHeads}`);
+  const log2 = Math.log2(nHeads);
+  if (Number.isInteger(log2)) return slopesPowerOfTwo(nHeads);
+  const closest = Math.pow(2, Math.floor(log2));
+  const extra = alibiSlopes(2 * closest).filter((_, i) => i % 2 === 0);
+  return slopesPowerOfTwo(closest).concat(extra.slice(0, nHeads - closest));
+}
+
+/** [H, Tq, Tk]: −slope·(q − k) where k ≤ q, −Infinity where k > q (the causal mask folded in). */
+export function alibiBias(slopes: number[], qPositions: number[], kPositions: number[]): number[][][] {
+  return slopes.map((m) =>
+    qPositions.map((q) => kPositions.map((k) => (k > q ? -Infinity : -m * (q - k)))),
+  );
+}
+
+/**
+ * Causal T5 bucket of a relative position (k − q), as T5's `_relative_position_bucket(bidirectional=False)`.
+ * Distances below numBuckets/2 get a bucket each; longer ones share log-spaced buckets up to maxDistance.
+ */
+export function t5Bucket(relativePosition: number, numBuckets: number, maxDistance: number): number {
+  const n = Math.max(-relativePosition, 0);
+  const maxExact = Math.floor(numBuckets / 2);
+  if (n < maxExact) return n;
+  // T5 does this arithmetic in float32; Math.fround keeps the bucket edges where the Python side puts them.
+  const f = Math.fround;
+  const ratio = f(f(Math.log(f(n / maxExact))) / f(Math.log(maxDistance / maxExact)));
+  const large = maxExact + Math.trunc(f(ratio * (numBuckets - maxExact)));
+  return Math.min(large, numBuckets - 1);
+}
+
+/** [Tq, Tk] bucket ids for every query/key pair. */
+export function t5BucketMatrix(qPositions: number[], kPositions: number[], numBuckets: number, maxDistance: number): Matrix {
+  return qPositions.map((q) => kPositions.map((k) => t5Bucket(k - q, numBuckets, maxDistance)));
+}
+
+/** A small deterministic PRNG (mulberry32) for the "random at initialization" tables on the pages. */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** [rows, cols] of roughly normal values (std 1), reproducible from the seed. */
+export function randomMatrix(rows: number, cols: number, seed: number): Matrix {
+  const next = rng(seed);
+  const normal = () => {
+    const u = Math.max(next(), 1e-12);
+    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * next());
+  };
+  return Array.from({ length: rows }, () => Array.from({ length: cols }, normal));
+}
+
+export function dot(a: number[], b: number[]): number {
+  return a.reduce((s, v, i) => s + v * b[i], 0);
+}
+
+/**
+ * The error octlm's `add_positions` raises when `[B, T, C]` token vectors and a `[T', C']` position table do not
+ * fit (null when they do): the same words, so that the page shows what octlm prints.
+ */
+export function addPositionsError(tokenShape: number[], tableShape: number[]): string | null {
+  const last2 = tokenShape.slice(-2);
+  if (tableShape.length === 2 && tableShape[0] === last2[0] && tableShape[1] === last2[1]) return null;
+  const show = (s: number[]) => `[${s.join(", ")}]`;
+  return (
+    `cannot add position table of shape ${show(tableShape)} to token vectors of shape ${show(tokenShape)}: ` +
+    `the position table must be [T, C] = ${show(last2)}`
+  );
+}

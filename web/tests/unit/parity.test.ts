@@ -1,0 +1,97 @@
+/** Every function of src/math.ts against the fixtures that `octlm export fixtures` wrote from octlm/positions.py. */
+import { readFileSync, readdirSync } from "node:fs";
+import { resolve } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import * as M from "../../src/math";
+
+const DIR = resolve(import.meta.dirname, "../../fixtures");
+const TOL = 1e-5;
+type Case = { inputs: Record<string, any>; output: any };
+const load = (name: string): Case[] => JSON.parse(readFileSync(resolve(DIR, `${name}.json`), "utf-8")).cases;
+
+let worstOverall = { diff: 0, where: "" };
+
+/** All-close with an absolute tolerance; on failure the message names the worst index and both values. */
+export function allClose(got: unknown, want: unknown, where: string, tol = TOL, track = true): void {
+  const flat: [string, number, number][] = [];
+  const walk = (g: any, w: any, path: string) => {
+    if (Array.isArray(w)) {
+      expect(Array.isArray(g) && g.length === w.length, `${where}${path}: length ${Array.isArray(g) ? g.length : typeof g} vs ${w.length}`).toBe(true);
+      w.forEach((wi, i) => walk(g[i], wi, `${path}[${i}]`));
+    } else flat.push([path, g === -Infinity && w === null ? Number.NEGATIVE_INFINITY : g, w === null ? Number.NEGATIVE_INFINITY : w]);
+  };
+  walk(got, want, "");
+  let worst = { diff: 0, path: "", g: 0, w: 0 };
+  for (const [path, g, w] of flat) {
+    const diff = g === w ? 0 : Math.abs(g - w);
+    if (!(diff <= worst.diff)) worst = { diff: Number.isNaN(diff) ? Infinity : diff, path, g, w };
+  }
+  if (track && worst.diff > worstOverall.diff) worstOverall = { diff: worst.diff, where: `${where}${worst.path}` };
+  expect(worst.diff <= tol, `${where}: worst index ${worst.path}: TypeScript ${worst.g} vs Python ${worst.w} (|diff| ${worst.diff} > ${tol})`).toBe(true);
+}
+
+describe("math.ts agrees with octlm/positions.py", () => {
+  test("every fixture file is covered", () => {
+    const files = readdirSync(DIR).filter((f) => f.endsWith(".json")).sort();
+    expect(files).toEqual(
+      ["add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "rope_frequencies", "rope_rotate", "sinusoidal_table", "t5_bucket"].map((f) => `${f}.json`),
+    );
+  });
+
+  test("sinusoidal_table", () => {
+    for (const [i, { inputs, output }] of load("sinusoidal_table").entries())
+      allClose(M.sinusoidalTable(inputs.length, inputs.width, inputs.base), output, `sinusoidal_table case ${i}`);
+    expect(() => M.sinusoidalTable(4, 5)).toThrow(/even width/);
+  });
+
+  test("cosine_similarity_matrix", () => {
+    for (const [i, { inputs, output }] of load("cosine_similarity_matrix").entries())
+      allClose(M.cosineSimilarityMatrix(inputs.x), output, `cosine_similarity_matrix case ${i}`);
+  });
+
+  test("rope_frequencies", () => {
+    for (const [i, { inputs, output }] of load("rope_frequencies").entries())
+      allClose(M.ropeFrequencies(inputs.head_dim, inputs.base), output, `rope_frequencies case ${i}`);
+  });
+
+  test("rope_rotate, both layouts", () => {
+    const cases = load("rope_rotate");
+    expect(new Set(cases.map((c) => c.inputs.layout))).toEqual(new Set(["half", "interleaved"]));
+    for (const [i, { inputs, output }] of cases.entries())
+      allClose(M.ropeRotate(inputs.x, inputs.positions, inputs.base, inputs.layout), output, `rope_rotate case ${i} (${inputs.layout})`);
+  });
+
+  test("alibi_slopes", () => {
+    for (const [i, { inputs, output }] of load("alibi_slopes").entries())
+      allClose(M.alibiSlopes(inputs.n_heads), output, `alibi_slopes case ${i} (${inputs.n_heads} heads)`);
+  });
+
+  test("alibi_bias (null in the fixture is -inf)", () => {
+    for (const [i, { inputs, output }] of load("alibi_bias").entries()) {
+      const got = M.alibiBias(inputs.slopes, inputs.q_positions, inputs.k_positions);
+      allClose(got, output, `alibi_bias case ${i}`);
+      got.flat(2).forEach((v, j) => expect(v === -Infinity, `alibi_bias case ${i} masked entry ${j}`).toBe(output.flat(2)[j] === null));
+    }
+  });
+
+  test("t5_bucket, exactly", () => {
+    for (const { inputs, output } of load("t5_bucket")) {
+      const got = inputs.relative_position.map((r: number) => M.t5Bucket(r, inputs.num_buckets, inputs.max_distance));
+      expect(got, `t5_bucket ${inputs.num_buckets} buckets, max distance ${inputs.max_distance}`).toEqual(output);
+    }
+  });
+
+  test("add_positions error message", () => {
+    for (const { inputs, output } of load("add_positions")) expect(M.addPositionsError(inputs.token_shape, inputs.table_shape)).toBe(output);
+  });
+});
+
+describe("the checker itself", () => {
+  test("allClose reports the worst index", () => {
+    expect(() => allClose([[0, 1], [2, 3]], [[0, 1], [2, 3.5]], "demo", TOL, false)).toThrow(/worst index \[1\]\[1\]: TypeScript 3 vs Python 3.5/);
+  });
+});
+
+afterAll(() => {
+  console.log(`largest TypeScript–Python difference: ${worstOverall.diff.toExponential(2)} at ${worstOverall.where || "(none)"}`);
+});
