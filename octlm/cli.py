@@ -18,7 +18,10 @@ from octlm.errors import UserError
 
 # Command words -> (module, one-line help). Two-word commands ("export hf") nest under their first word.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "corpus": ("octlm.corpus", "build the corpus (built-in, your files, or a hub data set) and print its figures"),
+    "corpus": (
+        "octlm.corpus",
+        "build the corpus (built-in, your files or a hub data set), print its figures",
+    ),
     "tokenizer": ("octlm.tokenizer", "train the byte-level BPE tokenizer and print its figures"),
     "data": ("octlm.data", "encode the corpus into cached token files"),
     "model": ("octlm.model", "describe a model config: parameter count and logits shape"),
@@ -26,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("octlm.generate", "generate text from a trained run, streaming"),
     "inspect": ("octlm.report", "report what the embedding and position tables learned"),
     "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
-    "export fixtures": ("octlm.fixtures", "write the JSON fixtures that the web site's math is tested against"),
+    "export fixtures": ("octlm.fixtures", "write the JSON fixtures the web site's math is tested against"),
     "experiment length": ("octlm.length", "train short, test long: every position scheme past its length"),
 }
 

@@ -71,7 +71,9 @@ class ModelConfig:
                 "pick a width that is a multiple of the head count"
             )
         if self.n_heads >= 1 and self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
-            p.append(f"model.n_heads = {self.n_heads} is not a multiple of model.n_kv_heads = {self.n_kv_heads}")
+            p.append(
+                f"model.n_heads = {self.n_heads} is not a multiple of model.n_kv_heads = {self.n_kv_heads}"
+            )
         for name, allowed in (
             ("position", POSITIONS),
             ("norm", NORMS),
@@ -79,8 +81,15 @@ class ModelConfig:
             ("rope_layout", ROPE_LAYOUTS),
         ):
             if getattr(self, name) not in allowed:
-                p.append(f"model.{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}")
-        if self.position == "rope" and self.n_heads >= 1 and self.d_model % self.n_heads == 0 and self.head_dim % 2:
+                p.append(
+                    f"model.{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}"
+                )
+        if (
+            self.position == "rope"
+            and self.n_heads >= 1
+            and self.d_model % self.n_heads == 0
+            and self.head_dim % 2
+        ):
             p.append(
                 f"model.position = 'rope' needs an even head size, but d_model / n_heads = {self.head_dim}; "
                 "change d_model or n_heads"
@@ -250,7 +259,9 @@ def _coerce(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
     return value
 
 
-def config_from_dict(raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None) -> Config:
+def config_from_dict(
+    raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None
+) -> Config:
     """Build and validate a Config from nested dicts (as TOML gives) plus dotted overrides.
 
     Raises UserError listing every problem: unknown sections and keys, wrong types, inconsistent values.
@@ -258,7 +269,9 @@ def config_from_dict(raw: dict[str, Any], name: str = "custom", overrides: dict[
     problems: list[str] = []
     values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
     if not isinstance(raw, dict):
-        raise UserError(f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}")
+        raise UserError(
+            f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}"
+        )
     for section, table in raw.items():
         if section not in SECTIONS:
             problems.append(f"unknown section [{section}]; sections are {', '.join(SECTIONS)}")
@@ -270,7 +283,9 @@ def config_from_dict(raw: dict[str, Any], name: str = "custom", overrides: dict[
     for key, value in (overrides or {}).items():
         section, _, field_name = key.partition(".")
         if section not in SECTIONS or not field_name:
-            problems.append(f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}")
+            problems.append(
+                f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}"
+            )
             continue
         values[section][field_name] = value
 

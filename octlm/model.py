@@ -58,7 +58,9 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.kv_heads, config.head_dim
         # One fused projection for q, k and v: one matmul instead of three.
-        self.qkv = nn.Linear(config.d_model, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, config.bias)
+        self.qkv = nn.Linear(
+            config.d_model, (self.n_heads + 2 * self.n_kv_heads) * self.head_dim, config.bias
+        )
         self.proj = nn.Linear(config.d_model, config.d_model, config.bias)
         self.dropout = config.dropout
 
@@ -67,7 +69,8 @@ class Attention(nn.Module):
         """`[B, T, C]` -> `[B, T, C]`. `mask` is a bool or additive float mask over `[.., Tq, Tk]`, or None."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(
-            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1
+            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
+            -1,
         )
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
@@ -160,7 +163,12 @@ class Decoder(nn.Module):
 
     def check_ids(self, ids: Tensor, offset: int = 0) -> None:
         """Raise a UserError naming the problem if `ids` is not a `[B, T]` integer tensor of valid token ids."""
-        if not isinstance(ids, Tensor) or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        if (
+            not isinstance(ids, Tensor)
+            or ids.dtype.is_floating_point
+            or ids.dtype.is_complex
+            or ids.dtype == torch.bool
+        ):
             kind = ids.dtype if isinstance(ids, Tensor) else type(ids).__name__
             raise UserError(f"token ids must be an integer tensor, got {kind}")
         if ids.dim() != 2 or ids.shape[1] == 0:
@@ -244,7 +252,9 @@ def run(args: argparse.Namespace) -> None:
     mc = config.model
     model = Decoder(mc)
     table = mc.vocab_size * mc.d_model
-    print(f"config {config.name}: position={mc.position} norm={mc.norm} mlp={mc.mlp} tied={mc.tie_embeddings}")
+    print(
+        f"config {config.name}: position={mc.position} norm={mc.norm} mlp={mc.mlp} tied={mc.tie_embeddings}"
+    )
     print(f"parameters: {model.num_parameters():,} (token table {mc.vocab_size} x {mc.d_model} = {table:,})")
     if args.dry_run:
         ids = torch.randint(0, mc.vocab_size, (2, mc.context_length))

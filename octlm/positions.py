@@ -127,7 +127,9 @@ def t5_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: in
     """
     distance = (-relative_position).clamp(min=0)
     max_exact = num_buckets // 2
-    scaled = torch.log(distance.clamp(min=1).to(torch.float32) / max_exact) / math.log(max_distance / max_exact)
+    scaled = torch.log(distance.clamp(min=1).to(torch.float32) / max_exact) / math.log(
+        max_distance / max_exact
+    )
     large = (max_exact + (scaled * (num_buckets - max_exact)).to(torch.long)).clamp(max=num_buckets - 1)
     return torch.where(distance < max_exact, distance, large)
 

@@ -1,0 +1,375 @@
+"""Token files and batches.
+
+`prepare_data` turns the corpus into two flat token streams, train and validation, each laid out as
+`doc EOT doc EOT ... doc EOT`, stored as raw `uint16` (`uint32` for vocabularies past 65,536) and opened as
+read-only memmaps. Everything lives in one cache folder per (corpus, tokenizer setup, validation fraction,
+vocabulary size):
+
+    <data_dir>/<corpus sha256[:12]>-v<vocab>-t<tokenizer version>-val<fraction>/
+        tokenizer.json   trained on the training split only
+        train.bin        val.bin
+        meta.json        hashes, counts, bytes, dtype; written last, so it vouches for the files above
+
+A second call with the same settings trains nothing and encodes nothing. A cache whose meta.json is missing or
+disagrees with the files (wrong size, changed tokenizer) is rebuilt rather than trusted.
+
+Batches come two ways: `random_blocks` samples packed blocks at random offsets (training; every position of
+the context sees text) and `eval_blocks` gives a fixed set of non-overlapping blocks (evaluation, identical
+every call). `SlidingWindowDataset` is the textbook windowing with a stride, for a torch DataLoader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from octlm.config import DataConfig, add_config_arguments, config_from_args
+from octlm.corpus import (
+    Document,
+    corpus_sha256,
+    describe_source,
+    load_documents,
+    manifest,
+    split_documents,
+    total_bytes,
+    write_atomic,
+)
+from octlm.errors import UserError
+from octlm.tokenizer import TOKENIZER_VERSION, Tokenizer, train_tokenizer
+
+META_FORMAT = 1
+ENCODE_CHUNK_BYTES = 4_000_000  # documents per encode_batch call add up to about this much text
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned type that holds every id below `vocab_size`."""
+    return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
+
+
+def cache_folder(cfg: DataConfig, docs: list[Document], vocab_size: int) -> Path:
+    """Where the tokenizer and token files for this corpus and these settings live."""
+    sha = corpus_sha256(docs)
+    return Path(cfg.data_dir) / f"{sha[:12]}-v{vocab_size}-t{TOKENIZER_VERSION}-val{cfg.val_fraction:g}"
+
+
+@dataclass
+class PreparedData:
+    """The encoded corpus: token memmaps `[N]`, the tokenizer, and the figures needed for bits per byte."""
+
+    folder: Path
+    train: np.ndarray  # [N_train] token ids, read-only memmap
+    val: np.ndarray  # [N_val]
+    tokenizer: Tokenizer
+    tokenizer_path: Path
+    tokenizer_sha256: str
+    corpus_sha256: str
+    train_bytes: int  # UTF-8 bytes of the training documents
+    val_bytes: int
+    train_documents: int
+    val_documents: int
+    manifest: dict[str, Any]
+    reused: bool  # True when nothing was trained or encoded
+    encode_mb_per_s: float | None = None  # set when this call encoded
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def val_bytes_per_token(self) -> float:
+        """Bytes per token of the validation stream, EOTs counted (bits/byte = nats/token / ln 2 / this)."""
+        return self.val_bytes / len(self.val)
+
+    @property
+    def train_bytes_per_token(self) -> float:
+        return self.train_bytes / len(self.train)
+
+
+def _read_meta(folder: Path, corpus_sha: str) -> dict[str, Any] | None:
+    """meta.json when it is readable and belongs to this corpus; None means "rebuild"."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        return None
+    return meta if meta.get("corpus_sha256") == corpus_sha else None
+
+
+def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
+    write_atomic(folder / "meta.json", (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+
+
+def _new_meta(cfg: DataConfig, docs: list[Document], vocab_size: int) -> dict[str, Any]:
+    return {
+        "format": META_FORMAT,
+        "corpus_sha256": corpus_sha256(docs),
+        "manifest": manifest(docs, describe_source(cfg)),
+        "vocab_size_requested": vocab_size,
+        "val_fraction": cfg.val_fraction,
+        "tokenizer_version": TOKENIZER_VERSION,
+    }
+
+
+def write_tokenizer_meta(
+    cfg: DataConfig,
+    docs: list[Document],
+    tokenizer: Tokenizer,
+    vocab_size: int,
+    train: list[Document],
+    seconds: float,
+) -> None:
+    """Record a tokenizer just saved in the cache folder, so `prepare_data` reuses it instead of retraining.
+
+    Existing token files stay listed; `prepare_data` re-encodes them only if the tokenizer's hash changed.
+    """
+    folder = cache_folder(cfg, docs, vocab_size)
+    meta = _read_meta(folder, corpus_sha256(docs)) or _new_meta(cfg, docs, vocab_size)
+    meta["tokenizer"] = {
+        "sha256": tokenizer.sha256,
+        "vocab_size": tokenizer.vocab_size,
+        "eot_id": tokenizer.eot_id,
+        "train_documents": len(train),
+        "train_bytes": total_bytes(train),
+        "train_seconds": round(seconds, 3),
+    }
+    _write_meta(folder, meta)
+
+
+def _cached_tokenizer(folder: Path, meta: dict[str, Any] | None) -> Tokenizer | None:
+    """The saved tokenizer, if meta.json vouches for exactly these bytes."""
+    path = folder / "tokenizer.json"
+    expected = (meta or {}).get("tokenizer", {}).get("sha256")
+    if not expected or not path.is_file():
+        return None
+    try:
+        tokenizer = Tokenizer.load(path)
+    except UserError:
+        return None
+    return tokenizer if tokenizer.sha256 == expected else None
+
+
+def _cached_tokens(folder: Path, meta: dict[str, Any], tokenizer: Tokenizer) -> tuple[np.ndarray, ...] | None:
+    """(train, val) memmaps when meta.json describes token files that exist with the right sizes."""
+    tokens = meta.get("tokens")
+    if not isinstance(tokens, dict) or tokens.get("tokenizer_sha256") != tokenizer.sha256:
+        return None
+    try:
+        dtype = np.dtype(tokens["dtype"])
+        arrays = []
+        for split in ("train", "val"):
+            path = folder / f"{split}.bin"
+            count = int(tokens[split]["tokens"])
+            if count < 1 or not path.is_file() or path.stat().st_size != count * dtype.itemsize:
+                return None
+            arrays.append(np.memmap(path, dtype=dtype, mode="r", shape=(count,)))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return tuple(arrays)
+
+
+def _encode_split(tokenizer: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype, bar: tqdm) -> int:
+    """Write `doc EOT doc EOT ...` for `docs` to `path` atomically; returns the token count."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    eot = np.array([tokenizer.eot_id], dtype=dtype)
+    count = 0
+    try:
+        with open(tmp, "wb") as f:
+            start = 0
+            while start < len(docs):
+                # Group documents so that each encode_batch call has enough text to keep every core busy.
+                end, size = start, 0
+                while end < len(docs) and (end == start or size < ENCODE_CHUNK_BYTES):
+                    size += len(docs[end].text)
+                    end += 1
+                for ids in tokenizer.encode_batch([d.text for d in docs[start:end]]):
+                    f.write(np.asarray(ids, dtype=dtype).tobytes())
+                    f.write(eot.tobytes())
+                    count += len(ids) + 1
+                bar.update(sum(len(d.text.encode("utf-8")) for d in docs[start:end]))
+                start = end
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return count
+
+
+def prepare_data(cfg: DataConfig, vocab_size: int, progress: bool = True) -> PreparedData:
+    """Load, split, tokenize and encode the corpus, or reuse the cache folder when complete and intact."""
+    say = print if progress else (lambda *a, **k: None)
+    docs = load_documents(cfg)
+    train_docs, val_docs = split_documents(docs, cfg.val_fraction)
+    corpus_sha = corpus_sha256(docs)
+    folder = cache_folder(cfg, docs, vocab_size)
+    meta = _read_meta(folder, corpus_sha)
+
+    tokenizer = _cached_tokenizer(folder, meta)
+    reused = tokenizer is not None
+    if tokenizer is None:
+        start = time.perf_counter()
+        tokenizer = train_tokenizer(train_docs, vocab_size)  # validation is never seen by training
+        seconds = time.perf_counter() - start
+        say(f"trained tokenizer: {tokenizer.vocab_size:,} entries in {seconds:.2f} s")
+        tokenizer.save(folder / "tokenizer.json")
+        # A fresh meta.json: token files listed by an older one were made with some other tokenizer.
+        _write_meta(folder, _new_meta(cfg, docs, vocab_size))
+        write_tokenizer_meta(cfg, docs, tokenizer, vocab_size, train_docs, seconds)
+        meta = _read_meta(folder, corpus_sha)
+    assert meta is not None
+
+    arrays = _cached_tokens(folder, meta, tokenizer)
+    mb_per_s = None
+    if arrays is None:
+        reused = False
+        dtype = token_dtype(tokenizer.vocab_size)
+        total = total_bytes(docs)
+        interactive = progress and sys.stderr.isatty()
+        start = time.perf_counter()
+        with tqdm(total=total, unit="B", unit_scale=True, desc="encode", disable=not interactive) as bar:
+            counts = {name: _encode_split(tokenizer, split_docs, folder / f"{name}.bin", dtype, bar)
+                      for name, split_docs in (("train", train_docs), ("val", val_docs))}  # fmt: skip
+        seconds = time.perf_counter() - start
+        mb_per_s = total / 1e6 / max(seconds, 1e-9)
+        n_tokens = sum(counts.values())
+        say(f"encoded {total / 1e6:.2f} MB into {n_tokens:,} tokens in {seconds:.2f} s ({mb_per_s:.2f} MB/s)")
+        meta["tokens"] = {
+            "tokenizer_sha256": tokenizer.sha256,
+            "dtype": dtype.name,
+            "eot_id": tokenizer.eot_id,
+            "layout": "doc EOT doc EOT ... doc EOT",
+            "encode_seconds": round(seconds, 3),
+            "encode_mb_per_s": round(mb_per_s, 3),
+            "train": {
+                "documents": len(train_docs),
+                "bytes": total_bytes(train_docs),
+                "tokens": counts["train"],
+            },
+            "val": {"documents": len(val_docs), "bytes": total_bytes(val_docs), "tokens": counts["val"]},
+        }
+        _write_meta(folder, meta)  # written last: its token section vouches for both files
+        arrays = _cached_tokens(folder, meta, tokenizer)
+        assert arrays is not None
+    train, val = arrays
+    return PreparedData(
+        folder=folder,
+        train=train,
+        val=val,
+        tokenizer=tokenizer,
+        tokenizer_path=folder / "tokenizer.json",
+        tokenizer_sha256=tokenizer.sha256,
+        corpus_sha256=corpus_sha,
+        train_bytes=total_bytes(train_docs),
+        val_bytes=total_bytes(val_docs),
+        train_documents=len(train_docs),
+        val_documents=len(val_docs),
+        manifest=meta["manifest"],
+        reused=reused,
+        encode_mb_per_s=mb_per_s,
+        meta=meta,
+    )
+
+
+def _check_length(tokens: Sequence[int] | np.ndarray, block: int, what: str) -> None:
+    if block < 1:
+        raise UserError(f"{what} length must be at least 1, got {block}")
+    if len(tokens) < block + 1:
+        raise UserError(
+            f"the token stream has {len(tokens):,} tokens, too few for one {what} of {block} "
+            f"(needs {block + 1}); "
+            "use a bigger corpus or a shorter context_length"
+        )
+
+
+def random_blocks(
+    tokens: np.ndarray, block: int, batch_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Blocks at random offsets: int64 inputs `[B, T]` and targets `[B, T]` (inputs shifted by one).
+
+    Every start from 0 to len - T - 1 is equally likely, so any token can land at any position of the context.
+    """
+    _check_length(tokens, block, "block")
+    starts = torch.randint(0, len(tokens) - block, (batch_size,), generator=generator).numpy()
+    rows = np.asarray(tokens)[starts[:, None] + np.arange(block + 1)].astype(np.int64)  # [B, T + 1]
+    chunk = torch.from_numpy(rows)
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def eval_blocks(
+    tokens: np.ndarray, block: int, max_blocks: int, batch_size: int = 16
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Fixed non-overlapping blocks in batches of int64 inputs `[b, T]` and targets `[b, T]`, b <= batch_size.
+
+    When the stream holds more than `max_blocks` blocks, the chosen ones are spread evenly over it, so the
+    estimate covers the whole validation set rather than its first documents. Same blocks on every call.
+    """
+    _check_length(tokens, block, "block")
+    available = (len(tokens) - 1) // block
+    count = min(max_blocks, available)
+    chosen = np.unique(np.linspace(0, available - 1, count).round().astype(np.int64)) if count > 0 else []
+    array = np.asarray(tokens)
+    for first in range(0, len(chosen), batch_size):
+        starts = np.asarray(chosen[first : first + batch_size]) * block
+        rows = torch.from_numpy(array[starts[:, None] + np.arange(block + 1)].astype(np.int64))
+        yield rows[:, :-1], rows[:, 1:]
+
+
+class SlidingWindowDataset(torch.utils.data.Dataset):
+    """Windows of `max_length` tokens every `stride` tokens; item i is (inputs `[L]`, targets `[L]`), int64.
+
+    Windows overlap when stride < max_length and skip tokens when stride > max_length. Only windows with a
+    full target (max_length + 1 tokens) are made.
+    """
+
+    def __init__(self, tokens: Sequence[int] | np.ndarray, max_length: int, stride: int) -> None:
+        if stride < 1:
+            raise UserError(f"stride must be at least 1, got {stride}")
+        _check_length(tokens, max_length, "window")
+        self.tokens = np.asarray(tokens)
+        self.max_length = max_length
+        self.stride = stride
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - self.max_length - 1) // self.stride + 1
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"window {index} out of range for {len(self)} windows")
+        start = index * self.stride
+        window = torch.from_numpy(self.tokens[start : start + self.max_length + 1].astype(np.int64))
+        return window[:-1], window[1:]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`octlm data`: prepare (or reuse) the token files and print their figures."""
+    cfg = config_from_args(args)
+    start = time.perf_counter()
+    data = prepare_data(cfg.data, cfg.model.vocab_size)
+    seconds = time.perf_counter() - start
+    print(f"corpus           {data.manifest['documents']:,} documents, {data.manifest['bytes'] / 1e6:.2f} MB")
+    print(f"tokenizer        {data.tokenizer.vocab_size:,} entries, sha256 {data.tokenizer_sha256[:12]}")
+    print(f"train tokens     {len(data.train):,} ({data.train_documents:,} documents, "
+          f"{data.train_bytes_per_token:.3f} bytes/token)")  # fmt: skip
+    print(f"val tokens       {len(data.val):,} ({data.val_documents:,} documents, "
+          f"{data.val_bytes_per_token:.3f} bytes/token)")  # fmt: skip
+    if data.encode_mb_per_s is not None:
+        print(f"encode           {data.encode_mb_per_s:.2f} MB/s")
+    else:
+        speed = data.meta["tokens"]["encode_mb_per_s"]
+        print(f"encode           reused cached files (encoded at {speed:.2f} MB/s)")
+    print(f"files            {data.folder} ({data.train.dtype.name})")
+    print(f"seconds          {seconds:.2f}")
+    return 0

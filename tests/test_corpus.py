@@ -1,0 +1,253 @@
+"""The corpus: loaders, the error policy, the manifest and the split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from octlm import corpus
+from octlm.cli import main
+from octlm.config import DataConfig
+from octlm.corpus import (
+    Document,
+    hub_documents,
+    load_documents,
+    manifest,
+    split_documents,
+    stdlib_documents,
+    text_documents,
+)
+from octlm.errors import UserError
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, str):
+        path.write_bytes(content.encode("utf-8"))  # bytes, so no newline translation sneaks in
+    else:
+        path.write_bytes(content)
+    return path
+
+
+def test_text_documents_walks_sorted_skips_hidden_and_keeps_exact_text(tmp_path: Path) -> None:
+    books = tmp_path / "books"
+    write(books / "b.txt", "second\r\nwith CRLF\n")
+    write(books / "a.txt", "first ✓")
+    write(books / "sub" / "c.md", "third")
+    write(books / ".hidden.txt", "secret")
+    write(books / ".git" / "config", "not text of ours")
+    single = write(tmp_path / "extra.txt", "alone")
+
+    docs = text_documents([str(books), str(single)])
+
+    assert [d.name for d in docs] == ["books/a.txt", "books/b.txt", "books/sub/c.md", "extra.txt"]
+    assert docs[1].text == "second\r\nwith CRLF\n"
+    assert docs[0].text == "first ✓"
+
+
+def test_text_names_do_not_depend_on_where_the_folder_lives(tmp_path: Path) -> None:
+    for place in ("one", "two/deeper"):
+        write(tmp_path / place / "books" / "a.txt", "same")
+    first = text_documents([str(tmp_path / "one" / "books")])
+    second = text_documents([str(tmp_path / "two" / "deeper" / "books")])
+    assert first == second
+
+
+def test_missing_path_is_a_user_error_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(UserError, match="nope.txt"):
+        text_documents([str(missing)])
+
+
+def test_non_utf8_file_is_an_error_with_byte_and_offset(tmp_path: Path) -> None:
+    bad = write(tmp_path / "docs" / "latin1.txt", b"caf\xe9 au lait")
+    with pytest.raises(UserError) as error:
+        text_documents([str(tmp_path / "docs")])
+    message = str(error.value)
+    assert "latin1.txt" in message and "0xe9" in message and "offset 3" in message
+    assert "convert" in message
+    assert bad.exists()
+
+
+def test_binary_file_is_an_error(tmp_path: Path) -> None:
+    write(tmp_path / "blob.bin", b"abc\x00\x01\x02")
+    with pytest.raises(UserError, match=r"blob\.bin.*binary.*offset 3"):
+        text_documents([str(tmp_path / "blob.bin")])
+
+
+def test_two_inputs_with_the_same_name_are_an_error(tmp_path: Path) -> None:
+    a = write(tmp_path / "x" / "notes.txt", "one")
+    b = write(tmp_path / "y" / "notes.txt", "two")
+    with pytest.raises(UserError, match="both named 'notes.txt'"):
+        text_documents([str(a), str(b)])
+
+
+def test_empty_corpus_is_a_user_error(tmp_path: Path) -> None:
+    write(tmp_path / "empty" / "a.txt", "")
+    write(tmp_path / "empty" / "b.txt", "")
+    (tmp_path / "nothing").mkdir()
+    for folder in ("empty", "nothing"):
+        cfg = DataConfig(source="text", text=[str(tmp_path / folder)])
+        with pytest.raises(UserError, match="corpus is empty"):
+            load_documents(cfg)
+
+
+def test_load_documents_drops_empty_documents(tmp_path: Path) -> None:
+    write(tmp_path / "c" / "a.txt", "")
+    write(tmp_path / "c" / "b.txt", "text")
+    docs = load_documents(DataConfig(source="text", text=[str(tmp_path / "c")]))
+    assert docs == [Document("c/b.txt", "text")]
+
+
+def test_manifest_is_deterministic_and_sensitive_to_every_byte() -> None:
+    docs = [Document("a.py", "print(1)\n"), Document("b.py", "é")]
+    first, second = manifest(docs, "test"), manifest(list(docs), "test")
+    assert first == second
+    assert json.loads(json.dumps(first)) == first
+    assert first["documents"] == 2 and first["bytes"] == 9 + 2  # é is two UTF-8 bytes
+    assert len(first["sha256"]) == 64
+    changed = manifest([Document("a.py", "print(2)\n"), docs[1]], "test")
+    renamed = manifest([Document("c.py", "print(1)\n"), docs[1]], "test")
+    assert len({first["sha256"], changed["sha256"], renamed["sha256"]}) == 3
+
+
+def test_manifest_hash_is_unambiguous_about_boundaries() -> None:
+    # Plain concatenation would make these identical ("ab" + "c" == "a" + "bc").
+    one = manifest([Document("ab", "c")], "x")["sha256"]
+    two = manifest([Document("a", "bc")], "x")["sha256"]
+    three = manifest([Document("a", "b"), Document("", "c")], "x")["sha256"]
+    assert len({one, two, three}) == 3
+
+
+def many_docs(n: int) -> list[Document]:
+    return [Document(f"doc{i:04d}.txt", f"text of document {i}") for i in range(n)]
+
+
+def test_split_is_deterministic_disjoint_complete_and_uncut() -> None:
+    docs = many_docs(1000)
+    train, val = split_documents(docs, 0.1)
+    assert (train, val) == split_documents(docs, 0.1)
+    assert {d.name for d in train}.isdisjoint(d.name for d in val)
+    assert sorted(train + val, key=lambda d: d.name) == docs  # every document whole, on one side
+    assert 60 <= len(val) <= 140  # about 10%
+
+
+def test_split_depends_only_on_the_name() -> None:
+    docs = many_docs(200)
+    _, val = split_documents(docs, 0.2)
+    _, val_more = split_documents(docs + [Document("zzz-new.txt", "new")], 0.2)
+    assert {d.name for d in val} <= {d.name for d in val_more}
+    reversed_val = split_documents(docs[::-1], 0.2)[1]
+    assert {d.name for d in reversed_val} == {d.name for d in val}
+
+
+def test_split_always_holds_one_out_on_each_side() -> None:
+    docs = many_docs(2)
+    for fraction in (1e-12, 1 - 1e-12):
+        train, val = split_documents(docs, fraction)
+        assert len(train) == 1 and len(val) == 1
+
+
+def test_split_of_one_document_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="at least 2"):
+        split_documents(many_docs(1), 0.5)
+
+
+def test_stdlib_corpus() -> None:
+    skipped: list[str] = []
+    docs = stdlib_documents(skipped)
+    names = [d.name for d in docs]
+    assert len(docs) > 200
+    assert names == sorted(names)
+    assert "os.py" in names and "json/__init__.py" in names
+    for name in names:
+        parts = name.split("/")
+        assert not {"site-packages", "dist-packages", "test", "tests", "idle_test"} & set(parts), name
+        assert not parts[-1].startswith("test_") and name.endswith(".py")
+    assert len(skipped) < 10
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    return write(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No network and a private cache for `datasets`, so a test can never download or litter ~/.cache."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+
+
+@pytest.mark.usefixtures("offline_hub")
+def test_hub_loader_reads_a_local_data_set(tmp_path: Path) -> None:
+    rows = [{"text": f"story number {i}", "id": i} for i in range(5)]
+    data = write_jsonl(tmp_path / "stories" / "part-0.jsonl", rows)
+
+    docs = hub_documents(str(data), "train", "text", max_documents=3)
+    assert docs == [Document(f"part-0.jsonl/train/{i:07d}", f"story number {i}") for i in range(3)]
+
+    folder_docs = hub_documents(str(tmp_path / "stories"), "train", "text", max_documents=100)
+    assert [d.text for d in folder_docs] == [r["text"] for r in rows]
+    assert folder_docs[0].name == "stories/train/0000000"
+
+    cfg = DataConfig(source="hub", hub_dataset=str(data), hub_max_documents=4)
+    assert len(load_documents(cfg)) == 4
+
+
+@pytest.mark.usefixtures("offline_hub")
+def test_hub_loader_errors_are_user_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"body": "x", "n": 1}])
+    with pytest.raises(UserError, match="no field 'text'; its fields are body, n"):
+        hub_documents(str(data), "train", "text", 10)
+    with pytest.raises(UserError, match="holds int, not text"):
+        hub_documents(str(data), "train", "n", 10)
+
+    import datasets
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Couldn't reach the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    with pytest.raises(UserError, match="could not load data set 'someone/stories'.*internet"):
+        hub_documents("someone/stories", "train", "text", 10)
+
+
+def test_hub_loader_without_datasets_says_pip_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
+    with pytest.raises(UserError, match="pip install datasets"):
+        hub_documents("someone/stories", "train", "text", 10)
+
+
+def test_cli_missing_path_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing-folder"
+    assert main(["corpus", "--text", str(missing), "--data-dir", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing) in err and err.startswith("octlm corpus: error:")
+
+
+def test_cli_writes_manifest_and_prints_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(6):
+        write(tmp_path / "texts" / f"{i}.txt", f"document {i}\n" * 10)
+    assert main(["corpus", "--text", str(tmp_path / "texts"), "--data-dir", str(tmp_path / "data")]) == 0
+    out = capsys.readouterr().out
+    (path,) = (tmp_path / "data").glob("corpus-*/manifest.json")
+    written = json.loads(path.read_text())
+    expected = manifest(text_documents([str(tmp_path / "texts")]), written["source"])
+    assert {k: written[k] for k in expected} == expected
+    assert path.parent.name == f"corpus-{expected['sha256'][:12]}"
+    split = written["split"]
+    assert split["train_documents"] + split["val_documents"] == 6 and split["val_documents"] >= 1
+    assert "documents   6" in out and "validation" in out and "seconds" in out
+
+
+def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "file.json"
+    corpus.write_atomic(target, b"one")
+    corpus.write_atomic(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert [p.name for p in target.parent.iterdir()] == ["file.json"]

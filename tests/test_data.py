@@ -1,0 +1,218 @@
+"""Token files (layout, caching, held-out validation) and batches (packed blocks, eval blocks, windows)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from octlm import data as data_module
+from octlm.cli import main
+from octlm.config import DataConfig
+from octlm.corpus import Document, split_documents, text_documents
+from octlm.data import SlidingWindowDataset, eval_blocks, prepare_data, random_blocks, token_dtype
+from octlm.errors import UserError
+from octlm.tokenizer import Tokenizer
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
+WORDS += ["kappa", "lambda", "mu", "nu", "omicron", "pi", "rho", "sigma", "tau"]
+
+
+def write_corpus(folder: Path, n: int = 12) -> Path:
+    """n small text files with varied, repetitive prose (enough pairs for BPE to merge)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(120)]
+        (folder / f"doc{i:02d}.txt").write_text(f"Document {i}.\n" + " ".join(words) + "\n")
+    return folder
+
+
+def config(tmp_path: Path, texts: Path) -> DataConfig:
+    return DataConfig(source="text", text=[str(texts)], data_dir=str(tmp_path / "data"), val_fraction=0.25)
+
+
+def test_token_files_hold_each_split_with_eot_after_every_document(tmp_path: Path) -> None:
+    texts = write_corpus(tmp_path / "corpus")
+    cfg = config(tmp_path, texts)
+    prepared = prepare_data(cfg, vocab_size=300, progress=False)
+
+    train_docs, val_docs = split_documents(text_documents([str(texts)]), cfg.val_fraction)
+    tok = prepared.tokenizer
+    for docs, stream in ((train_docs, prepared.train), (val_docs, prepared.val)):
+        expected = [i for d in docs for i in tok.encode(d.text) + [tok.eot_id]]
+        assert stream.tolist() == expected
+        assert stream.dtype == np.uint16
+    assert prepared.val_bytes == sum(len(d.text.encode()) for d in val_docs)
+    assert prepared.val_bytes_per_token == prepared.val_bytes / len(prepared.val)
+    assert prepared.train_documents == len(train_docs) and prepared.val_documents == len(val_docs)
+    assert tok.decode(prepared.val.tolist()).split("<|endoftext|>")[:-1] == [d.text for d in val_docs]
+
+    meta = json.loads((prepared.folder / "meta.json").read_text())
+    assert meta["tokens"]["train"]["tokens"] == len(prepared.train)
+    assert meta["tokens"]["dtype"] == "uint16"
+    assert meta["corpus_sha256"] == prepared.corpus_sha256 == prepared.manifest["sha256"]
+    assert prepared.folder.name.startswith(prepared.corpus_sha256[:12] + "-v300-")
+    assert not prepared.reused and prepared.encode_mb_per_s is not None
+
+
+def test_second_call_trains_and_encodes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config(tmp_path, write_corpus(tmp_path / "corpus"))
+    first = prepare_data(cfg, vocab_size=300, progress=False)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in first.folder.iterdir()}
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cache should have been reused")
+
+    monkeypatch.setattr(data_module, "train_tokenizer", forbidden)
+    monkeypatch.setattr(Tokenizer, "encode_batch", forbidden)
+    second = prepare_data(cfg, vocab_size=300, progress=False)
+    assert second.reused and second.encode_mb_per_s is None
+    assert np.array_equal(second.train, first.train) and np.array_equal(second.val, first.val)
+    assert {p.name: p.stat().st_mtime_ns for p in second.folder.iterdir()} == mtimes
+
+
+@pytest.mark.parametrize("damage", ["truncate train", "delete meta", "corrupt meta", "edit tokenizer"])
+def test_damaged_cache_is_rebuilt_not_trusted(tmp_path: Path, damage: str) -> None:
+    cfg = config(tmp_path, write_corpus(tmp_path / "corpus"))
+    good = prepare_data(cfg, vocab_size=300, progress=False)
+    train, val = good.train.copy(), good.val.copy()
+    folder = good.folder
+    del good  # release the memmaps before damaging their files
+    if damage == "truncate train":
+        (folder / "train.bin").write_bytes((folder / "train.bin").read_bytes()[:-2])
+    elif damage == "delete meta":
+        (folder / "meta.json").unlink()
+    elif damage == "corrupt meta":
+        (folder / "meta.json").write_text("{ not json")
+    else:
+        path = folder / "tokenizer.json"
+        edited = json.loads(path.read_text())
+        edited["model"]["merges"].reverse()  # still loads, but merges differently
+        path.write_text(json.dumps(edited))
+    rebuilt = prepare_data(cfg, vocab_size=300, progress=False)
+    assert not rebuilt.reused
+    assert np.array_equal(rebuilt.train, train) and np.array_equal(rebuilt.val, val)
+
+
+def test_validation_documents_never_reach_tokenizer_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"corpus/doc{i:02d}.txt" for i in range(12)]
+    _, val = split_documents([Document(n, "x") for n in names], 0.25)
+    val_names = {d.name for d in val}
+    texts = tmp_path / "corpus"
+    texts.mkdir()
+    for name in names:
+        # Only validation documents use the letters q, j and x; their word repeats often enough to be merged.
+        body = "qjxqjx " * 200 if name in val_names else (" ".join(WORDS) + " ") * 20
+        (tmp_path / name).write_text(body)
+
+    seen: list[str] = []
+    real_train = data_module.train_tokenizer
+
+    def spy(docs: list[Document], vocab_size: int) -> Tokenizer:
+        seen.extend(d.name for d in docs)
+        return real_train(docs, vocab_size)
+
+    monkeypatch.setattr(data_module, "train_tokenizer", spy)
+    prepared = prepare_data(config(tmp_path, texts), vocab_size=400, progress=False)
+    assert seen and val_names.isdisjoint(seen) and set(seen) | val_names == set(names)
+    assert len(prepared.tokenizer.encode("qjxqjx")) == 6  # no merge learned from held-out text
+    assert len(prepared.tokenizer.encode(" alpha")) == 1  # while training text was merged
+
+
+def test_empty_corpus_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="empty"):
+        prepare_data(config(tmp_path, tmp_path / "empty"), 300, progress=False)
+
+
+def test_token_dtype_widens_past_16_bits() -> None:
+    assert token_dtype(1024) == np.uint16
+    assert token_dtype(65_536) == np.uint16  # ids 0..65,535 still fit
+    assert token_dtype(65_537) == np.uint32
+
+
+TOKENS = np.array([10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20], dtype=np.uint16)  # 11 tokens
+
+
+def test_random_blocks_are_shifted_pairs_from_every_offset() -> None:
+    generator = torch.Generator().manual_seed(0)
+    x, y = random_blocks(TOKENS, block=3, batch_size=64, generator=generator)
+    assert x.shape == y.shape == (64, 3) and x.dtype == y.dtype == torch.int64
+    for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+        start = row_x[0] - 10
+        assert row_x == TOKENS[start : start + 3].tolist()
+        assert row_y == TOKENS[start + 1 : start + 4].tolist()
+    # 11 tokens, block 3: starts 0..7, so first inputs 10..17 and last targets up to 20.
+    assert set(x[:, 0].tolist()) == {10, 11, 12, 13, 14, 15, 16, 17}
+    again = random_blocks(TOKENS, 3, 64, torch.Generator().manual_seed(0))
+    assert torch.equal(again[0], x) and torch.equal(again[1], y)
+
+
+def test_eval_blocks_are_fixed_non_overlapping_and_hand_checked() -> None:
+    batches = list(eval_blocks(TOKENS, block=3, max_blocks=10, batch_size=2))
+    inputs = torch.cat([b[0] for b in batches]).tolist()
+    targets = torch.cat([b[1] for b in batches]).tolist()
+    assert [b[0].shape[0] for b in batches] == [2, 1]
+    assert inputs == [[10, 11, 12], [13, 14, 15], [16, 17, 18]]
+    assert targets == [[11, 12, 13], [14, 15, 16], [17, 18, 19]]
+    again = list(eval_blocks(TOKENS, block=3, max_blocks=10, batch_size=2))
+    assert all(
+        torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=True)
+    )
+    # Fewer blocks than available: spread over the stream (first and last), not the first two.
+    ((x, y),) = list(eval_blocks(TOKENS, block=3, max_blocks=2))
+    assert x.tolist() == [[10, 11, 12], [16, 17, 18]] and y.tolist() == [[11, 12, 13], [17, 18, 19]]
+
+
+def test_blocks_need_one_more_token_than_the_block() -> None:
+    short = TOKENS[:4]
+    list(eval_blocks(short, block=3, max_blocks=1))  # exactly block + 1 tokens is enough
+    with pytest.raises(UserError, match="needs 5"):
+        random_blocks(short, 4, 2, torch.Generator())
+    with pytest.raises(UserError, match="too few"):
+        list(eval_blocks(short, block=4, max_blocks=1))
+
+
+def test_sliding_windows_overlap_with_small_stride() -> None:
+    dataset = SlidingWindowDataset([1, 2, 3, 4, 5, 6, 7, 8, 9], max_length=4, stride=2)
+    items = [(x.tolist(), y.tolist()) for x, y in dataset]
+    assert items == [
+        ([1, 2, 3, 4], [2, 3, 4, 5]),
+        ([3, 4, 5, 6], [4, 5, 6, 7]),
+        ([5, 6, 7, 8], [6, 7, 8, 9]),
+    ]
+    assert dataset[0][0].dtype == torch.int64
+
+
+def test_sliding_windows_with_stride_equal_to_length_and_a_dataloader() -> None:
+    dataset = SlidingWindowDataset(np.arange(1, 11), max_length=4, stride=4)
+    assert len(dataset) == 2  # starts 0 and 4; a window at 8 would lack targets
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=False)
+    ((x, y),) = list(loader)
+    assert x.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert y.tolist() == [[2, 3, 4, 5], [6, 7, 8, 9]]
+    with pytest.raises(IndexError):
+        dataset[2]
+    with pytest.raises(UserError, match="stride"):
+        SlidingWindowDataset([1, 2, 3], max_length=1, stride=0)
+
+
+def test_cli_data_prints_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    texts = write_corpus(tmp_path / "corpus")
+    args = ["data", "--text", str(texts), "--data-dir", str(tmp_path / "data"), "--vocab-size", "300"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "MB/s" in out and "bytes/token" in out and str(tmp_path / "data") in out
+    assert main(args) == 0
+    assert "reused cached files" in capsys.readouterr().out
+
+
+def test_cli_data_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "--text", str(tmp_path / "gone.txt"), "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gone.txt" in err
