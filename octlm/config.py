@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,8 +103,12 @@ class ModelConfig:
                 p.append(f"model.{name} = {getattr(self, name)} must be positive")
         if self.t5_buckets < 2:
             p.append(f"model.t5_buckets = {self.t5_buckets} must be at least 2")
-        if self.t5_max_distance < 1:
-            p.append(f"model.t5_max_distance = {self.t5_max_distance} must be at least 1")
+        if self.t5_max_distance <= self.t5_buckets // 2:
+            # Below this the log-spaced buckets divide by log(max_distance / exact range) <= 0.
+            p.append(
+                f"model.t5_max_distance = {self.t5_max_distance} must be larger than half of "
+                f"model.t5_buckets ({self.t5_buckets // 2}), the range of exact buckets"
+            )
         return p
 
 
@@ -216,47 +220,64 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def _coerce(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
-    """Check a TOML value (or a CLI string) against a field's type; strings from the CLI are parsed."""
-    origin = typing.get_origin(kind)
-    if origin in (list, types.GenericAlias) or kind is list or origin is list:
-        if isinstance(value, str):
+def _coerce(value: Any, kind: Any, where: str, problems: list[str], parse_strings: bool) -> Any:
+    """Check a value against a field's type. Strings are parsed only when they come from the command line
+    (`parse_strings`): in a TOML file, `d_model = "128"` is a type error, not a number."""
+    if isinstance(value, str) and parse_strings and kind is not str and not _is_list(kind):
+        value = _parse_cli_string(value, kind)
+    if _is_list(kind):
+        if isinstance(value, str) and parse_strings:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             problems.append(f"{where} = {value!r} must be a list of strings")
             return None
         return value
     if kind is bool:
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
         if not isinstance(value, bool):
             problems.append(f"{where} = {value!r} must be true or false")
             return None
         return value
     if kind is int:
-        if isinstance(value, str):
-            try:
-                return int(value.replace("_", ""))
-            except ValueError:
-                pass
         if isinstance(value, bool) or not isinstance(value, int):
             problems.append(f"{where} = {value!r} must be a whole number")
             return None
         return value
     if kind is float:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             problems.append(f"{where} = {value!r} must be a number")
             return None
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        # NaN passes every `<` check silently and turns every logit into NaN: refuse it here.
+        if not math.isfinite(number):
+            problems.append(f"{where} = {value!r} must be a finite number")
+            return None
+        return number
     if not isinstance(value, str):
         problems.append(f"{where} = {value!r} must be a string")
         return None
     return value
+
+
+def _is_list(kind: Any) -> bool:
+    return kind is list or typing.get_origin(kind) is list
+
+
+def _parse_cli_string(text: str, kind: Any) -> Any:
+    """`"128"` -> 128, `"3e-4"` -> 0.0003, `"true"` -> True; anything unparsable is returned as is (and then
+    reported with the field's expected type)."""
+    try:
+        if kind is bool and text.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return text.lower() in ("true", "1", "yes")
+        if kind is int:
+            return int(text.replace("_", ""))
+        if kind is float:
+            return float(text)
+    except ValueError:
+        pass
+    return text
 
 
 def config_from_dict(
@@ -268,6 +289,7 @@ def config_from_dict(
     """
     problems: list[str] = []
     values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    from_cli: set[str] = set()  # "section.field" keys whose string values may be parsed
     if not isinstance(raw, dict):
         raise UserError(
             f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}"
@@ -288,6 +310,7 @@ def config_from_dict(
             )
             continue
         values[section][field_name] = value
+        from_cli.add(key)
 
     built: dict[str, Any] = {}
     for section, cls in SECTIONS.items():
@@ -299,7 +322,9 @@ def config_from_dict(
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 problems.append(f"unknown key {section}.{key}{hint}")
                 continue
-            coerced = _coerce(value, types_[key], f"{section}.{key}", problems)
+            coerced = _coerce(
+                value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli
+            )
             if coerced is not None:
                 kwargs[key] = coerced
         built[section] = cls(**kwargs)

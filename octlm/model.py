@@ -171,8 +171,8 @@ class Decoder(nn.Module):
         ):
             kind = ids.dtype if isinstance(ids, Tensor) else type(ids).__name__
             raise UserError(f"token ids must be an integer tensor, got {kind}")
-        if ids.dim() != 2 or ids.shape[1] == 0:
-            raise UserError(f"token ids must have shape [B, T] with T >= 1, got {list(ids.shape)}")
+        if ids.dim() != 2 or ids.numel() == 0:
+            raise UserError(f"token ids must have shape [B, T] with B, T >= 1, got {list(ids.shape)}")
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= self.config.vocab_size:
             bad = low if low < 0 else high
