@@ -1,0 +1,267 @@
+"""Generation: the KV cache matches full passes; sampling options, streaming text, the CLI."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from octlm.cli import main
+from octlm.config import POSITIONS, config_from_dict
+from octlm.corpus import Document
+from octlm.errors import UserError
+from octlm.generate import StreamDecoder, encode_prompt, generate, pick_token
+from octlm.model import Decoder
+from octlm.tokenizer import Tokenizer, train_tokenizer
+
+CONTEXT = 12
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class FakeTokenizer:
+    """Just what `generate` reads: the vocabulary size and the EOT id."""
+
+    vocab_size = 64
+    eot_id = 0
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    docs = [Document(f"d{i}", f"déf f{i}(x):\n    return 'naïve € 😀' * {i}\n" * 5) for i in range(6)]
+    return train_tokenizer(docs, 300)
+
+
+def model_for(position: str, vocab: int = 64, seed: int = 0) -> Decoder:
+    """A random model with large weights (clear-cut greedy choices), in float64 (no near ties)."""
+    cfg = config_from_dict(
+        {
+            "model": {
+                "vocab_size": vocab,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "d_ff": 64,
+                "context_length": CONTEXT,
+                "position": position,
+            }
+        }
+    )
+    torch.manual_seed(seed)
+    model = Decoder(cfg.model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model.double().eval()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_cached_and_uncached_greedy_agree(position: str) -> None:
+    """Token for token, well past the trained context (learned positions slide their window instead)."""
+    model = model_for(position)
+    prompt = [0, 5, 9, 17]
+    n = 3 * CONTEXT
+    notes: list[str] = []
+    cached = list(generate(model, FakeTokenizer(), prompt, n, stop_at_eot=False, notice=notes.append))
+    uncached = list(
+        generate(model, FakeTokenizer(), prompt, n, use_cache=False, stop_at_eot=False, notice=None)
+    )
+    assert len(cached) == n and cached == uncached
+    assert len(notes) == (1 if position == "learned" else 0)
+    # Greedy streams of a random model often repeat one token; sampling (same seed) walks many paths.
+    sampled = [
+        list(
+            generate(
+                model,
+                FakeTokenizer(),
+                prompt,
+                n,
+                temperature=1.0,
+                seed=7,
+                use_cache=use,
+                stop_at_eot=False,
+                notice=None,
+            )
+        )
+        for use in (True, False)
+    ]
+    assert sampled[0] == sampled[1] and len(set(sampled[0])) > 5
+
+
+@pytest.mark.parametrize("position", ["rope", "learned"])
+def test_cache_matches_a_full_pass_in_float32(position: str) -> None:
+    model = model_for(position).float()
+    prompt = [3, 1, 4, 1, 5]
+    cached = list(generate(model, FakeTokenizer(), prompt, CONTEXT - len(prompt), stop_at_eot=False))
+    ids = torch.tensor([prompt + cached])
+    with torch.inference_mode():
+        full = model(ids)[0][0, len(prompt) - 1 : -1].argmax(-1).tolist()
+    assert cached == full
+
+
+def test_sampling_is_seeded_and_options_narrow_it() -> None:
+    model = model_for("rope")
+    prompt = [1, 2, 3]
+
+    def run(**kw: Any) -> list[int]:
+        return list(generate(model, FakeTokenizer(), prompt, 20, stop_at_eot=False, **kw))
+
+    assert run(temperature=1.0, seed=1) == run(temperature=1.0, seed=1)
+    assert run(temperature=1.0, seed=1) != run(temperature=1.0, seed=2)
+    greedy = run(temperature=0.0)
+    assert run(temperature=1.5, top_k=1, seed=3) == greedy
+    assert run(temperature=1.5, top_p=1e-6, seed=3) == greedy
+
+
+def test_pick_token_filters() -> None:
+    logits = torch.tensor([1.0, 3.0, 2.0, float("-inf")])
+    gen = torch.Generator().manual_seed(0)
+    assert pick_token(logits, 0.0, None, 1.0, gen) == 1
+    picks = {pick_token(logits, 1.0, 2, 1.0, gen) for _ in range(200)}
+    assert picks == {1, 2}  # top-2
+    # p(1) = 0.665, p(2) = 0.245: top_p 0.8 keeps both, 0.5 only the first.
+    assert {pick_token(logits, 1.0, None, 0.8, gen) for _ in range(200)} == {1, 2}
+    assert {pick_token(logits, 1.0, None, 0.5, gen) for _ in range(50)} == {1}
+
+
+def test_eot_stops_and_ids_past_the_tokenizer_are_never_chosen() -> None:
+    class Small(FakeTokenizer):
+        vocab_size = 10
+
+    model = model_for("nope")
+    out = list(generate(model, Small(), [4, 5], 50, temperature=2.0, seed=0, stop_at_eot=False))
+    assert max(out) < 10
+
+    greedy = list(generate(model, FakeTokenizer(), [4, 5], 5, stop_at_eot=False))
+
+    class EndsAtSecond(FakeTokenizer):
+        eot_id = greedy[1]
+
+    stopped = list(generate(model, EndsAtSecond(), [4, 5], 5))
+    assert stopped == greedy[: greedy.index(greedy[1]) + 1]  # EOT is yielded, then nothing
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -0.5}, "temperature"),
+        ({"top_k": 0}, "top-k"),
+        ({"top_p": 0.0}, "top-p"),
+        ({"top_p": 1.5}, "top-p"),
+        ({"max_new_tokens": -1}, "max-new-tokens"),
+    ],
+)
+def test_bad_options_are_user_errors(kwargs: dict[str, Any], message: str) -> None:
+    args = {"max_new_tokens": 5, **kwargs}
+    with pytest.raises(UserError, match=message):
+        generate(model_for("nope"), FakeTokenizer(), [1], **args)
+
+
+def test_empty_prompts_are_user_errors(tokenizer: Tokenizer) -> None:
+    with pytest.raises(UserError, match="encodes to no tokens"):
+        encode_prompt(tokenizer, "")
+    with pytest.raises(UserError, match="prompt is empty"):
+        generate(model_for("nope"), FakeTokenizer(), [], 5)
+    with pytest.raises(UserError, match="outside the model's vocabulary"):
+        generate(model_for("nope"), FakeTokenizer(), [64], 5)
+    assert encode_prompt(tokenizer, "def")[0] == tokenizer.eot_id
+
+
+def test_stream_decoder_never_splits_a_character(tokenizer: Tokenizer) -> None:
+    text = "naïve € 😀 déf ∑ ok"
+    ids = tokenizer.encode(text)
+    stream = StreamDecoder(tokenizer)
+    pieces = [stream.push(i) for i in ids]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) + stream.flush() == text
+    # Byte-level tokens of one emoji arrive one by one and print as a whole character.
+    emoji = [i for i in tokenizer.encode("😀")]
+    if len(emoji) > 1:
+        stream = StreamDecoder(tokenizer)
+        assert [stream.push(i) for i in emoji][:-1] == [""] * (len(emoji) - 1)
+
+
+def test_random_token_streams_round_trip(tokenizer: Tokenizer) -> None:
+    rng = random.Random(0)
+    for _ in range(20):
+        ids = [rng.randrange(1, tokenizer.vocab_size) for _ in range(30)]
+        stream = StreamDecoder(tokenizer)
+        assert "".join(stream.push(i) for i in ids) + stream.flush() == tokenizer.decode(ids)
+
+
+def test_train_then_generate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`octlm train` then `octlm generate` through the CLI on a tiny corpus."""
+    corpus = tmp_path / "text"
+    corpus.mkdir()
+    for i in range(5):
+        (corpus / f"f{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 40, encoding="utf-8")
+    flags = [
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--out-dir",
+        str(tmp_path / "runs"),
+        "--vocab-size",
+        "300",
+        "--d-model",
+        "32",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "64",
+        "--context-length",
+        "16",
+        "--steps",
+        "30",
+        "--batch-size",
+        "4",
+        "--eval-interval",
+        "15",
+        "--checkpoint-interval",
+        "15",
+        "--warmup-steps",
+        "3",
+        "--report",
+        "false",
+        "--position",
+        "rope",
+        "--sample-tokens",
+        "10",
+        "--no-progress",
+    ]
+    assert main(["train", *flags]) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "runs" / "day1-rope"
+    assert "bits per byte" in out and str(run_dir) in out and "sample" in out
+    args = [
+        "generate",
+        "--run",
+        str(run_dir),
+        "--prompt",
+        "def ",
+        "--max-new-tokens",
+        "40",
+        "--temperature",
+        "0",
+    ]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    assert first.out.startswith("def ") and "tokens/s" in first.err
+    assert main([*args, "--no-cache"]) == 0
+    assert capsys.readouterr().out == first.out  # greedy: the cache changes nothing
+    assert main([*args, "--top-p", "2"]) == 2
+    assert "top-p" in capsys.readouterr().err
+    assert main(["generate", "--run", str(tmp_path), "--prompt", "x"]) == 2
+    assert "not an octlm run" in capsys.readouterr().err

@@ -1,0 +1,305 @@
+"""Training: schedule, optimizer groups, the run folder, exact resume, refusals, NaN stop and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import octlm.data
+from octlm.checkpoint import load_checkpoint
+from octlm.cli import main
+from octlm.config import Config, config_from_dict
+from octlm.errors import UserError
+from octlm.model import Decoder
+from octlm.train import RESUMABLE_FIELDS, config_differences, lr_at, param_groups, train
+
+WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for"]
+
+
+def write_corpus(folder: Path, files: int = 6, lines: int = 60) -> Path:
+    """A few small text files of pseudo-code (deterministic)."""
+    import random
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        rng = random.Random(i)
+        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(10)) for _ in range(lines))
+        (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
+    return folder
+
+
+def tiny_config(root: Path, corpus: Path, **train: Any) -> Config:
+    """d_model 32, one layer, context 16, vocab 300: a few milliseconds per step."""
+    model = {"vocab_size": 300, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16}
+    model.update(train.pop("model", {}))
+    settings = {
+        "steps": 40,
+        "batch_size": 4,
+        "eval_interval": 10,
+        "eval_batches": 2,
+        "checkpoint_interval": 10,
+        "warmup_steps": 5,
+        "out_dir": str(root / "runs"),
+        "report": False,
+        "sample_tokens": 8,
+    }
+    settings.update(train)
+    raw = {
+        "model": model,
+        "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
+        "train": settings,
+    }
+    return config_from_dict(raw, name="tiny")
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models run fastest on one thread; on a busy 2-core machine two OpenMP threads are ~20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "text")
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run_dir / "checkpoint" / "model.safetensors"))
+
+
+def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pieces
+
+
+def test_lr_schedule_warms_up_then_decays_to_min_lr(tmp_path: Path, corpus: Path) -> None:
+    tc = tiny_config(tmp_path, corpus, steps=100, warmup_steps=10, lr=1e-2, min_lr=1e-3).train
+    lrs = [lr_at(s, tc) for s in range(tc.steps)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10], strict=False))
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
+    assert lr_at(tc.steps, tc) == pytest.approx(1e-3)
+    assert lrs[55] == pytest.approx((1e-2 + 1e-3) / 2)  # cosine midpoint
+
+
+def test_weight_decay_only_on_linear_matrices() -> None:
+    cfg = config_from_dict(
+        {"model": {"vocab_size": 64, "d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 32}}
+    )
+    model = Decoder(cfg.model)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in decay["params"]}
+    assert decayed and all(n.endswith("weight") and "norm" not in n and "embedding" not in n for n in decayed)
+    assert "token_embedding.weight" in {names[id(p)] for p in no_decay["params"]}  # the table (= tied head)
+    assert "positions.table.weight" in {names[id(p)] for p in no_decay["params"]}
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.1
+    total = sum(p.numel() for group in (decay, no_decay) for p in group["params"])
+    assert total == model.num_parameters()
+
+
+def test_config_differences_allow_only_bookkeeping(tmp_path: Path, corpus: Path) -> None:
+    old = tiny_config(tmp_path, corpus)
+    new = tiny_config(tmp_path, corpus, steps=99, eval_interval=3, model={"position": "rope"})
+    assert config_differences(old, new) == ["model.position rope != learned"]
+    assert "train.steps" in RESUMABLE_FIELDS and "train.lr" not in RESUMABLE_FIELDS
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A run
+
+
+def test_train_writes_the_run_folder(tmp_path: Path, corpus: Path) -> None:
+    config = tiny_config(tmp_path, corpus, steps=20)
+    result = train(config, progress=False)
+    run_dir = tmp_path / "runs" / "tiny-learned"
+    assert result.run_dir == run_dir and result.step == 20 and not result.interrupted
+    assert {p.name for p in run_dir.iterdir()} == {"checkpoint", "metrics.jsonl", "tokenizer.json"}
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [10, 20] and records == result.metrics
+    data = octlm.data.prepare_data(config.data, 300, progress=False)
+    last = records[-1]
+    assert last["val_bpb"] == pytest.approx(last["val_loss"] / math.log(2) / data.val_bytes_per_token)
+    assert last["val_perplexity"] == pytest.approx(math.exp(last["val_loss"]))
+    assert result.val_bpb == last["val_bpb"] and result.tokens_per_second > 0
+    assert len(result.train_losses) == 20 and all(math.isfinite(x) for x in result.train_losses)
+    assert result.train_losses[-1] < result.train_losses[0]
+    assert result.sample.startswith("The ")
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt.step == 20 and ckpt.config.to_dict() == config.to_dict()
+    for key in (
+        "config",
+        "tokenizer",
+        "corpus",
+        "train_tokens",
+        "val_tokens",
+        "model.safetensors",
+        "optimizer.pt",
+    ):
+        assert len(ckpt.meta["sha256"][key]) == 64, key
+    assert ckpt.meta["schema_version"] == 1
+    assert not any(p.name.startswith(".checkpoint") for p in run_dir.iterdir())
+
+    with pytest.raises(UserError, match="already holds a run"):
+        train(config, progress=False)
+
+
+def test_resume_after_stop_is_bit_identical(tmp_path: Path, corpus: Path) -> None:
+    full = train(tiny_config(tmp_path, corpus, run_name="full"), progress=False)
+    config = tiny_config(tmp_path, corpus, run_name="split")
+    first = train(config, progress=False, stop_after=25)
+    assert first.interrupted and first.step == 25
+    assert load_checkpoint(first.run_dir).step == 25
+    second = train(config, first.run_dir, resume=True, progress=False)
+    assert second.start_step == 25 and second.step == 40
+    assert_identical(weights(full.run_dir), weights(second.run_dir))
+    assert first.train_losses + second.train_losses == full.train_losses
+
+    def records(run_dir: Path) -> list[dict[str, Any]]:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        timing = ("tokens_per_second", "elapsed_seconds")
+        return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in lines]
+
+    # The record after the resume averages steps 21-30, as the uninterrupted run's does.
+    assert [r["step"] for r in records(second.run_dir)] == [10, 20, 30, 40]
+    assert records(second.run_dir) == records(full.run_dir)
+
+
+def test_resume_after_crash_is_bit_identical(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed between checkpoints resumes from the last one (step 20) and catches up exactly."""
+    full = train(tiny_config(tmp_path, corpus, run_name="full", model={"position": "rope"}), progress=False)
+    config = tiny_config(tmp_path, corpus, run_name="crash", model={"position": "rope"})
+    real, calls = octlm.data.random_blocks, []
+
+    def crashing(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 26:
+            raise RuntimeError("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(octlm.data, "random_blocks", crashing)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config, progress=False)
+    monkeypatch.setattr(octlm.data, "random_blocks", real)
+    run_dir = tmp_path / "runs" / "crash"
+    assert load_checkpoint(run_dir).step == 20
+    resumed = train(config, run_dir, resume=True, progress=False)
+    assert resumed.start_step == 20
+    assert_identical(weights(full.run_dir), weights(run_dir))
+
+
+def test_resume_refusals(tmp_path: Path, corpus: Path) -> None:
+    config = tiny_config(tmp_path, corpus, steps=10)
+    run_dir = train(config, progress=False).run_dir
+    with pytest.raises(
+        UserError, match="config differs from the checkpoint's: model.position rope != learned"
+    ):
+        train(tiny_config(tmp_path, corpus, steps=20, model={"position": "rope"}), run_dir, resume=True)
+    with pytest.raises(UserError, match=r"train.lr 0.001 != 0.003"):
+        train(tiny_config(tmp_path, corpus, steps=20, lr=1e-3), run_dir, resume=True)
+    with pytest.raises(UserError, match="already finished its 10 steps"):
+        train(config, run_dir, resume=True, progress=False)
+    with pytest.raises(UserError, match="not an octlm run"):
+        train(config, tmp_path, resume=True, progress=False)
+
+    # Same config, but the files it names were edited after the run started.
+    changed = write_corpus(tmp_path / "changed", lines=61)
+    other = tiny_config(tmp_path, changed, steps=20)
+    stopped = train(other, tmp_path / "runs" / "edited", progress=False, stop_after=5)
+    write_corpus(changed, lines=62)
+    with pytest.raises(UserError, match=r"(tokenizer|corpus) differs from the checkpoint's: SHA-256"):
+        train(other, stopped.run_dir, resume=True, progress=False)
+
+
+def test_resume_may_extend_steps(tmp_path: Path, corpus: Path) -> None:
+    run_dir = train(tiny_config(tmp_path, corpus, steps=10), progress=False).run_dir
+    result = train(
+        tiny_config(tmp_path, corpus, steps=15, eval_interval=5), run_dir, resume=True, progress=False
+    )
+    assert result.start_step == 10 and result.step == 15 and load_checkpoint(run_dir).step == 15
+
+
+def test_nan_loss_stops_and_keeps_the_last_checkpoint(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real, calls = Decoder.forward, []
+
+    def poisoned(
+        self: Decoder, ids: torch.Tensor, targets: torch.Tensor | None = None, cache: Any = None
+    ) -> Any:
+        logits, loss = real(self, ids, targets, cache)
+        if targets is not None and self.training:
+            calls.append(1)
+            if len(calls) == 13:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(Decoder, "forward", poisoned)
+    config = tiny_config(tmp_path, corpus)
+    with pytest.raises(
+        UserError, match=r"step 13: the training loss is nan.*step 10.*Lower the learning rate"
+    ):
+        train(config, progress=False)
+    monkeypatch.setattr(Decoder, "forward", real)
+    ckpt = load_checkpoint(tmp_path / "runs" / "tiny-learned")
+    assert ckpt.step == 10 and all(torch.isfinite(t).all() for t in ckpt.model_state.values())
+
+
+def test_absurd_learning_rate_is_a_clear_error(tmp_path: Path, corpus: Path) -> None:
+    config = tiny_config(tmp_path, corpus, lr=1e30, min_lr=1e30, warmup_steps=0, grad_clip=0.0, steps=30)
+    with pytest.raises(UserError, match=r"the training loss is (nan|inf)|gradient norm (nan|inf)"):
+        train(config, progress=False)
+
+
+def test_sigint_finishes_the_step_and_checkpoints(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real, calls = octlm.data.random_blocks, []
+
+    def interrupting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 7:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(octlm.data, "random_blocks", interrupting)
+    toml = tmp_path / "tiny.toml"
+    cfg = tiny_config(tmp_path, corpus).to_dict()
+    toml.write_text(
+        "\n".join(
+            f"[{section}]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items())
+            for section, table in cfg.items()
+        )
+        + "\n"
+    )
+    assert main(["train", "--config", str(toml), "--name", "sig", "--no-progress"]) == 130
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "runs" / "sig"
+    assert "stopped at step 7" in out and f"octlm train --resume {run_dir}" in out
+    assert load_checkpoint(run_dir).step == 7
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    monkeypatch.setattr(octlm.data, "random_blocks", real)
+    assert main(["train", "--resume", str(run_dir), "--steps", "12", "--no-progress"]) == 0
+    assert load_checkpoint(run_dir).step == 12
+    assert "bits per byte" in capsys.readouterr().out
+    assert main(["train", "--resume", str(run_dir), "--steps", "14", "--position", "rope"]) == 2
+    assert "model.position rope != learned" in capsys.readouterr().err

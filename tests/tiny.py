@@ -1,0 +1,372 @@
+"""Tiny runs for the reliability tests: a small corpus, a tiny model, CLI flags, file-tree snapshots.
+
+A tiny run (d_model 32, one layer, context 16, vocabulary 260) trains a step in a few milliseconds, so the
+reliability tests can afford many whole runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from octlm.cli import main
+
+WORDS = [
+    "def",
+    "class",
+    "return",
+    "import",
+    "self",
+    "value",
+    "data",
+    "print",
+    "if",
+    "else",
+    "for",
+    "while",
+    "lambda",
+    "yield",
+    "with",
+    "as",
+    "try",
+]
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+TINY_MODEL = {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16}
+TINY_TRAIN = {"steps": 30, "batch_size": 4, "eval_interval": 10, "eval_batches": 1, "checkpoint_interval": 3,
+              "warmup_steps": 3, "report": False, "sample_tokens": 0, "seed": 7}  # fmt: skip
+
+
+def write_corpus(folder: Path, files: int = 5, lines: int = 30) -> Path:
+    """A few small text files of pseudo-code (deterministic)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        rng = random.Random(i)
+        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(lines))
+        (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
+    return folder
+
+
+def tiny_raw(root: Path, corpus: Path, **train: Any) -> dict[str, Any]:
+    """The tiny config as the nested dict a TOML file would give."""
+    model = dict(TINY_MODEL, **train.pop("model", {}))
+    settings = dict(TINY_TRAIN, out_dir=str(root / "runs"), **train)
+    return {"model": model, "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
+            "train": settings}  # fmt: skip
+
+
+def tiny_flags(root: Path, corpus: Path, **train: Any) -> list[str]:
+    """The same tiny config as `octlm train` flags (`--text`, `--set data.data_dir=...`, per-field flags)."""
+    raw = tiny_raw(root, corpus, **train)
+    flags = ["--text", str(corpus), "--set", f"data.data_dir={root / 'data'}"]
+    for section in ("model", "train"):
+        for key, value in raw[section].items():
+            value = str(value).lower() if isinstance(value, bool) else str(value)
+            flags += ["--set", f"{section}.{key}={value}"]
+    return flags
+
+
+def toml_text(raw: dict[str, Any]) -> str:
+    """A TOML file for a nested dict of scalars and lists of strings."""
+    import json
+
+    lines = []
+    for section, table in raw.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def quiet_env() -> dict[str, str]:
+    """Environment for child processes: one thread (fast and deterministic on a busy machine), no colour."""
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))  # fmt: skip
+    return env
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """`octlm.cli.main(argv)` in this process: (exit code, stdout, stderr). argparse's SystemExit counts too."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def snapshot(folder: Path) -> dict[str, tuple[str, int, int]]:
+    """Every entry under `folder`: relative path -> (kind, size or 0, mtime_ns) plus a content hash for files."""
+    found: dict[str, Any] = {}
+    if not folder.exists():
+        return found
+    for path in sorted(folder.rglob("*")):
+        stat = path.lstat()
+        if path.is_file():
+            found[path.relative_to(folder).as_posix()] = (
+                "file",
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                stat.st_mtime_ns,
+            )
+        else:
+            found[path.relative_to(folder).as_posix()] = ("dir", "", stat.st_mtime_ns)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A fork server for kill tests: `python tests/tiny.py serve` imports octlm and torch once, then for every request
+# forks a child that runs `octlm.cli.main(argv)` (a real process, killed with a real SIGKILL), so a trial costs
+# milliseconds of start-up instead of seconds. Nothing in the server touches torch before forking (no thread pool
+# to inherit); children run on one thread.
+#
+# Request (one JSON line on stdin): {"argv": [...], "cwd": ..., "log": path, "hook": {...} | null,
+#   "kill_after": seconds | null, "kill_on_tmp": {"folder": run_dir, "nth": k} | null}
+# Reply (one JSON line on stdout): {"rc": exit code (-9 when killed), "killed": bool, "seconds": float,
+#   "tmp_seen": appearances of .checkpoint-tmp-* seen by the poller}
+#
+# Hooks stop the child by SIGKILL to itself the nth time it reaches an exact point of a checkpoint write:
+#   model_half / optimizer_half / meta_half: that file is half written; between_renames: checkpoint/ was moved
+#   to .checkpoint-old but the new one not yet moved in; after_swap: the new checkpoint/ is in place, the old
+#   one not yet removed; rmtree_old: the old one is half removed. `snapshot` copies every checkpoint's
+#   weights to hook["folder"]/step-<n>.safetensors (the reference run).
+
+TMP_PREFIX = ".checkpoint-tmp-"
+
+
+def _die() -> None:
+    import signal
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _install_hook(hook: dict[str, Any] | None) -> None:
+    if not hook:
+        return
+    import json
+    import pathlib
+    import shutil
+
+    import safetensors.torch
+    import torch
+
+    import octlm.checkpoint
+    import octlm.train
+
+    point, nth, calls = hook["point"], int(hook.get("nth", 1)), {"n": 0}
+
+    def due() -> bool:
+        calls["n"] += 1
+        return calls["n"] == nth
+
+    def halve(path: Any) -> None:
+        path = pathlib.Path(path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+    if point == "snapshot":
+        real_save = octlm.train.save_checkpoint
+
+        def snapshotting(
+            run_dir: Any, model: Any, optimizer: Any, config: Any, step: int, state: Any = None
+        ) -> Any:
+            path = real_save(run_dir, model, optimizer, config, step, state)
+            shutil.copyfile(
+                path / "model.safetensors", pathlib.Path(hook["folder"]) / f"step-{step}.safetensors"
+            )
+            return path
+
+        octlm.train.save_checkpoint = snapshotting
+    elif point in ("model_half", "after_model"):
+        real_file = safetensors.torch.save_file
+
+        def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
+            real_file(tensors, filename, metadata=metadata)
+            if due():
+                if point == "model_half":
+                    halve(filename)
+                _die()
+
+        safetensors.torch.save_file = save_file
+    elif point == "optimizer_half":
+        real_torch_save = torch.save
+
+        def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+            real_torch_save(obj, f, *args, **kwargs)
+            if due():
+                halve(f)
+                _die()
+
+        torch.save = torch_save
+    elif point == "meta_half":
+        real_dump = json.dump
+
+        def dump(obj: Any, fp: Any, *args: Any, **kwargs: Any) -> None:
+            if not due():
+                return real_dump(obj, fp, *args, **kwargs)
+            text = json.dumps(obj, *args, **kwargs)
+            fp.write(text[: len(text) // 2])
+            fp.flush()
+            _die()
+
+        octlm.checkpoint.json.dump = dump
+    elif point in ("between_renames", "after_swap"):
+        real_rename = pathlib.Path.rename
+        target_name = (
+            octlm.checkpoint.OLD_CHECKPOINT if point == "between_renames" else octlm.checkpoint.CHECKPOINT
+        )
+
+        def rename(self: pathlib.Path, target: Any) -> Any:
+            result = real_rename(self, target)
+            if pathlib.Path(target).name == target_name and due():
+                _die()
+            return result
+
+        pathlib.Path.rename = rename  # type: ignore[method-assign]
+    elif point == "rmtree_old":
+        real_rmtree = shutil.rmtree
+
+        def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+            path = pathlib.Path(path)
+            swapped = (path.parent / octlm.checkpoint.CHECKPOINT / octlm.checkpoint.META_FILE).is_file()
+            if path.name == octlm.checkpoint.OLD_CHECKPOINT and swapped and path.is_dir() and due():
+                (path / octlm.checkpoint.MODEL_FILE).unlink()
+                _die()
+            real_rmtree(path, *args, **kwargs)
+
+        shutil.rmtree = rmtree
+    else:
+        raise ValueError(f"unknown hook {point!r}")
+
+
+def _child(request: dict[str, Any]) -> None:
+    code = 1
+    try:
+        fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.chdir(request.get("cwd") or ".")
+        import torch
+
+        torch.set_num_threads(1)
+        _install_hook(request.get("hook"))
+        code = main(request["argv"])
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code or 0))
+
+
+def _watch(pid: int, request: dict[str, Any]) -> dict[str, Any]:
+    import signal
+    import time
+
+    start = time.monotonic()
+    kill_after = request.get("kill_after")
+    poll = request.get("kill_on_tmp")
+    killed, seen, present = False, 0, False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > request.get("timeout", 180):  # a hung child must not hang the tests
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"rc": None, "killed": True, "seconds": time.monotonic() - start, "tmp_seen": seen}
+        if not killed and kill_after is not None and time.monotonic() - start >= kill_after:
+            os.kill(pid, signal.SIGKILL)  # our own child, not yet reaped: the pid cannot have been reused
+            killed = True
+        if not killed and poll is not None:
+            try:
+                now = any(name.startswith(TMP_PREFIX) for name in os.listdir(poll["folder"]))
+            except OSError:
+                now = False
+            if now and not present:
+                seen += 1
+                if seen >= poll["nth"]:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+            present = now
+        time.sleep(0.0005 if poll is not None else 0.002)
+    return {"rc": os.waitstatus_to_exitcode(status), "killed": killed, "seconds": time.monotonic() - start,
+            "tmp_seen": seen}  # fmt: skip
+
+
+def serve() -> None:
+    import json
+
+    # Import everything a training run needs, so that children start warm.
+    import safetensors.torch  # noqa: F401
+    import torch._dynamo  # noqa: F401  (AdamW imports it lazily: seconds, paid once here)
+
+    import octlm.checkpoint  # noqa: F401
+    import octlm.data  # noqa: F401
+    import octlm.generate  # noqa: F401
+    import octlm.model  # noqa: F401
+    import octlm.train  # noqa: F401
+
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(request)
+        print(json.dumps(_watch(pid, request)), flush=True)
+
+
+class ForkServer:
+    """The test side of `serve`: start it once, then `run(argv, ...)` per trial."""
+
+    def __init__(self) -> None:
+        import json
+        import subprocess
+
+        self._json = json
+        self.proc = subprocess.Popen([PYTHON, __file__, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=quiet_env(), text=True, cwd=ROOT)  # fmt: skip
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        ready = self.proc.stdout.readline()
+        assert "ready" in ready, f"fork server did not start: {ready!r}"
+
+    def run(self, argv: list[str], cwd: Path, log: Path, hook: dict[str, Any] | None = None,
+            kill_after: float | None = None, kill_on_tmp: dict[str, Any] | None = None) -> dict:  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"argv": argv, "cwd": str(cwd), "log": str(log), "hook": hook, "kill_after": kill_after,
+                   "kill_on_tmp": kill_on_tmp}  # fmt: skip
+        self.proc.stdin.write(self._json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline()
+        assert reply, f"fork server died (exit code {self.proc.poll()})"
+        return self._json.loads(reply)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
+    sys.path.insert(0, str(ROOT))
+    serve()
