@@ -261,6 +261,12 @@ def _coerce(value: Any, kind: Any, where: str, problems: list[str], parse_string
     return value
 
 
+def _printable(name: str) -> str:
+    """A key as written, or quoted with escapes when it holds a newline or other control character (a quoted
+    TOML key may), so that every error stays on one line."""
+    return name if name.isprintable() else repr(name)
+
+
 def _is_list(kind: Any) -> bool:
     return kind is list or typing.get_origin(kind) is list
 
@@ -296,7 +302,7 @@ def config_from_dict(
         )
     for section, table in raw.items():
         if section not in SECTIONS:
-            problems.append(f"unknown section [{section}]; sections are {', '.join(SECTIONS)}")
+            problems.append(f"unknown section [{_printable(section)}]; sections are {', '.join(SECTIONS)}")
             continue
         if not isinstance(table, dict):
             problems.append(f"[{section}] must be a table, got {table!r}")
@@ -320,7 +326,7 @@ def config_from_dict(
             if key not in types_:
                 close = [k for k in types_ if k.startswith(key[:3])]
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                problems.append(f"unknown key {section}.{key}{hint}")
+                problems.append(f"unknown key {section}.{_printable(key)}{hint}")
                 continue
             coerced = _coerce(
                 value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli
@@ -345,6 +351,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise UserError(f"config file {str(path)!r} does not exist; built-in configs: {known}")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UserError(f"config file {str(path)!r} is nested too deeply to be a config") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"config file {str(path)!r} is not valid TOML: {error}") from None
     return config_from_dict(raw, name=path.stem, overrides=overrides)

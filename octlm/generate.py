@@ -14,6 +14,7 @@ generator, so the same seed gives the same text.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,8 +36,8 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_tokens: int) -> None:
     """UserError for a sampling setting outside its range."""
-    if not temperature >= 0:  # also catches NaN
-        raise UserError(f"temperature = {temperature} must be 0 (greedy) or positive")
+    if not 0 <= temperature < math.inf:  # also catches NaN
+        raise UserError(f"temperature = {temperature} must be 0 (greedy) or a finite positive number")
     if top_k is not None and top_k < 1:
         raise UserError(f"top-k = {top_k} must be at least 1 (or left unset for no limit)")
     if not 0.0 < top_p <= 1.0:
@@ -49,10 +50,12 @@ def pick_token(
     logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
 ) -> int:
     """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
-    logits = logits.float()
+    # float64, and the largest logit moved to 0 first: a tiny temperature then sends the others to -inf
+    # instead of overflowing to inf (softmax NaN), and a tiny top-p is not rounded to 0.
+    logits = logits.double()
     if temperature == 0:
         return int(torch.argmax(logits))
-    logits = logits / temperature
+    logits = (logits - logits.max()) / temperature
     if top_k is not None and top_k < logits.shape[0]:
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
