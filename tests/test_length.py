@@ -1,0 +1,260 @@
+"""The length experiment: the --quick pipeline end to end, and the pieces that make its numbers comparable."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from octlm.cli import main
+from octlm.config import ModelConfig
+from octlm.errors import UserError
+from octlm.length import (
+    MODES,
+    ROPE_VARIANTS,
+    SCHEMES,
+    EvalText,
+    Settings,
+    evaluate_run,
+    markdown_table,
+    score,
+    set_rope_variant,
+    sliding_part,
+    summarize,
+    windows_for,
+)
+from octlm.model import Decoder
+from octlm.positions import rope_frequencies
+
+WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
+LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    """Tiny models run fastest on one thread (a busy 2-core machine thrashes with two)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_corpus(folder: Path, files: int = 8, lines: int = 80) -> Path:
+    """Small deterministic pseudo-code files: enough validation text for 4 windows of 64 plus context."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        rng = random.Random(i)
+        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(10)) for _ in range(lines))
+        (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`octlm experiment length --quick` on a tiny local corpus, once for every test below."""
+    root = tmp_path_factory.mktemp("length")
+    corpus = write_corpus(root / "text")
+    out, web = root / "out", root / "web" / "length.json"
+    argv = ["experiment", "length", "--quick", "--text", str(corpus), "--data-dir", str(root / "data"),
+            "--out", str(out), "--export-web", str(web), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return {"out": out, "web": web, "records": records, "root": root, "argv": argv}
+
+
+def test_quick_writes_every_file(quick: dict[str, Any]) -> None:
+    out = quick["out"]
+    for name in ("results.jsonl", "results.md", "length.png", "length.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert (out / "length.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for scheme in SCHEMES:
+        for seed in (1337, 1338):
+            assert (out / "runs" / f"{scheme}-seed{seed}" / "checkpoint" / "model.safetensors").is_file()
+    assert quick["web"].read_bytes() == (out / "length.json").read_bytes()
+
+
+def test_quick_records_cover_every_scheme_variant_seed_length_and_mode(quick: dict[str, Any]) -> None:
+    records = quick["records"]
+    keys = {(r["scheme"], r["variant"], r["seed"], r["length"], r["mode"]) for r in records}
+    assert len(keys) == len(records)
+    expected = {(s, v, seed, n, m) for s in SCHEMES for v in (ROPE_VARIANTS if s == "rope" else [""])
+                for seed in (1337, 1338) for n in LENGTHS for m in MODES}  # fmt: skip
+    assert keys == expected
+    for r in records:
+        assert set(r) >= {"bpb", "ppl", "loss", "tokens", "mode", "status"}
+        if r["scheme"] == "learned" and r["length"] > 16:
+            assert r["status"] == "no rows" and r["bpb"] is None and r["tokens"] == 0
+        else:
+            assert r["status"] == "ok" and 0 < r["bpb"] < 20 and r["ppl"] > 1
+
+
+def test_every_length_scores_the_same_tokens(quick: dict[str, Any]) -> None:
+    ok = [r for r in quick["records"] if r["status"] == "ok"]
+    assert {(r["tokens"], r["bytes"]) for r in ok} == {(4 * 64, ok[0]["bytes"])}
+
+
+def test_rope_rows_at_the_training_length(quick: dict[str, Any]) -> None:
+    at = {(r["variant"], r["seed"], r["mode"]): r["bpb"] for r in quick["records"]
+          if r["scheme"] == "rope" and r["length"] == 16}  # fmt: skip
+    for seed in (1337, 1338):
+        for mode in MODES:
+            # Dynamic NTK changes nothing up to the training length; the static factor s = 4 does.
+            assert at[("dynamic", seed, mode)] == at[("plain", seed, mode)]
+            assert at[("pi", seed, mode)] != at[("plain", seed, mode)]
+
+
+def test_results_md_tables(quick: dict[str, Any]) -> None:
+    text = (quick["out"] / "results.md").read_text()
+    assert "## Non-overlapping windows" in text and "## Sliding windows" in text
+    tables = [block for block in text.split("\n\n") if block.startswith("| scheme | L = ")]
+    assert len(tables) == 2
+    training = [block for block in text.split("\n\n") if block.startswith("| scheme | final train loss")]
+    assert len(training) == 1 and len(training[0].splitlines()) == 2 + len(SCHEMES)
+    for table in tables:
+        lines = table.splitlines()
+        assert lines[0] == "| scheme | L = 16 | L = 32 | L = 64 |"
+        body = lines[2:]
+        labels = [line.split("|")[1].strip() for line in body]
+        assert len(body) == len(SCHEMES) + len(ROPE_VARIANTS) - 1  # every scheme, plus four RoPE extensions
+        assert labels[:2] == ["learned", "sinusoidal"] and labels[2] == "rope"
+        assert [label.split(" + ")[1].split(" (")[0] for label in labels[3:7]] == ["PI", "NTK-aware",
+                                                                                  "dynamic NTK", "YaRN"]  # fmt: skip
+        for line in body:
+            assert line.count("|") == 5  # label + three lengths
+        learned = body[0].split("|")[2:5]
+        assert "no rows" not in learned[0] and [c.strip() for c in learned[1:]] == ["no rows", "no rows"]
+        assert sum(line.count("**") for line in body) == 2 * 3  # one best per column
+        assert "±" in body[1]  # two seeds: a spread
+
+
+def test_length_json_matches_web_schema(quick: dict[str, Any]) -> None:
+    data = json.loads((quick["out"] / "length.json").read_text())
+    assert set(data) == {"schema", "command", "train_length", "eval_lengths", "rows"}
+    assert data["schema"] == 1 and data["train_length"] == 16 and data["eval_lengths"] == LENGTHS
+    assert data["command"].startswith("octlm experiment length --quick")
+    keys = {"scheme", "variant", "length", "bpb_mean", "bpb_std", "ppl_mean", "n_seeds", "status"}
+    rows = data["rows"]
+    assert len(rows) == (len(SCHEMES) + len(ROPE_VARIANTS) - 1) * len(LENGTHS)
+    for row in rows:
+        assert set(row) == keys
+        assert row["n_seeds"] == 2 and row["status"] in ("ok", "no rows")
+        assert row["variant"] == ("" if row["scheme"] != "rope" else row["variant"])
+        if row["status"] == "ok":
+            assert all(isinstance(row[k], float) for k in ("bpb_mean", "bpb_std", "ppl_mean"))
+        else:
+            assert row["scheme"] == "learned" and row["length"] > 16
+            assert row["bpb_mean"] is None and row["bpb_std"] is None and row["ppl_mean"] is None
+    assert {r["variant"] for r in rows if r["scheme"] == "rope"} == {"plain", "pi", "ntk", "dynamic", "yarn"}
+
+
+def test_a_second_run_reuses_the_trained_models(quick: dict[str, Any], capsys: pytest.CaptureFixture) -> None:
+    argv = [a for a in quick["argv"] if a != "--no-progress"]
+    argv[argv.index("--out") + 1] = str(quick["root"] / "again")
+    (quick["root"] / "again" / "runs").parent.mkdir(parents=True, exist_ok=True)
+    (quick["root"] / "again" / "runs").symlink_to(quick["out"] / "runs")
+    assert main(argv + ["--jobs", "1", "--schemes", "learned", "alibi"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("reused") == 4 and "trained in" not in printed
+    again = [json.loads(x) for x in (quick["root"] / "again" / "results.jsonl").read_text().splitlines()]
+    first = {(r["scheme"], r["seed"], r["length"], r["mode"]): r["bpb"] for r in quick["records"]}
+    assert again and all(first[(r["scheme"], r["seed"], r["length"], r["mode"])] == r["bpb"] for r in again)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The pieces
+
+
+def text_of(count: int = 256, start: int = 32, vocab: int = 50) -> EvalText:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, vocab, start + count + 1).astype(np.int64)
+    return EvalText(tokens, start, count, np.ones(vocab, dtype=np.int64))
+
+
+@pytest.mark.parametrize("length", [16, 32, 64])
+@pytest.mark.parametrize("mode", MODES)
+def test_windows_score_each_target_once(length: int, mode: str) -> None:
+    text = text_of()
+    starts, scored = windows_for(text, length, mode)
+    assert (starts >= 0).all() and (starts + length + 1 <= len(text.tokens)).all()
+    # Window s predicts targets s+1 .. s+L; the last `scored` of them count.
+    targets = np.concatenate([np.arange(s + length + 1 - scored, s + length + 1) for s in starts])
+    assert np.array_equal(np.sort(targets), np.arange(text.start + 1, text.start + text.count + 1))
+    if mode == "sliding":
+        assert (
+            scored == sliding_part(length) == length // 2
+        )  # each scored target sees >= L/2 tokens before it
+
+
+def test_score_counts_tokens_and_bytes() -> None:
+    text = text_of()
+    model = Decoder(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, position="alibi"))
+    for mode in MODES:
+        s = score(model, text, 32, mode, batch_tokens=64)
+        assert s["tokens"] == s["bytes"] == 256
+        assert 0 < s["nats"] / s["tokens"] < 2 * np.log(50)
+
+
+def test_learned_past_its_table_reads_no_rows() -> None:
+    model = Decoder(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, context_length=16))
+    text = text_of()
+    with pytest.raises(UserError, match="learned position table"):
+        score(model, text, 32, "windows")
+    settings = Settings(train_length=16, eval_lengths=[16, 32], seeds=1)
+    records = evaluate_run(model, "learned", 0, text, settings)
+    assert [(r["length"], r["status"]) for r in records] == [(16, "ok"), (16, "ok"), (32, "no rows"),
+                                                            (32, "no rows")]  # fmt: skip
+
+
+def test_rope_variants_set_and_restore_frequencies() -> None:
+    mc = ModelConfig(
+        vocab_size=50, d_model=32, n_heads=2, n_layers=1, d_ff=32, context_length=16, position="rope"
+    )
+    model = Decoder(mc)
+    settings = Settings(train_length=16, eval_lengths=[16, 64], seeds=1)
+    plain = rope_frequencies(16)
+    set_rope_variant(model, "pi", 64, settings)
+    assert torch.allclose(model.positions.inv_freq, plain / 4)
+    set_rope_variant(model, "yarn", 64, settings)
+    assert model.positions.attention_scaling > 1
+    set_rope_variant(model, "dynamic", 16, settings)
+    assert torch.equal(model.positions.inv_freq, plain)
+    evaluate_run(model, "rope", 0, text_of(), settings)
+    assert torch.equal(model.positions.inv_freq, plain) and model.positions.attention_scaling == 1.0
+
+
+def test_table_marks_best_and_within_spread() -> None:
+    settings = Settings(train_length=16, eval_lengths=[16], seeds=3, schemes=["alibi", "t5", "nope"])
+    records = []
+    for scheme, values in (
+        ("alibi", [1.00, 1.02, 1.04]),
+        ("t5", [1.03, 1.05, 1.07]),
+        ("nope", [1.5, 1.6, 1.7]),
+    ):
+        for seed, bpb in enumerate(values):
+            for mode in MODES:
+                records.append({"scheme": scheme, "variant": "", "seed": seed, "length": 16, "mode": mode,
+                                "status": "ok", "bpb": bpb, "ppl": 2.0, "tokens": 10})  # fmt: skip
+    summary = summarize(records, settings)
+    alibi = next(s for s in summary if s["scheme"] == "alibi" and s["mode"] == "windows")
+    assert alibi["bpb_mean"] == pytest.approx(1.02) and alibi["bpb_std"] == pytest.approx(0.02)
+    lines = markdown_table(summary, "windows", settings).splitlines()[2:]
+    assert lines == ["| alibi | **1.020 ± 0.020** |", "| t5 | ≈ 1.050 ± 0.020 |", "| nope | 1.600 ± 0.100 |"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--schemes", "rope", "xpos"], "xpos"), (["--seeds", "0"], "--seeds 0"), (["--train-length", "1"], "--train-length 1"),
+     (["--eval-lengths", "0", "16"], "--eval-lengths"), (["--rope-factor", "0.5"], "--rope-factor")],
+)  # fmt: skip
+def test_bad_options_are_user_errors(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # The options are checked before any data is read or model trained (the corpus path does not even exist).
+    argv = ["experiment", "length", "--quick", "--text", str(tmp_path / "missing"), "--out", str(tmp_path)]
+    assert main(argv + flags) == 2
+    assert message in capsys.readouterr().err
