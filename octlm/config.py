@@ -46,6 +46,7 @@ class ModelConfig:
     rope_base: float = 10000.0
     rope_layout: str = "half"
     sinusoidal_base: float = 10000.0
+    sinusoidal_scale: float = 0.02  # the table's size relative to token rows (std 0.02); 1 = the seed's sum
     t5_buckets: int = 32
     t5_max_distance: int = 128
 
@@ -98,7 +99,7 @@ class ModelConfig:
             p.append(f"model.position = 'sinusoidal' needs an even d_model, got {self.d_model}")
         if not 0.0 <= self.dropout < 1.0:
             p.append(f"model.dropout = {self.dropout} must be in [0, 1)")
-        for name in ("rope_base", "sinusoidal_base", "norm_eps"):
+        for name in ("rope_base", "sinusoidal_base", "sinusoidal_scale", "norm_eps"):
             if getattr(self, name) <= 0:
                 p.append(f"model.{name} = {getattr(self, name)} must be positive")
         if self.t5_buckets < 2:

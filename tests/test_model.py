@@ -166,7 +166,7 @@ def np_forward(ids: np.ndarray, params: dict[str, np.ndarray], config: ModelConf
     if config.position == "learned":
         h = h + params["positions.table.weight"][:T]
     if config.position == "sinusoidal":
-        h = h + np_sinusoidal(T, config.d_model, config.sinusoidal_base)
+        h = h + config.sinusoidal_scale * np_sinusoidal(T, config.d_model, config.sinusoidal_base)
     a_in = np_norm(h, "blocks.0.norm1", params, config)
     a_out = np_attention(a_in, params, config)
     h = h + a_out
