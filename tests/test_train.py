@@ -303,3 +303,21 @@ def test_sigint_finishes_the_step_and_checkpoints(
     assert "bits per byte" in capsys.readouterr().out
     assert main(["train", "--resume", str(run_dir), "--steps", "14", "--position", "rope"]) == 2
     assert "model.position rope != learned" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", ["learned", "rope"])
+def test_compiled_training_matches_eager(tmp_path: Path, corpus: Path, position: str) -> None:
+    """`train.compile = true` goes through torch.compile (inductor, C++ on the CPU) and must train the same
+    model: the same losses step by step to 1e-4 (fused kernels reorder float additions, so not bit-identical)."""
+    runs = {}
+    for compiled in (False, True):
+        config = tiny_config(
+            tmp_path, corpus, steps=4, eval_interval=4, checkpoint_interval=4, compile=compiled,
+            run_name=f"{position}-{compiled}", model={"position": position},
+        )  # fmt: skip
+        runs[compiled] = train(config, progress=False)
+    eager, compiled = runs[False].train_losses, runs[True].train_losses
+    assert len(eager) == len(compiled) == 4
+    assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) < 1e-4, (eager, compiled)
+    assert abs(runs[False].val_loss - runs[True].val_loss) < 1e-4
