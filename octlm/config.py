@@ -386,8 +386,8 @@ def add_config_arguments(parser: Any) -> None:
                                 metavar=name.upper(), help=f"override {section}.{name}")  # fmt: skip
 
 
-def config_from_args(args: Any) -> Config:
-    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
+def overrides_from_args(args: Any) -> dict[str, Any]:
+    """The dotted overrides given by the per-field flags and `--set` (see add_config_arguments)."""
     overrides: dict[str, Any] = {}
     for key, value in vars(args).items():
         if key.startswith("cfg__") and value is not None:
@@ -400,4 +400,9 @@ def config_from_args(args: Any) -> Config:
         overrides[key.strip()] = value.strip()
     if "data.text" in overrides and "data.source" not in overrides:
         overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
-    return load_config(args.config, overrides)
+    return overrides
+
+
+def config_from_args(args: Any) -> Config:
+    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
+    return load_config(args.config, overrides_from_args(args))

@@ -59,7 +59,14 @@ from octlm.checkpoint import (
     save_checkpoint,
     sha256_array,
 )
-from octlm.config import Config, add_config_arguments, config_from_args, config_from_dict, load_config
+from octlm.config import (
+    Config,
+    add_config_arguments,
+    config_from_args,
+    config_from_dict,
+    load_config,
+    overrides_from_args,
+)
 from octlm.errors import UserError
 
 METRICS_FILE = "metrics.jsonl"
@@ -703,26 +710,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The dotted overrides given by per-field flags and --set (as config_from_args reads them)."""
-    overrides: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        if key.startswith("cfg__") and value is not None:
-            _, section, name = key.split("__", 2)
-            overrides[f"{section}.{name}"] = value
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item!r} must look like section.field=value")
-        overrides[key.strip()] = value.strip()
-    if "data.text" in overrides and "data.source" not in overrides:
-        overrides["data.source"] = "text"
-    return overrides
-
-
 def config_for_resume(args: argparse.Namespace, run_dir: Path) -> Config:
     """The run's own config plus the given overrides (or, with --config, that file plus overrides)."""
-    overrides = _overrides(args)
+    overrides = overrides_from_args(args)
     if args.config is not None:
         return load_config(args.config, overrides)
     meta_path = find_checkpoint(run_dir) / "config.json"
