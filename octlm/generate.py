@@ -238,14 +238,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
 
     check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
-    if args.threads < 1:
-        raise UserError(f"--threads {args.threads} must be at least 1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
+    from octlm.train import torch_threads
+
+    with torch_threads(args.threads):
         return _run(args)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -54,7 +54,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from octlm.config import POSITIONS, Config, add_config_arguments, config_from_dict, load_config
+from octlm.config import (
+    POSITIONS,
+    Config,
+    add_config_arguments,
+    config_from_dict,
+    load_config,
+    overrides_from_args,
+)
 from octlm.errors import UserError
 
 SCHEMES = POSITIONS  # learned, sinusoidal, rope, alibi, t5, nope
@@ -698,23 +705,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
 
 
-def user_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The dotted config overrides given by per-field flags and --set (as `config_from_args` reads them)."""
-    overrides: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        if key.startswith("cfg__") and value is not None:
-            _, section, name = key.split("__", 2)
-            overrides[f"{section}.{name}"] = value
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item!r} must look like section.field=value")
-        overrides[key.strip()] = value.strip()
-    if "data.text" in overrides and "data.source" not in overrides:
-        overrides["data.source"] = "text"
-    return overrides
-
-
 def settings_from_args(args: argparse.Namespace) -> Settings:
     base = QUICK if args.quick else FULL
 
@@ -756,7 +746,7 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    overrides = user_overrides(args)
+    overrides = overrides_from_args(args)
     defaults = QUICK_DEFAULTS if args.quick else FULL_DEFAULTS
     config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
     out = (

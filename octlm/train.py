@@ -41,6 +41,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -724,16 +725,23 @@ def config_for_resume(args: argparse.Namespace, run_dir: Path) -> Config:
     return config_from_dict(raw, name=name, overrides=overrides)
 
 
-def run(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Run with `count` torch CPU threads (None: torch's choice), then restore the previous count."""
+    if count is not None and count < 1:
+        raise UserError(f"--threads {count} must be at least 1")
     before = torch.get_num_threads()
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UserError(f"--threads {args.threads} must be at least 1")
-        torch.set_num_threads(args.threads)
+    if count is not None:
+        torch.set_num_threads(count)
     try:
-        return _run(args)
+        yield
     finally:
         torch.set_num_threads(before)
+
+
+def run(args: argparse.Namespace) -> int:
+    with torch_threads(args.threads):
+        return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

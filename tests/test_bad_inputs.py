@@ -32,14 +32,6 @@ RUN = "runs/tiny"
 CKPT = Path(RUN) / "checkpoint"
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A workspace holding a finished tiny run; every path in its config is relative to the workspace."""

@@ -27,14 +27,6 @@ from octlm.model import Decoder
 from octlm.tokenizer import Tokenizer, train_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     docs = [Document(f"d{i}", "def f(x):\n    return x * 2  # é€\n" * (i + 1)) for i in range(4)]

@@ -20,14 +20,6 @@ from octlm.tokenizer import Tokenizer, train_tokenizer
 CONTEXT = 12
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class FakeTokenizer:
     """Just what `generate` reads: the vocabulary size and the EOT id."""
 

@@ -35,15 +35,6 @@ WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "
 LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """Tiny models run fastest on one thread (a busy 2-core machine thrashes with two)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def write_corpus(folder: Path, files: int = 8, lines: int = 80) -> Path:
     """Small deterministic pseudo-code files: enough validation text for 4 windows of 64 plus context."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -35,15 +35,6 @@ SCHEME_IDS = [s[0] for s in SCHEMES]
 UNBOUNDED = ["sinusoidal", "rope", "alibi", "t5", "nope"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one intra-op thread is faster than several fighting over a busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny(position: str, **overrides) -> ModelConfig:
     fields = dict(
         vocab_size=64, d_model=32, context_length=8, n_layers=1, n_heads=4, d_ff=64, position=position

@@ -44,14 +44,6 @@ RUN_FILES = ["checkpoint", "metrics.jsonl", "tokenizer.json"]
 TIMING_KEYS = ("tokens_per_second", "elapsed_seconds")
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @dataclass
 class Lab:
     root: Path

@@ -60,15 +60,6 @@ def tiny_config(root: Path, corpus: Path, **train: Any) -> Config:
     return config_from_dict(raw, name="tiny")
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    """Tiny models run fastest on one thread; on a busy 2-core machine two OpenMP threads are ~20x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_corpus(tmp_path_factory.mktemp("corpus") / "text")
