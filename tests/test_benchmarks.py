@@ -1,0 +1,52 @@
+"""Smoke test for benchmarks/bench.py: every section runs end to end on a tiny shape and writes its report.
+
+No speed is asserted (the machine is shared); only that the command works and its outputs are well formed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench():
+    pytest.importorskip("transformers")
+    spec = importlib.util.spec_from_file_location("octlm_bench", ROOT / "benchmarks" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["octlm_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # about 15 s of CPU; over 30 s of wall time when the machine is busy
+def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkeypatch):
+    tiny = dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2, context_length=16, batch=2)
+    monkeypatch.setitem(bench.CONFIGS, "tiny", tiny)
+    s = bench.settings(quick=True)
+    s.update(peak_sizes=[64], train=["tiny"], context="tiny", lengths=[16, 32], generation="tiny", new_tokens=4,
+             embedding="tiny", tokenizer_bytes=20_000, tokenizer_reps=1, reps=1, context_reps=1,
+             warmup=0)  # fmt: skip
+    r = bench.run_benchmarks(s, tmp_path, log=lambda msg: None)
+
+    data = json.loads((tmp_path / f"{r['machine']['device']}-quick.json").read_text())
+    md = (tmp_path / f"{r['machine']['device']}-quick.md").read_text()
+    rows = data["training"]["tiny"]["rows"]
+    assert {"octlm learned", "octlm alibi", "HF GPT2LMHeadModel", "HF LlamaForCausalLM"} <= set(rows)
+    assert all(row["tokens_per_s"]["median"] > 0 for row in rows.values())
+    # learned has 16 rows: length 32 is reported as "no rows", every other scheme has a latency and a memory figure
+    ctx = {(row["scheme"], row["length"]): row for row in data["context"]["rows"]}
+    assert ctx[("learned", 32)].get("no_rows")
+    assert ctx[("rope", 32)]["latency_ms"]["median"] > 0
+    assert ctx[("alibi", 32)]["peak_memory_bytes"] is not None
+    assert data["generation"]["rows"]["octlm learned, KV cache"]["tokens_per_s"]["median"] > 0
+    assert data["embedding"]["ratios"]["one-hot / lookup"] > 0
+    assert data["tokenizer"]["rows"]["1024"]["train_s"]["median"] > 0
+    for heading in ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer"):
+        assert heading in md
