@@ -145,7 +145,7 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, evaluation and bookkeeping for one run."""
 
-    steps: int = 1500
+    steps: int = 6000
     batch_size: int = 16
     lr: float = 3e-3
     min_lr: float = 3e-4

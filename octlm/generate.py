@@ -30,7 +30,7 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """EOT then the prompt's tokens: training streams put EOT before every document, so this marks a start."""
     ids = tokenizer.encode(text)
     if not ids:
-        raise UserError('the prompt encodes to no tokens; pass some text, e.g. --prompt "def "')
+        raise UserError('the prompt encodes to no tokens; pass some text, e.g. --prompt "class"')
     return [tokenizer.eot_id, *ids]
 
 

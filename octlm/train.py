@@ -657,7 +657,9 @@ def _train(
 
 def sample_prompt(config: Config) -> str:
     """A fixed prompt that suits the corpus: code for the stdlib, prose otherwise."""
-    return "def " if config.data.source == "stdlib" else "The "
+    # A whole word with no trailing space: BPE merges a space into the next word (" self"), so a prompt ending
+    # in a lone " " token starts from a context the model rarely saw, and samples from it degenerate.
+    return "class" if config.data.source == "stdlib" else "The"
 
 
 def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, seed: int) -> str:
@@ -772,7 +774,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"speed        {result.tokens_per_second:,.0f} tokens/s, {result.wall_seconds:.1f} s in all")
     if result.sample:
         print("sample       " + result.sample.replace("\n", "\n             "))
-    print(f'run          {run_dir}  (generate: octlm generate --run {run_dir} --prompt "def ")')
+    print(f'run          {run_dir}  (generate: octlm generate --run {run_dir} --prompt "class")')
     if result.report_path is not None:
         print(f"report       {result.report_path}")
     return 0
