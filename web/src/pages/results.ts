@@ -3,8 +3,10 @@ import { DATA_FILES, checkEmbeddings, checkLength, loadData, nearest, presentFil
 import { $, divergingFor, el, fmt, heatmap, labelled, select, svg } from "../ui";
 
 const BASE = import.meta.env.BASE_URL;
-// Okabe–Ito: distinguishable with the common colour-vision deficiencies
-const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442"];
+// Okabe–Ito (distinguishable with the common colour-vision deficiencies) plus grey and wine, so that the ten
+// series of the length experiment never share a colour; RoPE's extension variants are also dashed.
+const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442", "#999999", "#882255"];
+const dashed = (name: string) => name.includes("(");
 
 function notReady(which: keyof typeof DATA_FILES, state: Loaded<unknown>): HTMLElement {
   const file = DATA_FILES[which];
@@ -64,7 +66,7 @@ function lengthChart(data: LengthData): SVGElement {
   names.forEach((name, i) => {
     const colour = PALETTE[i % PALETTE.length];
     const pts = ok.filter((r) => seriesName(r) === name).sort((a, b) => a.length - b.length);
-    if (pts.length > 1) children.push(svg("polyline", { points: pts.map((r) => `${X(r.length)},${Y(r.bpb_mean!)}`).join(" "), fill: "none", stroke: colour, "stroke-width": 2 }));
+    if (pts.length > 1) children.push(svg("polyline", { points: pts.map((r) => `${X(r.length)},${Y(r.bpb_mean!)}`).join(" "), fill: "none", stroke: colour, "stroke-width": 2, ...(dashed(name) ? { "stroke-dasharray": "6 4" } : {}) }));
     for (const r of pts) {
       if (r.bpb_std) children.push(svg("line", { x1: X(r.length), x2: X(r.length), y1: Y(r.bpb_mean! - r.bpb_std), y2: Y(r.bpb_mean! + r.bpb_std), stroke: colour }));
       children.push(svg("circle", { cx: X(r.length), cy: Y(r.bpb_mean!), r: 3.5, fill: colour }));

@@ -238,8 +238,22 @@ describe("playgrounds", () => {
     assert.equal(await readout(page, "#bucket-map"), t5.output[t5.inputs.relative_position.indexOf(-127)]);
   });
 
-  test("results: with no exported files the page says how to make them", async () => {
+  test("results: the committed exports of real runs render without errors", async () => {
     const { page, errors } = await open("results");
+    await page.waitForSelector("body[data-loaded]");
+    assert.equal(await page.locator("#length-missing").count(), 0);
+    assert.match(await text(page, "#length-table"), /no rows/); // the learned table ends at the training length
+    assert.match(await text(page, "#length-table"), /alibi/);
+    assert.ok((await page.locator("#length-chart circle").count()) > 0);
+    assert.ok((await page.locator("#neighbours li").count()) > 0);
+    await page.screenshot({ path: join(RESULTS, "results.png"), fullPage: true });
+    assert.deepEqual(await axe(page), []);
+    assert.deepEqual(errors, []);
+  });
+
+  test("results: with no exported files the page says how to make them", async () => {
+    const routes = { "/data/manifest.json": JSON.stringify({ schema: 1, files: [] }) };
+    const { page, errors } = await open("results", { routes });
     await page.waitForSelector("body[data-loaded]");
     assert.match(await text(page, "#length-missing"), /octlm experiment length/);
     assert.match(await text(page, "#embeddings-missing"), /octlm inspect runs\/<name>/);
