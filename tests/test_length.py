@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import tiny
 import torch
 
 from octlm.cli import main
@@ -37,12 +37,7 @@ LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two
 
 def write_corpus(folder: Path, files: int = 8, lines: int = 80) -> Path:
     """Small deterministic pseudo-code files: enough validation text for 4 windows of 64 plus context."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        rng = random.Random(i)
-        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(10)) for _ in range(lines))
-        (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
-    return folder
+    return tiny.write_corpus(folder, files, lines, words=WORDS, per_line=10)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tiny
 import torch
 from safetensors.torch import load_file
 
@@ -26,14 +27,7 @@ WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "
 
 def write_corpus(folder: Path, files: int = 6, lines: int = 60) -> Path:
     """A few small text files of pseudo-code (deterministic)."""
-    import random
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        rng = random.Random(i)
-        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(10)) for _ in range(lines))
-        (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
-    return folder
+    return tiny.write_corpus(folder, files, lines, words=WORDS, per_line=10)
 
 
 def tiny_config(root: Path, corpus: Path, **train: Any) -> Config:

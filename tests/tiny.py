@@ -44,12 +44,14 @@ TINY_TRAIN = {"steps": 30, "batch_size": 4, "eval_interval": 10, "eval_batches":
               "warmup_steps": 3, "report": False, "sample_tokens": 0, "seed": 7}  # fmt: skip
 
 
-def write_corpus(folder: Path, files: int = 5, lines: int = 30) -> Path:
-    """A few small text files of pseudo-code (deterministic)."""
+def write_corpus(
+    folder: Path, files: int = 5, lines: int = 30, words: list[str] = WORDS, per_line: int = 8
+) -> Path:
+    """A few small text files of pseudo-code (deterministic): `files` files of `lines` lines."""
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(files):
         rng = random.Random(i)
-        text = "\n".join(" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(lines))
+        text = "\n".join(" ".join(rng.choice(words) for _ in range(per_line)) for _ in range(lines))
         (folder / f"doc{i}.txt").write_text(text + "\n", encoding="utf-8")
     return folder
 
