@@ -191,7 +191,7 @@ class Decoder(nn.Module):
             raise UserError(f"token ids must be an integer tensor, got {kind}")
         if ids.dim() != 2 or ids.numel() == 0:
             raise UserError(f"token ids must have shape [B, T] with B, T >= 1, got {list(ids.shape)}")
-        low, high = int(ids.min()), int(ids.max())
+        low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one device sync
         if low < 0 or high >= self.config.vocab_size:
             bad = low if low < 0 else high
             raise UserError(
