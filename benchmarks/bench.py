@@ -430,6 +430,28 @@ def octlm_generate(model: Decoder, prompt: torch.Tensor, new: int, use_cache: bo
         return torch.cat(out, dim=1)
 
 
+FLOOR = "floor: octlm learned's weight GEMVs alone"
+
+
+def weights_only_decode(model: Decoder, new: int) -> Callable[[], Any]:
+    """The floor under cached decoding: every weight matrix's matrix-vector product, `new` times, and nothing else.
+
+    Batch-1 decoding must read each weight once per token. This times exactly that work (the model's own
+    `nn.Linear` layers, the tied head included, on a `[1, 1, in]` input), so `new / seconds` is the most
+    tokens/s any fp32 implementation built on torch's GEMV could reach: no attention, norms or dispatch.
+    """
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(1, 1, m.in_features) for m in layers]
+
+    def run() -> None:
+        with torch.inference_mode():
+            for _ in range(new):
+                for layer, x in zip(layers, inputs, strict=True):
+                    layer(x)
+
+    return run
+
+
 def one_thread(fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         torch.set_num_threads(1)
@@ -474,18 +496,26 @@ def bench_generation(config: str, prompt_len: int, new: int, warmup: int, reps: 
         "octlm rope llama-shaped, KV cache": lambda: octlm_generate(models["rope"], prompt, new, True),
         "HF Llama generate, cache": hf_gen(llama, True),
     }
+    fns[FLOOR] = weights_only_decode(models["learned"], new)
     # One token at a time is a chain of tiny ops; on a busy machine OpenMP's second thread mostly waits at
     # barriers, so the same paths are also timed with one intra-op thread (both sides alike).
     fns["octlm learned, KV cache, 1 thread"] = one_thread(fns["octlm learned, KV cache"])
     fns["HF GPT-2 generate, cache, 1 thread"] = one_thread(fns["HF GPT-2 generate, cache"])
     for name, fn in fns.items():  # every path must really make `new` tokens
-        assert fn().shape[1] == prompt_len + new, name
+        if not name.startswith("floor"):
+            assert fn().shape[1] == prompt_len + new, name
     times = interleaved(fns, warmup, reps)
     return {
         "config": config,
         "prompt": prompt_len,
         "new_tokens": new,
         "rows": {k: {"tokens_per_s": summary([new / s for s in v])} for k, v in times.items()},
+        "weight_megabytes_per_token": sum(
+            m.weight.numel() * m.weight.element_size()
+            for m in models["learned"].modules()
+            if isinstance(m, torch.nn.Linear)
+        )
+        / 1e6,
     }
 
 
@@ -695,7 +725,14 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(
             f"| {k} | {s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f}) | {s['median'] / ref:.2f}× |"
         )
-    lines.append("")
+    lines += [
+        "",
+        f"The floor row runs only the {g['weight_megabytes_per_token']:.1f} MB of weight matrix-vector products "
+        "that every cached decoding step must do (each `nn.Linear` of octlm's learned model, tied head "
+        "included, on one token), and nothing else: the most tokens/s fp32 decoding through torch's GEMV "
+        "can reach on this machine.",
+        "",
+    ]
     e = r["embedding"]
     lines += [
         f"## Embedding and position tables (forward, shape B×T×V×C = {'×'.join(map(str, e['shape']))})",

@@ -46,6 +46,10 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkey
     assert ctx[("rope", 32)]["latency_ms"]["median"] > 0
     assert ctx[("alibi", 32)]["peak_memory_bytes"] is not None
     assert data["generation"]["rows"]["octlm learned, KV cache"]["tokens_per_s"]["median"] > 0
+    # the decoding floor times the tiny model's own weights: qkv, proj, fc, proj and the head, 4 bytes each
+    assert data["generation"]["rows"][bench.FLOOR]["tokens_per_s"]["median"] > 0
+    weights = (32 * 3 * 32 + 32 * 32 + 2 * 32 * 4 * 32) + 300 * 32  # one layer, C 32, V 300
+    assert data["generation"]["weight_megabytes_per_token"] == pytest.approx(4 * weights / 1e6)
     assert data["embedding"]["ratios"]["one-hot / lookup"] > 0
     assert data["tokenizer"]["rows"]["1024"]["train_s"]["median"] > 0
     for heading in ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer"):
