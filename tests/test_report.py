@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from octlm import report
+from octlm import analysis, report
 from octlm.checkpoint import load_model
 from octlm.cli import main
 from octlm.config import ModelConfig, config_from_dict
 from octlm.corpus import Document
 from octlm.data import prepare_data
+from octlm.document import render_markdown
 from octlm.errors import UserError
 from octlm.model import Decoder
 from octlm.positions import sinusoidal_table
@@ -60,7 +61,7 @@ def test_planted_pairs_are_each_others_nearest_neighbours() -> None:
 
     def hits() -> int:
         table = model.token_embedding.weight.detach()
-        firsts = report.nearest_tokens(table, list(range(vocab)), k=1)
+        firsts = analysis.nearest_tokens(table, list(range(vocab)), k=1)
         return sum(1 for i, nb in enumerate(firsts) if nb[0][0] == partner[i])
 
     untrained = hits()
@@ -78,7 +79,7 @@ def test_planted_pairs_are_each_others_nearest_neighbours() -> None:
     # Chance: a random row's nearest of 39 others is its partner with probability 1/39, so about 1 of 40.
     assert untrained <= 5, f"untrained model already finds {untrained}/40 partners; the test proves nothing"
     assert trained >= 38, f"trained model finds only {trained}/40 partners as nearest neighbours"
-    assert report.partner_hits(model.token_embedding.weight, partner) == trained
+    assert analysis.partner_hits(model.token_embedding.weight, partner) == trained
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -87,21 +88,21 @@ def test_planted_pairs_are_each_others_nearest_neighbours() -> None:
 
 def test_cosine_neighbours_skip_self_and_sort_by_similarity() -> None:
     table = torch.tensor([[1.0, 0.0], [0.9, 0.1], [-1.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
-    (first,) = report.nearest_tokens(table, [0], k=3)
+    (first,) = analysis.nearest_tokens(table, [0], k=3)
     assert [j for j, _ in first] == [4, 1, 3]  # row 4 is parallel (cos 1), row 0 itself is skipped
     assert first[0][1] == pytest.approx(1.0)
     assert first[2][1] == pytest.approx(0.0)
-    (everything,) = report.nearest_positions(table, [2], k=99)
+    (everything,) = analysis.nearest_positions(table, [2], k=99)
     assert len(everything) == 4 and everything[-1][1] == pytest.approx(-1.0)
     with pytest.raises(UserError, match="outside"):
-        report.nearest_tokens(table, [5], k=1)
+        analysis.nearest_tokens(table, [5], k=1)
 
 
 def test_pca_finds_a_planted_plane() -> None:
     rng = np.random.default_rng(0)
     plane = rng.normal(size=(2, 16))
     rows = rng.normal(size=(50, 2)) * [3.0, 1.0] @ plane + 1e-3 * rng.normal(size=(50, 16))
-    coords, explained = report.pca_2d(rows)
+    coords, explained = analysis.pca_2d(rows)
     assert coords.shape == (50, 2)
     assert explained.sum() == pytest.approx(1.0, abs=1e-4) and explained[0] > explained[1]
     assert np.allclose(coords.mean(axis=0), 0.0, atol=1e-9)
@@ -109,17 +110,17 @@ def test_pca_finds_a_planted_plane() -> None:
 
 def test_counts_ranking_and_distance_profile() -> None:
     stream = np.array([3, 3, 3, 1, 1, 0, 5], dtype=np.uint16)
-    counts = report.token_counts(stream, 8, chunk=2)
+    counts = analysis.token_counts(stream, 8, chunk=2)
     assert counts.tolist() == [1, 2, 0, 3, 0, 1, 0, 0]
-    assert report.most_frequent(counts, 10) == [3, 1, 0, 5]  # unseen ids are never "frequent"
+    assert analysis.most_frequent(counts, 10) == [3, 1, 0, 5]  # unseen ids are never "frequent"
     with pytest.raises(UserError, match="outside the vocabulary"):
-        report.token_counts(stream, 4)
+        analysis.token_counts(stream, 4)
     # The sinusoidal table's similarity depends only on the distance, so every diagonal is constant.
-    sim = report.similarity_matrix(sinusoidal_table(32, 16))
-    profile = report.similarity_by_distance(sim, [0, 1, 5, 31, 32])
+    sim = analysis.similarity_matrix(sinusoidal_table(32, 16))
+    profile = analysis.similarity_by_distance(sim, [0, 1, 5, 31, 32])
     assert list(profile) == [0, 1, 5, 31] and profile[0] == pytest.approx(1.0)
     assert np.allclose(np.diagonal(sim, 5), profile[5], atol=1e-5)
-    assert report.probe_positions(128) == [0, 1, 64, 127]
+    assert analysis.probe_positions(128) == [0, 1, 64, 127]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -131,7 +132,7 @@ def tiny_tokenizer():
     docs = [Document(f"d{i}", f"def f{i}(self, x):\n    return x + {i}\n") for i in range(30)]
     tokenizer = train_tokenizer(docs, 300)
     stream = np.concatenate([tokenizer.encode(d.text) + [tokenizer.eot_id] for d in docs])
-    return tokenizer, report.token_counts(stream, 300)
+    return tokenizer, analysis.token_counts(stream, 300)
 
 
 def tiny_model(position: str, seed: int, tie: bool = True) -> Decoder:
@@ -155,17 +156,17 @@ def test_schemes_without_learned_vectors_say_what_they_have(
     position: str, says: list[str], tiny_tokenizer
 ) -> None:
     tokenizer, counts = tiny_tokenizer
-    rep = report.analyze(tiny_model(position, 1), tiny_model(position, 2), tokenizer, counts, run="tiny")
+    rep = analysis.analyze(tiny_model(position, 1), tiny_model(position, 2), tokenizer, counts, run="tiny")
     figures = {
         name: Path(f"/r/{name}.png") for name in ("positions", "position_scheme", "tokens_pca", "norms")
     }
-    text = report.render_markdown(report.document(rep, figures), Path("/r"))
+    text = render_markdown(report.report_blocks(rep, figures), Path("/r"))
     for phrase in says:
         assert phrase in text
     pos = rep["positions"]
     assert pos["has_vectors"] == (position == "sinusoidal")
     assert "For reference only: the sinusoidal table" in text or position == "sinusoidal"
-    json.dumps(report.to_json(rep))  # every number is plain JSON
+    json.dumps(analysis.to_json(rep))  # every number is plain JSON
     if position == "t5":
         assert pos["t5"]["bias"].shape == (32, 2)
         assert pos["t5"]["bucket_distances"][0] == [0, 0]
@@ -176,14 +177,14 @@ def test_untied_unseen_rows_stay_put_and_missing_counts_are_said(tiny_tokenizer)
     model, initial = tiny_model("learned", 1, tie=False), tiny_model("learned", 1, tie=False)
     with torch.no_grad():
         model.token_embedding.weight[counts > 0] += 1.0  # "training" touches only the seen rows
-    rep = report.analyze(model, initial, tokenizer, counts)
+    rep = analysis.analyze(model, initial, tokenizer, counts)
     unseen = rep["unseen"]
     assert unseen["unseen"]["tokens"] == int((counts == 0).sum()) > 0
     assert unseen["unseen"]["mean_relative_change"] == 0.0
     assert unseen["seen"]["mean_relative_change"] > 1.0
     assert unseen["expected_init_norm"] == pytest.approx(0.02 * 32**0.5)
 
-    blind = report.analyze(model, initial, tokenizer, None)
+    blind = analysis.analyze(model, initial, tokenizer, None)
     assert "unseen" not in blind and any("ranked by id" in note for note in blind["notes"])
     assert blind["tokens"][:3] == [0, 1, 2]
 
@@ -242,7 +243,7 @@ def test_train_writes_the_report(run_dir: Path) -> None:
 
     numbers = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     assert numbers["run"] == "tiny-learned" and numbers["step"] == 20 and numbers["counts_available"]
-    assert numbers["tokens"][0] == 0 and len(numbers["tokens"]) == 1 + report.DEFAULT_FREQUENT
+    assert numbers["tokens"][0] == 0 and len(numbers["tokens"]) == 1 + analysis.DEFAULT_FREQUENT
     counts = np.array(numbers["counts"])
     data = prepare_data(load_model(run_dir)[1].data, 300, progress=False)  # the cache train made
     assert counts.shape == (300,) and counts.sum() == len(data.train)
@@ -251,7 +252,7 @@ def test_train_writes_the_report(run_dir: Path) -> None:
     assert all(counts[a] >= counts[b] for a, b in zip(ranked, ranked[1:], strict=False))
     for name in ("trained", "untrained"):
         neighbours = numbers[name]["neighbours"]["0"]
-        assert len(neighbours) == report.DEFAULT_TOP and all(-1 <= s <= 1 for _, s in neighbours)
+        assert len(neighbours) == analysis.DEFAULT_TOP and all(-1 <= s <= 1 for _, s in neighbours)
         assert len(numbers[name]["norms"]) == 300
     assert numbers["trained"]["mean_top1_similarity"] > numbers["untrained"]["mean_top1_similarity"]
     pos = numbers["positions"]
@@ -312,7 +313,7 @@ def test_inspect_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_rope_report_files(tmp_path: Path, tiny_tokenizer) -> None:
     tokenizer, counts = tiny_tokenizer
-    rep = report.analyze(tiny_model("rope", 1), tiny_model("rope", 2), tokenizer, counts, run="tiny-rope")
+    rep = analysis.analyze(tiny_model("rope", 1), tiny_model("rope", 2), tokenizer, counts, run="tiny-rope")
     model = tiny_model("rope", 1)
     folder = report.write_files(rep, model, tokenizer, tmp_path)
     assert_png(folder / "position_scheme.png")

@@ -1,0 +1,417 @@
+"""The numbers behind `octlm inspect`: what a token table and a position scheme learned, as plain data.
+
+Pure functions on `[V, C]` token tables and `[T, C]` position tables (cosine neighbours, similarity maps,
+PCA, row norms, training counts), `position_section` for each scheme, and `analyze`, which gathers every
+number of the report into one JSON-able dict. Drawing and writing them is octlm/figures.py, octlm/document.py
+and octlm/report.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from octlm.errors import UserError
+from octlm.positions import cosine_similarity_matrix, sinusoidal_table, t5_bucket
+
+if TYPE_CHECKING:
+    from octlm.config import ModelConfig
+    from octlm.model import Decoder
+    from octlm.tokenizer import Tokenizer
+
+INIT_STD = 0.02  # Decoder._init_weights: every embedding row starts as N(0, 0.02²) per entry
+DEFAULT_TOP = 5  # neighbours shown per token or position
+DEFAULT_FREQUENT = 12  # frequent tokens shown by default, besides token 0
+PCA_TOKENS = 60  # frequent tokens placed in the PCA figure
+REPORT_SCHEMA = 1
+DIGITS = 5
+
+Neighbours = list[tuple[int, float]]  # (row index, cosine similarity), most similar first
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Numbers: pure functions on arrays
+
+
+def _as_tensor(table: Tensor | np.ndarray) -> Tensor:
+    if isinstance(table, np.ndarray):
+        table = torch.from_numpy(table)
+    return table.detach().to("cpu", torch.float64)
+
+
+def cosine_neighbours(table: Tensor | np.ndarray, rows: Sequence[int], k: int) -> list[Neighbours]:
+    """For each index in `rows`, the `k` other rows of `table` `[N, C]` most similar by cosine, best first.
+
+    A row is never its own neighbour; ties go to the lower index. Returns one list of (index, similarity)
+    per row.
+    """
+    table = _as_tensor(table)
+    n = table.shape[0]
+    for row in rows:
+        if not 0 <= int(row) < n:
+            raise UserError(f"row {row} is outside the table's {n} rows")
+    k = max(0, min(k, n - 1))
+    unit = table / table.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    index = torch.as_tensor([int(r) for r in rows], dtype=torch.long)
+    sims = unit[index] @ unit.T  # [R, N]
+    sims[torch.arange(len(index)), index] = -math.inf
+    # A stable sort on -similarity keeps lower indices first among equal similarities.
+    order = torch.sort(-sims, dim=-1, stable=True).indices[:, :k]
+    return [[(int(j), float(sims[i, j])) for j in order[i]] for i in range(len(index))]
+
+
+def nearest_tokens(table: Tensor | np.ndarray, ids: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
+    """Nearest token ids to each of `ids` in a token table `[V, C]` (see `cosine_neighbours`)."""
+    return cosine_neighbours(table, ids, k)
+
+
+def nearest_positions(
+    table: Tensor | np.ndarray, positions: Sequence[int], k: int = DEFAULT_TOP
+) -> list[Neighbours]:
+    """Nearest positions to each of `positions` in a position table `[T, C]` (see `cosine_neighbours`)."""
+    return cosine_neighbours(table, positions, k)
+
+
+def partner_hits(table: Tensor | np.ndarray, partner: dict[int, int]) -> int:
+    """How many ids in `partner` have their partner as nearest neighbour in `table` `[V, C]`."""
+    ids = sorted(partner)
+    firsts = cosine_neighbours(table, ids, 1)
+    return sum(1 for i, nb in zip(ids, firsts, strict=True) if nb and nb[0][0] == partner[i])
+
+
+def similarity_matrix(table: Tensor | np.ndarray) -> np.ndarray:
+    """Cosine similarity between every pair of rows of `table` `[N, C]`, `[N, N]` float64."""
+    return cosine_similarity_matrix(_as_tensor(table)).numpy()
+
+
+def similarity_by_distance(similarity: np.ndarray, distances: Sequence[int]) -> dict[int, float]:
+    """Mean of `similarity` `[T, T]` over all pairs (t, t + d), for each distance d below T."""
+    n = similarity.shape[0]
+    return {int(d): float(np.diagonal(similarity, offset=int(d)).mean()) for d in distances if 0 <= d < n}
+
+
+def pca_2d(rows: Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Project `rows` `[N, C]` onto their first two principal components.
+
+    Returns (coordinates `[N, 2]`, fraction of the variance each component explains `[2]`). Signs are fixed so
+    that each component's largest loading is positive, so the picture does not flip between runs.
+    """
+    x = _as_tensor(rows).numpy()
+    x = x - x.mean(axis=0, keepdims=True)
+    _, s, vt = np.linalg.svd(x, full_matrices=False)
+    components = vt[:2]  # [2, C]
+    flip = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
+    components = components * flip[:, None]
+    coords = x @ components.T
+    variance = s**2
+    explained = variance[:2] / max(variance.sum(), 1e-30)
+    if coords.shape[1] < 2:  # fewer than two rows or columns: pad with zeros
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+        explained = np.pad(explained, (0, 2 - len(explained)))
+    return coords, explained
+
+
+def row_norms(table: Tensor | np.ndarray) -> np.ndarray:
+    """Euclidean norm of each row of `table` `[N, C]`, `[N]`."""
+    return _as_tensor(table).norm(dim=-1).numpy()
+
+
+def token_counts(tokens: np.ndarray, vocab_size: int, chunk: int = 1 << 24) -> np.ndarray:
+    """How often each id below `vocab_size` occurs in the token stream `tokens` `[N]`: `[V]` int64."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, len(tokens), chunk):
+        part = np.asarray(tokens[start : start + chunk]).astype(np.int64)
+        if len(part) and (part.min() < 0 or part.max() >= vocab_size):
+            raise UserError(
+                f"the token stream holds id {int(part.max())}, outside the vocabulary of {vocab_size}"
+            )
+        counts += np.bincount(part, minlength=vocab_size)
+    return counts
+
+
+def most_frequent(counts: np.ndarray, n: int) -> list[int]:
+    """The `n` ids with the highest counts (only ids seen at least once), most frequent first, ties by id."""
+    order = np.argsort(-counts, kind="stable")
+    return [int(i) for i in order[:n] if counts[i] > 0]
+
+
+def probe_positions(length: int) -> list[int]:
+    """Positions worth asking about in a context of `length`: 0, 1, the middle and the last."""
+    return sorted({p for p in (0, 1, length // 2, length - 1) if 0 <= p < length})
+
+
+def probe_distances(length: int) -> list[int]:
+    """Distances 1, 2, 4, ... below `length`, plus `length - 1`."""
+    out = [2**i for i in range(int(math.log2(max(length - 1, 1))) + 1) if 2**i < length]
+    return sorted(set(out + ([length - 1] if length > 1 else [])))
+
+
+def unseen_rows(trained: np.ndarray, initial: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
+    """How far the rows of tokens never seen in training moved from their initial values, next to seen rows.
+
+    `trained`, `initial`: token tables `[V, C]` (same seed); `counts` `[V]`. The expected norm of a fresh row
+    is INIT_STD·√C. Relative movement is ‖E - E₀‖ / ‖E₀‖ per row, averaged.
+    """
+    width = trained.shape[1]
+    moved = np.linalg.norm(trained - initial, axis=1) / np.maximum(np.linalg.norm(initial, axis=1), 1e-12)
+    cos = np.sum(trained * initial, axis=1) / np.maximum(
+        np.linalg.norm(trained, axis=1) * np.linalg.norm(initial, axis=1), 1e-12
+    )
+    out: dict[str, Any] = {"init_std": INIT_STD, "expected_init_norm": INIT_STD * math.sqrt(width)}
+    for name, mask in (("unseen", counts == 0), ("seen", counts > 0)):
+        n = int(mask.sum())
+        out[name] = {
+            "tokens": n,
+            "mean_norm": float(np.linalg.norm(trained[mask], axis=1).mean()) if n else None,
+            "mean_initial_norm": float(np.linalg.norm(initial[mask], axis=1).mean()) if n else None,
+            "mean_relative_change": float(moved[mask].mean()) if n else None,
+            "mean_cosine_to_initial": float(cos[mask].mean()) if n else None,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Position schemes: vectors where a scheme has them, what it has instead where it does not
+
+
+def position_section(model: Decoder, initial: Decoder, k: int = DEFAULT_TOP) -> dict[str, Any]:
+    """Everything the report says about the position scheme of `model`, with `initial` (untrained) beside it.
+
+    Learned and sinusoidal: probe positions' neighbours, the `[T, T]` similarity map, mean similarity by
+    distance. RoPE: rotation frequency and wavelength per channel pair. ALiBi: slope per head and the bias
+    at a few distances. T5: the learned bias per head and bucket. NoPE: nothing but the causal mask.
+    The sinusoidal map of the same width is always included as a reference.
+    """
+    cfg: ModelConfig = model.config
+    length, width = cfg.context_length, cfg.d_model
+    probes, distances = probe_positions(length), probe_distances(length)
+    sinusoidal = sinusoidal_table(length, width + width % 2, cfg.sinusoidal_base)[:, :width]
+    section: dict[str, Any] = {
+        "scheme": cfg.position,
+        "context_length": length,
+        "probe_positions": probes,
+        "distances": distances,
+        "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
+        "has_vectors": cfg.position in ("learned", "sinusoidal"),
+    }
+    scheme = model.positions
+    if cfg.position == "learned":
+        section["trained"] = _vector_positions(scheme.table.weight, probes, distances, k)
+        section["untrained"] = _vector_positions(initial.positions.table.weight, probes, distances, k)
+        section["summary"] = (
+            f"A learned table of {length} rows, one vector per position, added to the token vectors. Its "
+            "similarity map is compared with the untrained table (random: no structure) and with the fixed "
+            "sinusoidal table of the same width."
+        )
+    elif cfg.position == "sinusoidal":
+        section["trained"] = section["sinusoidal_reference"]
+        section["summary"] = (
+            f"The fixed sinusoidal table (base {cfg.sinusoidal_base:g}): nothing here is learned, so the "
+            "trained and untrained models have the same position vectors. Similarity depends only on the "
+            "distance t - s."
+        )
+    elif cfg.position == "rope":
+        theta = scheme.inv_freq.double().cpu().numpy()  # [D/2]
+        wavelength = 2 * math.pi / theta
+        section["rope"] = {
+            "head_dim": cfg.head_dim,
+            "base": cfg.rope_base,
+            "layout": cfg.rope_layout,
+            "theta": theta,
+            "wavelength": wavelength,
+            "turns_in_context": length / wavelength,
+            "pairs_slower_than_context": int((wavelength > length).sum()),
+        }
+        section["summary"] = (
+            "RoPE has no position vectors: every attention layer rotates each of the "
+            f"{len(theta)} channel pairs of a head's queries and keys by position x θ_i. The fastest pair "
+            f"turns once every {wavelength[0]:.1f} positions, the slowest once every {wavelength[-1]:,.0f}; "
+            f"{int((wavelength > length).sum())} of {len(theta)} pairs do not complete one turn within the "
+            f"{length}-token context. Nothing here is learned (base {cfg.rope_base:g})."
+        )
+    elif cfg.position == "alibi":
+        slopes = scheme.slopes.double().cpu().numpy()  # [H]
+        section["alibi"] = {
+            "slopes": slopes,
+            "bias_at_distance": {int(d): (-slopes * d) for d in distances},
+        }
+        section["summary"] = (
+            f"ALiBi has no position vectors: each of the {len(slopes)} heads subtracts slope x distance "
+            f"from every attention score. Slopes run from {slopes[0]:g} to {slopes[-1]:g}; nothing here is "
+            "learned."
+        )
+    elif cfg.position == "t5":
+        buckets = t5_bucket(-torch.arange(length), cfg.t5_buckets, cfg.t5_max_distance).numpy()  # [T]
+        trained = scheme.table.weight.detach().double().cpu().numpy()  # [buckets, H]
+        untrained = initial.positions.table.weight.detach().double().cpu().numpy()
+        reached = sorted(set(int(b) for b in buckets))
+        section["t5"] = {
+            "buckets": cfg.t5_buckets,
+            "max_distance": cfg.t5_max_distance,
+            "bucket_of_distance": buckets,
+            "bucket_distances": {
+                b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
+                for b in reached
+            },
+            "bias": trained,
+            "untrained_bias": untrained,
+            "bias_at_distance": {int(d): trained[buckets[d]] for d in distances},
+        }
+        section["summary"] = (
+            f"T5 has no position vectors: it learns one number per head ({cfg.n_heads}) and distance bucket "
+            f"({cfg.t5_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
+            "scores. "
+            f"Trained biases span {trained.min():.3f} to {trained.max():.3f}; untrained ones "
+            f"{untrained.min():.3f} to {untrained.max():.3f}."
+        )
+    else:  # nope
+        section["summary"] = (
+            "NoPE has no position parameters at all. The causal mask is its only source of order: a token "
+            "sees how many tokens came before it only through what attention over them adds up to."
+        )
+    return section
+
+
+def _vector_positions(table: Tensor, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:
+    """Neighbours of the probe positions, the similarity map `[T, T]`, and its mean by distance."""
+    similarity = similarity_matrix(table)
+    return {
+        "neighbours": {p: nb for p, nb in zip(probes, nearest_positions(table, probes, k), strict=True)},
+        "similarity": similarity,
+        "similarity_by_distance": similarity_by_distance(similarity, distances),
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Analysis: every number of the report in one dict
+
+
+def token_label(tokenizer: Tokenizer | None, token_id: int) -> str:
+    """A readable, repr-quoted form of one token, e.g. `' def'` or `'\\n    '`.
+
+    A token that is part of a UTF-8 character (a lone byte of "é") shows its bytes instead: `b'\\xc3'`.
+    """
+    if tokenizer is None or token_id >= tokenizer.vocab_size:
+        return f"<id {token_id}>"
+    raw = tokenizer.token_bytes(token_id)
+    try:
+        return repr(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(raw)
+
+
+def resolve_tokens(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+    """The id of each text; each must encode to exactly one token (UserError otherwise, saying what it is)."""
+    ids = []
+    for text in texts:
+        encoded = tokenizer.encode(text)
+        if len(encoded) != 1:
+            parts = ", ".join(f"{token_label(tokenizer, i)} (id {i})" for i in encoded) or "nothing"
+            raise UserError(
+                f"--tokens {text!r} is not a single token: it encodes to {len(encoded)} tokens: {parts}; "
+                "pass one of those, or use --ids"
+            )
+        ids.append(encoded[0])
+    return ids
+
+
+def analyze(
+    model: Decoder,
+    initial: Decoder,
+    tokenizer: Tokenizer | None,
+    counts: np.ndarray | None,
+    ids: Sequence[int] | None = None,
+    k: int = DEFAULT_TOP,
+    frequent: int = DEFAULT_FREQUENT,
+    run: str = "",
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """All the numbers of the report for `model` and `initial` (same config, untrained, same seed).
+
+    `counts` `[V]`: training count of each token, or None when the training data could not be found (the
+    frequent tokens are then the lowest ids, and the report says so). `ids`: the tokens whose neighbours are
+    listed (default: token 0 and the `frequent` most frequent).
+    """
+    cfg: ModelConfig = model.config
+    vocab = cfg.vocab_size
+    notes = list(notes)
+    trained_table = model.token_embedding.weight.detach().double().cpu().numpy()  # [V, C]
+    initial_table = initial.token_embedding.weight.detach().double().cpu().numpy()
+    if counts is not None:
+        ranked = most_frequent(counts, vocab)
+    else:
+        ranked = list(range(1, vocab)) + [0]
+        notes.append("Tokens are ranked by id, not by training frequency: there are no training counts.")
+    if ids is None:
+        ids = [0] + [i for i in ranked[:frequent] if i != 0]
+    ids = list(dict.fromkeys(int(i) for i in ids))  # each once, in the order given
+    for i in ids:
+        if not 0 <= i < vocab:
+            raise UserError(f"token id {i} is outside the vocabulary [0, {vocab})")
+
+    def view(table: np.ndarray) -> dict[str, Any]:
+        pca_ids = ranked[:PCA_TOKENS]
+        coords, explained = pca_2d(table[pca_ids])
+        neighbours = nearest_tokens(table, ids, k)
+        return {
+            "neighbours": {i: nb for i, nb in zip(ids, neighbours, strict=True)},
+            "mean_top1_similarity": float(np.mean([nb[0][1] for nb in neighbours])) if k else None,
+            "pca": {"ids": pca_ids, "coords": coords, "explained": explained},
+            "norms": row_norms(table),
+        }
+
+    labels_needed = set(ids) | set(ranked[:PCA_TOKENS])
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "run": run,
+        "model": {
+            "vocab_size": vocab,
+            "d_model": cfg.d_model,
+            "context_length": cfg.context_length,
+            "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads,
+            "position": cfg.position,
+            "tie_embeddings": cfg.tie_embeddings,
+        },
+        "counts_available": counts is not None,
+        "counts": counts,
+        "tokens": ids,
+        "k": k,
+        "trained": view(trained_table),
+        "untrained": view(initial_table),
+        "positions": position_section(model, initial, k),
+        "notes": notes,
+    }
+    for table_view in (report["trained"], report["untrained"]):
+        for nb in table_view["neighbours"].values():
+            labels_needed |= {j for j, _ in nb}
+    report["labels"] = {i: token_label(tokenizer, i) for i in sorted(labels_needed)}
+    if counts is not None:
+        report["unseen"] = unseen_rows(trained_table, initial_table, counts)
+    return report
+
+
+def to_json(value: Any, digits: int = DIGITS) -> Any:
+    """Plain JSON values: arrays and tensors to lists, floats rounded to `digits`, dict keys to strings."""
+    if isinstance(value, Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {str(key): to_json(v, digits) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v, digits) for v in value]
+    if isinstance(value, (np.integer, np.bool_, bool)) or value is None or isinstance(value, (int, str)):
+        return value.item() if isinstance(value, (np.integer, np.bool_)) else value
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if not math.isfinite(value):
+            return None
+        rounded = round(value, digits)
+        return 0.0 if rounded == 0 else rounded
+    raise TypeError(f"cannot write a {type(value).__name__} to report.json")

@@ -1,0 +1,183 @@
+"""The report's figures, drawn from an `analyze` result (octlm/analysis.py).
+
+matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from octlm.analysis import INIT_STD
+
+
+def _figure(width: float, height: float) -> Any:
+    """A figure on the Agg canvas. Margins are set by hand: constrained layout doubles the drawing time."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # glyphs a font lacks (rare token bytes) are not worth a warning
+        fig.savefig(path, format="png")
+    return path
+
+
+def plot_similarity_maps(maps: list[tuple[str, np.ndarray]], path: Path) -> Path:
+    """One panel per (title, `[T, T]` cosine similarity); diverging colours fixed to [-1, 1], a colour bar."""
+    fig = _figure(3.4 * len(maps) + 1.0, 3.5)
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=0.97, bottom=0.14, top=0.91, wspace=0.35)
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    image = None
+    for ax, (title, sim) in zip(axes, maps, strict=True):
+        image = ax.imshow(sim, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("position")
+        ax.set_ylabel("position")
+    fig.colorbar(image, ax=list(axes), label="cosine similarity", shrink=0.9)
+    return _save(fig, path)
+
+
+def plot_pca(panels: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path) -> Path:
+    """One panel per (title, coordinates `[N, 2]`, explained `[2]`, labels `[N]`): labelled 2-D points."""
+    fig = _figure(5.2 * len(panels), 5.0)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.94, wspace=0.22)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, coords, explained, labels) in zip(axes, panels, strict=True):
+        ax.scatter(coords[:, 0], coords[:, 1], s=10, color="tab:blue")
+        for (x, y), label in zip(coords, labels, strict=True):
+            short = label if len(label) <= 14 else label[:13] + "…"
+            ax.text(x, y, short, fontsize=6.5, parse_math=False, ha="left", va="bottom")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(f"PC 1 ({explained[0]:.0%} of variance)")
+        ax.set_ylabel(f"PC 2 ({explained[1]:.0%} of variance)")
+    return _save(fig, path)
+
+
+def plot_norms(
+    panels: list[tuple[str, np.ndarray]], counts: np.ndarray | None, expected: float, path: Path
+) -> Path:
+    """Row norm `[V]` against training count `[V]` (log x), one panel per (title, norms).
+
+    Tokens never seen in training (count 0) cannot sit on a log axis; they are drawn in red at x = 0.5. The
+    dashed line is the expected norm of a freshly initialised row, INIT_STD·√C. Without counts, norms by id.
+    """
+    fig = _figure(4.6 * len(panels), 3.8)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.12)
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, (title, norms) in zip(axes, panels, strict=True):
+        if counts is None:
+            ax.scatter(np.arange(len(norms)), norms, s=5)
+            ax.set_xlabel("token id (no training counts found)")
+        else:
+            seen = counts > 0
+            ax.scatter(counts[seen], norms[seen], s=5, alpha=0.6, label="seen in training")
+            if (~seen).any():
+                ax.scatter(
+                    np.full((~seen).sum(), 0.5),
+                    norms[~seen],
+                    s=9,
+                    color="tab:red",
+                    label=f"never seen ({int((~seen).sum())}), at x = 0.5",
+                )
+            ax.set_xscale("log")
+            ax.set_xlabel("training count")
+        ax.axhline(expected, color="black", linestyle="--", linewidth=0.8, label="init std·√C")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("row norm")
+        ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
+    """RoPE: wavelength per pair. ALiBi: bias against distance per head. T5: the same, trained and untrained.
+
+    Returns None for schemes with nothing to draw here.
+    """
+    length = section["context_length"]
+    if "rope" in section:
+        rope = section["rope"]
+        fig = _figure(5.0, 3.4)
+        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
+        ax = fig.subplots()
+        ax.semilogy(np.arange(len(rope["wavelength"])), rope["wavelength"], marker="o", markersize=3)
+        ax.axhline(length, color="black", linestyle="--", linewidth=0.8, label=f"context ({length})")
+        ax.set_xlabel("channel pair i")
+        ax.set_ylabel("wavelength 2π/θ_i (positions)")
+        ax.set_title("RoPE: one rotation frequency per channel pair", fontsize=9)
+        ax.legend(fontsize=7)
+        return _save(fig, path)
+    if "alibi" in section or "t5" in section:
+        fig = _figure(5.4, 3.6)
+        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
+        ax = fig.subplots()
+        distance = np.arange(length)
+        if "alibi" in section:
+            for h, slope in enumerate(section["alibi"]["slopes"]):
+                ax.plot(distance, -slope * distance, linewidth=1, label=f"head {h}")
+            ax.set_title("ALiBi: fixed bias = -slope x distance", fontsize=9)
+        else:
+            t5 = section["t5"]
+            buckets = t5["bucket_of_distance"]
+            for h in range(t5["bias"].shape[1]):
+                line = ax.plot(distance, t5["bias"][buckets, h], linewidth=1, label=f"head {h}")[0]
+                ax.plot(
+                    distance,
+                    t5["untrained_bias"][buckets, h],
+                    linewidth=0.8,
+                    linestyle=":",
+                    color=line.get_color(),
+                )
+            ax.set_title("T5: learned bias per head (dotted: untrained)", fontsize=9)
+        ax.set_xlabel("distance (query - key)")
+        ax.set_ylabel("added to the attention score")
+        ax.legend(fontsize=7, ncol=2)
+        return _save(fig, path)
+    return None
+
+
+def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """Every figure of `report` into `folder`; returns name -> path."""
+    figures: dict[str, Path] = {}
+    pos = report["positions"]
+    scheme, width = pos["scheme"], report["model"]["d_model"]
+    sinusoidal = (f"sinusoidal (fixed, C = {width})", pos["sinusoidal_reference"]["similarity"])
+    if scheme == "learned":
+        maps = [
+            ("learned, trained", pos["trained"]["similarity"]),
+            ("learned, untrained", pos["untrained"]["similarity"]),
+            sinusoidal,
+        ]
+    else:
+        maps = [sinusoidal]
+    figures["positions"] = plot_similarity_maps(maps, folder / "positions.png")
+    extra = plot_scheme(pos, folder / "position_scheme.png")
+    if extra is not None:
+        figures["position_scheme"] = extra
+
+    labels = report["labels"]
+    figures["tokens_pca"] = plot_pca(
+        [
+            (
+                f"{name} token table",
+                report[name]["pca"]["coords"],
+                report[name]["pca"]["explained"],
+                [labels[i] for i in report[name]["pca"]["ids"]],
+            )
+            for name in ("trained", "untrained")
+        ],
+        folder / "tokens_pca.png",
+    )
+    figures["norms"] = plot_norms(
+        [(f"{name} token table", report[name]["norms"]) for name in ("trained", "untrained")],
+        report["counts"],
+        INIT_STD * math.sqrt(width),
+        folder / "norms.png",
+    )
+    return figures
