@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -44,7 +43,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +54,7 @@ from octlm.checkpoint import (
     CHECKPOINT,
     OLD_CHECKPOINT,
     TOKENIZER_FILE,
+    Checkpoint,
     find_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -69,6 +69,9 @@ from octlm.config import (
     overrides_from_args,
 )
 from octlm.errors import UserError
+
+if TYPE_CHECKING:
+    from octlm.data import PreparedData
 
 METRICS_FILE = "metrics.jsonl"
 # Fields a resume may change: they do not change what the next step computes (steps only reshapes the tail
@@ -344,6 +347,82 @@ def _write_error(error: OSError, what: str, last_checkpoint: int | None, run_dir
 
 
 # ------------------------------------------------------------------------------------------------------------
+# Opening a run: the checkpoint to resume and the data, both checked
+
+
+def _checkpoint_to_resume(config: Config, run_dir: Path, resume: bool, overwrite: bool) -> Checkpoint | None:
+    """The checkpoint a resume continues (checked against `config` and the corpus), or None for a new run.
+
+    A new run refuses a folder that already holds one unless `overwrite` is set.
+    """
+    tc = config.train
+    if not resume:
+        if not overwrite and ((run_dir / CHECKPOINT).is_dir() or (run_dir / OLD_CHECKPOINT).is_dir()):
+            raise UserError(
+                f"{str(run_dir)!r} already holds a run; resume it with `octlm train --resume {run_dir}`, "
+                "choose another --name, or pass --overwrite to start it again"
+            )
+        return None
+    ckpt = load_checkpoint(run_dir, map_location="cpu")
+    diffs = config_differences(ckpt.config, config)
+    if diffs:
+        raise UserError(
+            f"config differs from the checkpoint's: {'; '.join(diffs)}; a resume keeps the run's settings "
+            f"(only {', '.join(sorted(RESUMABLE_FIELDS))} may change)"
+        )
+    if ckpt.optimizer_state is None:
+        raise UserError(f"{str(run_dir)!r} has no optimizer state, so it cannot be resumed exactly")
+    if ckpt.step >= tc.steps:
+        raise UserError(
+            f"run {str(run_dir)!r} already finished its {ckpt.step} steps; to train further, resume with "
+            f"a larger --steps (e.g. octlm train --resume {run_dir} --steps {2 * ckpt.step})"
+        )
+    # Refuse edited text before prepare_data writes a cache for it.
+    from octlm.corpus import corpus_sha256, load_documents
+
+    corpus_now, recorded = corpus_sha256(load_documents(config.data)), ckpt.meta["sha256"].get("corpus")
+    if recorded and corpus_now != recorded:
+        raise UserError(
+            f"corpus differs from the checkpoint's: SHA-256 {corpus_now[:12]} != {str(recorded)[:12]}; "
+            "the text changed since the run started, so it cannot be resumed"
+        )
+    return ckpt
+
+
+def _data_for_run(
+    config: Config, ckpt: Checkpoint | None, dist: _Dist, show: bool
+) -> tuple[PreparedData, dict[str, str]]:
+    """The token files and their SHA-256 table; on resume they must be the ones the checkpoint recorded."""
+    from octlm.data import prepare_data
+
+    vocab = config.model.vocab_size
+    # Rank 0 builds the cache first, so that ranks never write the same files at once.
+    if dist.main:
+        data = prepare_data(config.data, vocab, progress=show)
+    dist.barrier()
+    if not dist.main:
+        data = prepare_data(config.data, vocab, progress=False)
+    if data.tokenizer.vocab_size > vocab:
+        raise UserError(
+            f"the tokenizer has {data.tokenizer.vocab_size} entries but model.vocab_size is {vocab}"
+        )
+    hashes = {
+        "tokenizer": data.tokenizer_sha256,
+        "corpus": data.corpus_sha256,
+        "train_tokens": sha256_array(data.train),
+        "val_tokens": sha256_array(data.val),
+    }
+    for key, value in hashes.items() if ckpt else ():
+        recorded = ckpt.meta["sha256"].get(key)
+        if recorded != value:
+            raise UserError(
+                f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded)[:12]}; "
+                "the corpus or tokenizer changed since the run started, so it cannot be resumed"
+            )
+    return data, hashes
+
+
+# ------------------------------------------------------------------------------------------------------------
 # The loop
 
 
@@ -390,7 +469,7 @@ def _train(
     device: torch.device,
     dist: _Dist,
 ) -> TrainResult:
-    from octlm.data import prepare_data, random_blocks
+    from octlm.data import random_blocks
     from octlm.model import Decoder
 
     started = time.perf_counter()
@@ -398,64 +477,9 @@ def _train(
     show = progress and dist.main
     say = tqdm.write if show else (lambda *a, **k: None)
 
-    # --- the run folder and, on resume, the checkpoint
-    ckpt = None
-    if resume:
-        ckpt = load_checkpoint(run_dir, map_location="cpu")
-        diffs = config_differences(ckpt.config, config)
-        if diffs:
-            raise UserError(
-                f"config differs from the checkpoint's: {'; '.join(diffs)}; a resume keeps the run's settings "
-                f"(only {', '.join(sorted(RESUMABLE_FIELDS))} may change)"
-            )
-        if ckpt.optimizer_state is None:
-            raise UserError(f"{str(run_dir)!r} has no optimizer state, so it cannot be resumed exactly")
-        if ckpt.step >= tc.steps:
-            raise UserError(
-                f"run {str(run_dir)!r} already finished its {ckpt.step} steps; to train further, resume with "
-                f"a larger --steps (e.g. octlm train --resume {run_dir} --steps {2 * ckpt.step})"
-            )
-    elif not overwrite and ((run_dir / CHECKPOINT).is_dir() or (run_dir / OLD_CHECKPOINT).is_dir()):
-        raise UserError(
-            f"{str(run_dir)!r} already holds a run; resume it with `octlm train --resume {run_dir}`, "
-            "choose another --name, or pass --overwrite to start it again"
-        )
+    ckpt = _checkpoint_to_resume(config, run_dir, resume, overwrite)
     start_step = ckpt.step if ckpt else 0
-
-    if ckpt:  # refuse edited text before prepare_data writes a cache for it
-        from octlm.corpus import corpus_sha256, load_documents
-
-        corpus_now, recorded = corpus_sha256(load_documents(config.data)), ckpt.meta["sha256"].get("corpus")
-        if recorded and corpus_now != recorded:
-            raise UserError(
-                f"corpus differs from the checkpoint's: SHA-256 {corpus_now[:12]} != {str(recorded)[:12]}; "
-                "the text changed since the run started, so it cannot be resumed"
-            )
-
-    # --- data: rank 0 builds the cache first so that ranks never write the same files at once
-    if dist.main:
-        data = prepare_data(config.data, mc.vocab_size, progress=show)
-    dist.barrier()
-    if not dist.main:
-        data = prepare_data(config.data, mc.vocab_size, progress=False)
-    if data.tokenizer.vocab_size > mc.vocab_size:
-        raise UserError(
-            f"the tokenizer has {data.tokenizer.vocab_size} entries but model.vocab_size is {mc.vocab_size}"
-        )
-    hashes = {
-        "tokenizer": data.tokenizer_sha256,
-        "corpus": data.corpus_sha256,
-        "train_tokens": sha256_array(data.train),
-        "val_tokens": sha256_array(data.val),
-    }
-    if ckpt:
-        for key, value in hashes.items():
-            recorded = ckpt.meta["sha256"].get(key)
-            if recorded != value:
-                raise UserError(
-                    f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded)[:12]}; "
-                    "the corpus or tokenizer changed since the run started, so it cannot be resumed"
-                )
+    data, hashes = _data_for_run(config, ckpt, dist, show)
 
     # --- model, optimizer, generator (in this order: the seed fixes the initial weights)
     torch.manual_seed(tc.seed)
@@ -567,7 +591,7 @@ def _train(
             x = x[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
             y = y[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
             with autocast:
-                _, loss = train_model(x, y)
+                _, loss = train_model(x, y, return_logits=False)  # chunked loss, no [B, T, V] logits
             loss.backward()
             reported = loss.detach().float()
             if world > 1:
@@ -647,7 +671,7 @@ def _train(
             result.sample = sample_text(
                 model, data.tokenizer, sample_prompt(config), tc.sample_tokens, tc.seed
             )
-        if tc.report and importlib.util.find_spec("octlm.report") is not None:
+        if tc.report:
             from octlm.report import write_report
 
             result.report_path = Path(write_report(run_dir))
