@@ -235,14 +235,16 @@ def hf_llama(name: str):
 
 
 def matmul_params(model: torch.nn.Module, vocab: int, d_model: int) -> int:
-    """N_nonembed + V·C: parameters that take part in a matmul per token (the tied head counted once)."""
-    seen, n = set(), 0
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        is_table = p.dim() == 2 and (p.shape[0] == vocab or "wpe" in name or "positions" in name)
-        if not is_table:
+    """N_nonembed + V·C: parameters that take part in a matmul per token (the tied head counted once).
+
+    Tables are told apart by their module (`nn.Embedding`: token, learned-position and T5 bucket tables, in
+    octlm and in HF alike), never by shape: at config b the MLP's 4·C equals V.
+    """
+    tables = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    seen, n = set(tables), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
             n += p.numel()
     return n + vocab * d_model
 
@@ -265,7 +267,8 @@ def train_step_fn(
 
     def step() -> None:
         # HF shifts the labels itself; octlm takes the next-token targets.
-        loss = model(input_ids=x, labels=x).loss if hf else model(x, y)[1]
+        # octlm as `octlm train` calls it: the chunked loss, no [B, T, V] logits (octlm/loss.py).
+        loss = model(input_ids=x, labels=x).loss if hf else model(x, y, return_logits=False)[1]
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

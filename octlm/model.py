@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from octlm.config import ModelConfig
 from octlm.errors import UserError
+from octlm.loss import linear_cross_entropy
 from octlm.positions import UNBOUNDED_SCHEMES, PositionScheme, build_positions
 
 
@@ -210,11 +211,13 @@ class Decoder(nn.Module):
         p = self.token_embedding.weight
         return KVCache(self.config, batch, capacity or self.config.context_length, p.device, p.dtype)
 
-    def forward(self, ids: Tensor, targets: Tensor | None = None,
-                cache: KVCache | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    def forward(self, ids: Tensor, targets: Tensor | None = None, cache: KVCache | None = None,
+                return_logits: bool = True) -> tuple[Tensor | None, Tensor | None]:  # fmt: skip
         """ids `[B, T]` -> (logits `[B, T, V]`, mean cross-entropy against `targets` `[B, T]` or None).
 
         With a cache, `ids` continue the cached sequence: they sit at positions `cache.length ..`.
+        `return_logits=False` with targets returns (None, loss) and never builds the `[B, T, V]` logits:
+        the loss goes through the head in cache-sized chunks (octlm/loss.py), which is how training calls it.
         """
         offset = cache.length if cache is not None else 0
         self.check_ids(ids, offset)
@@ -228,6 +231,8 @@ class Decoder(nn.Module):
             x = block(x, positions, self.positions, mask, is_causal, cache, layer)
         if cache is not None:
             cache.length = offset + T
+        if targets is not None and not return_logits:
+            return None, linear_cross_entropy(self.norm(x).flatten(0, 1), self.head.weight, targets.flatten())
         logits = self.head(self.norm(x))
         loss = None
         if targets is not None:

@@ -54,3 +54,18 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkey
     assert data["tokenizer"]["rows"]["1024"]["train_s"]["median"] > 0
     for heading in ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer"):
         assert heading in md
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_flops_per_token_matches_the_closed_form_for_octlm_and_hf_gpt2(bench, name):
+    # Written out by hand: per layer qkv 3C² + 3C, out proj C² + C, MLP 8C² + 5C, two LayerNorms 4C; the final
+    # norm 2C; the tied head V·C. Config b is the trap: its MLP width 4·C equals V, so a shape test drops fc.
+    c = bench.CONFIGS[name]
+    V, C, L, T = c["vocab_size"], c["d_model"], c["n_layers"], c["context_length"]
+    expected = 6 * (L * (12 * C * C + 13 * C) + 2 * C + V * C) + 12 * L * T * C
+    octlm = bench.Decoder(bench.octlm_config(name, "learned"))
+    assert bench.flops_per_token(octlm, name) == expected
+    assert bench.flops_per_token(bench.hf_gpt2(name), name) == expected
+    # Position schemes add no matmul: T5's bucket table is a lookup, RoPE and ALiBi have no parameters.
+    for position in ("t5", "rope", "alibi"):
+        assert bench.flops_per_token(bench.Decoder(bench.octlm_config(name, position)), name) == expected

@@ -228,9 +228,9 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(
     real, calls = Decoder.forward, []
 
     def poisoned(
-        self: Decoder, ids: torch.Tensor, targets: torch.Tensor | None = None, cache: Any = None
+        self: Decoder, ids: torch.Tensor, targets: torch.Tensor | None = None, cache: Any = None, **kw: Any
     ) -> Any:
-        logits, loss = real(self, ids, targets, cache)
+        logits, loss = real(self, ids, targets, cache, **kw)
         if targets is not None and self.training:
             calls.append(1)
             if len(calls) == 13:
