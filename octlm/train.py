@@ -492,7 +492,7 @@ def _train(
         param_groups(model, tc.weight_decay),
         lr=tc.lr,
         betas=(tc.beta1, tc.beta2),
-        **({"fused": True} if device.type == "cuda" else {"foreach": True}),
+        fused=True,  # one kernel for every parameter: on CPU 5-6x faster than foreach (docs/LOG.md)
     )
     if ckpt:
         try:
