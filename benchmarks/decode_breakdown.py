@@ -51,11 +51,11 @@ def without_gemvs(model: Decoder) -> Decoder:
     return model
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     new = 128
     torch.manual_seed(0)
@@ -95,8 +95,8 @@ def main() -> int:
         print(f"  {k:40s} {v:.3f}")
     total = ms["floor (GEMVs alone)"] + ms["no GEMV (every other op)"]
     print(f"  {'floor + no GEMV':40s} {total:.3f}  (decode / that = {ms['decode'] / total:.2f})")
-    return 0
+    return ms
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

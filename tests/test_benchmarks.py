@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,3 +70,25 @@ def test_flops_per_token_matches_the_closed_form_for_octlm_and_hf_gpt2(bench, na
     # Position schemes add no matmul: T5's bucket table is a lookup, RoPE and ALiBi have no parameters.
     for position in ("t5", "rope", "alibi"):
         assert bench.flops_per_token(bench.Decoder(bench.octlm_config(name, position)), name) == expected
+
+
+@pytest.mark.slow  # three decoding paths of config b, 128 tokens each, a few rounds
+def test_decode_breakdown_runs_and_its_parts_are_consistent(bench, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "decode_breakdown", ROOT / "benchmarks" / "decode_breakdown.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    original = torch.nn.Linear.forward
+    ms = module.main(["--threads", "1", "--rounds", "3"])
+    assert set(ms) == {
+        "decode",
+        "floor (GEMVs alone)",
+        "no GEMV (every other op)",
+        "GEMVs inside decode (timed one by one)",
+    }
+    assert all(v > 0 for v in ms.values())
+    # the hollow model runs the same step minus its GEMVs (over half of the step's time)
+    assert ms["no GEMV (every other op)"] < ms["decode"]
+    assert "median ms per new token" in capsys.readouterr().out
+    assert torch.nn.Linear.forward is original  # the timing patch was undone
