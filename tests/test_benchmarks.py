@@ -92,3 +92,21 @@ def test_decode_breakdown_runs_and_its_parts_are_consistent(bench, capsys):
     assert ms["no GEMV (every other op)"] < ms["decode"]
     assert "median ms per new token" in capsys.readouterr().out
     assert torch.nn.Linear.forward is original  # the timing patch was undone
+
+
+@pytest.mark.slow  # the documented smoke command itself: config a, 3 repetitions, every section (~15-60 s)
+def test_the_quick_command_runs_as_documented(tmp_path):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (md,) = tmp_path.glob("*-quick.md")
+    (js,) = tmp_path.glob("*-quick.json")
+    data = json.loads(js.read_text())
+    assert data["training"]["a"]["rows"]["octlm learned"]["tokens_per_s"]["n"] == 3
+    assert "| octlm learned |" in md.read_text() and "Generation" in done.stdout
