@@ -258,6 +258,8 @@ def test_sigint_finishes_the_step_and_checkpoints(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     real, calls = octlm.data.random_blocks, []
+    # Whatever handler the test started with (SIG_IGN under nohup or a background job), training restores it.
+    before = signal.getsignal(signal.SIGINT)
 
     def interrupting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -280,7 +282,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
     run_dir = tmp_path / "runs" / "sig"
     assert "stopped at step 7" in out and f"octlm train --resume {run_dir}" in out
     assert load_checkpoint(run_dir).step == 7
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
     monkeypatch.setattr(octlm.data, "random_blocks", real)
     assert main(["train", "--resume", str(run_dir), "--steps", "12", "--no-progress"]) == 0
