@@ -412,11 +412,11 @@ def _data_for_run(
         "train_tokens": sha256_array(data.train),
         "val_tokens": sha256_array(data.val),
     }
-    for key, value in hashes.items() if ckpt else ():
-        recorded = ckpt.meta["sha256"].get(key)
-        if recorded != value:
+    recorded = ckpt.meta["sha256"] if ckpt else {}
+    for key, value in hashes.items():
+        if ckpt and recorded.get(key) != value:
             raise UserError(
-                f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded)[:12]}; "
+                f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded.get(key))[:12]}; "
                 "the corpus or tokenizer changed since the run started, so it cannot be resumed"
             )
     return data, hashes
