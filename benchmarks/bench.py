@@ -439,6 +439,11 @@ def octlm_generate(model: Decoder, prompt: torch.Tensor, new: int, use_cache: bo
 FLOOR = "floor: octlm learned's weight GEMVs alone"
 
 
+def linear_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """Every `nn.Linear` of `model`: the weights a batch-1 decoding step reads once per token."""
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
 def weights_only_decode(model: Decoder, new: int) -> Callable[[], Any]:
     """The floor under cached decoding: every weight matrix's matrix-vector product, `new` times, and nothing else.
 
@@ -446,7 +451,7 @@ def weights_only_decode(model: Decoder, new: int) -> Callable[[], Any]:
     `nn.Linear` layers, the tied head included, on a `[1, 1, in]` input), so `new / seconds` is the most
     tokens/s any fp32 implementation built on torch's GEMV could reach: no attention, norms or dispatch.
     """
-    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    layers = linear_layers(model)
     inputs = [torch.randn(1, 1, m.in_features) for m in layers]
 
     def run() -> None:
@@ -508,7 +513,7 @@ def bench_generation(config: str, prompt_len: int, new: int, warmup: int, reps: 
     fns["octlm learned, KV cache, 1 thread"] = one_thread(fns["octlm learned, KV cache"])
     fns["HF GPT-2 generate, cache, 1 thread"] = one_thread(fns["HF GPT-2 generate, cache"])
     for name, fn in fns.items():  # every path must really make `new` tokens
-        if not name.startswith("floor"):
+        if name != FLOOR:
             assert fn().shape[1] == prompt_len + new, name
     times = interleaved(fns, warmup, reps)
     return {
@@ -517,9 +522,7 @@ def bench_generation(config: str, prompt_len: int, new: int, warmup: int, reps: 
         "new_tokens": new,
         "rows": {k: {"tokens_per_s": summary([new / s for s in v])} for k, v in times.items()},
         "weight_megabytes_per_token": sum(
-            m.weight.numel() * m.weight.element_size()
-            for m in models["learned"].modules()
-            if isinstance(m, torch.nn.Linear)
+            m.weight.numel() * m.weight.element_size() for m in linear_layers(models["learned"])
         )
         / 1e6,
     }
