@@ -9,13 +9,14 @@ and octlm/report.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from octlm import jsonable
 from octlm.errors import UserError
 from octlm.positions import cosine_similarity_matrix, sinusoidal_table, t5_bucket
 
@@ -199,82 +200,108 @@ def position_section(model: Decoder, initial: Decoder, k: int = DEFAULT_TOP) -> 
         "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
         "has_vectors": cfg.position in ("learned", "sinusoidal"),
     }
-    scheme = model.positions
-    if cfg.position == "learned":
-        section["trained"] = _vector_positions(scheme.table.weight, probes, distances, k)
-        section["untrained"] = _vector_positions(initial.positions.table.weight, probes, distances, k)
-        section["summary"] = (
-            f"A learned table of {length} rows, one vector per position, added to the token vectors. Its "
-            "similarity map is compared with the untrained table (random: no structure) and with the fixed "
-            "sinusoidal table of the same width."
-        )
-    elif cfg.position == "sinusoidal":
-        section["trained"] = section["sinusoidal_reference"]
-        section["summary"] = (
-            f"The fixed sinusoidal table (base {cfg.sinusoidal_base:g}): nothing here is learned, so the "
-            "trained and untrained models have the same position vectors. Similarity depends only on the "
-            "distance t - s."
-        )
-    elif cfg.position == "rope":
-        theta = scheme.inv_freq.double().cpu().numpy()  # [D/2]
-        wavelength = 2 * math.pi / theta
-        section["rope"] = {
-            "head_dim": cfg.head_dim,
-            "base": cfg.rope_base,
-            "layout": cfg.rope_layout,
-            "theta": theta,
-            "wavelength": wavelength,
-            "turns_in_context": length / wavelength,
-            "pairs_slower_than_context": int((wavelength > length).sum()),
-        }
-        section["summary"] = (
-            "RoPE has no position vectors: every attention layer rotates each of the "
-            f"{len(theta)} channel pairs of a head's queries and keys by position x θ_i. The fastest pair "
-            f"turns once every {wavelength[0]:.1f} positions, the slowest once every {wavelength[-1]:,.0f}; "
-            f"{int((wavelength > length).sum())} of {len(theta)} pairs do not complete one turn within the "
-            f"{length}-token context. Nothing here is learned (base {cfg.rope_base:g})."
-        )
-    elif cfg.position == "alibi":
-        slopes = scheme.slopes.double().cpu().numpy()  # [H]
-        section["alibi"] = {
-            "slopes": slopes,
-            "bias_at_distance": {int(d): (-slopes * d) for d in distances},
-        }
-        section["summary"] = (
-            f"ALiBi has no position vectors: each of the {len(slopes)} heads subtracts slope x distance "
-            f"from every attention score. Slopes run from {slopes[0]:g} to {slopes[-1]:g}; nothing here is "
-            "learned."
-        )
-    elif cfg.position == "t5":
-        buckets = t5_bucket(-torch.arange(length), cfg.t5_buckets, cfg.t5_max_distance).numpy()  # [T]
-        trained = scheme.table.weight.detach().double().cpu().numpy()  # [buckets, H]
-        untrained = initial.positions.table.weight.detach().double().cpu().numpy()
-        reached = sorted(set(int(b) for b in buckets))
-        section["t5"] = {
-            "buckets": cfg.t5_buckets,
-            "max_distance": cfg.t5_max_distance,
-            "bucket_of_distance": buckets,
-            "bucket_distances": {
-                b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
-                for b in reached
-            },
-            "bias": trained,
-            "untrained_bias": untrained,
-            "bias_at_distance": {int(d): trained[buckets[d]] for d in distances},
-        }
-        section["summary"] = (
-            f"T5 has no position vectors: it learns one number per head ({cfg.n_heads}) and distance bucket "
-            f"({cfg.t5_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
-            "scores. "
-            f"Trained biases span {trained.min():.3f} to {trained.max():.3f}; untrained ones "
-            f"{untrained.min():.3f} to {untrained.max():.3f}."
-        )
-    else:  # nope
-        section["summary"] = (
-            "NoPE has no position parameters at all. The causal mask is its only source of order: a token "
-            "sees how many tokens came before it only through what attention over them adds up to."
-        )
+    SCHEME_SECTIONS[cfg.position](model, initial, section, k)
     return section
+
+
+def _learned_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    probes, distances = section["probe_positions"], section["distances"]
+    section["trained"] = _vector_positions(model.positions.table.weight, probes, distances, k)
+    section["untrained"] = _vector_positions(initial.positions.table.weight, probes, distances, k)
+    section["summary"] = (
+        f"A learned table of {section['context_length']} rows, one vector per position, added to the token "
+        "vectors. Its similarity map is compared with the untrained table (random: no structure) and with the "
+        "fixed sinusoidal table of the same width."
+    )
+
+
+def _sinusoidal_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    section["trained"] = section["sinusoidal_reference"]
+    section["summary"] = (
+        f"The fixed sinusoidal table (base {model.config.sinusoidal_base:g}): nothing here is learned, so the "
+        "trained and untrained models have the same position vectors. Similarity depends only on the "
+        "distance t - s."
+    )
+
+
+def _rope_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    cfg, length = model.config, section["context_length"]
+    theta = model.positions.inv_freq.double().cpu().numpy()  # [D/2]
+    wavelength = 2 * math.pi / theta
+    section["rope"] = {
+        "head_dim": cfg.head_dim,
+        "base": cfg.rope_base,
+        "layout": cfg.rope_layout,
+        "theta": theta,
+        "wavelength": wavelength,
+        "turns_in_context": length / wavelength,
+        "pairs_slower_than_context": int((wavelength > length).sum()),
+    }
+    section["summary"] = (
+        "RoPE has no position vectors: every attention layer rotates each of the "
+        f"{len(theta)} channel pairs of a head's queries and keys by position x θ_i. The fastest pair "
+        f"turns once every {wavelength[0]:.1f} positions, the slowest once every {wavelength[-1]:,.0f}; "
+        f"{int((wavelength > length).sum())} of {len(theta)} pairs do not complete one turn within the "
+        f"{length}-token context. Nothing here is learned (base {cfg.rope_base:g})."
+    )
+
+
+def _alibi_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    slopes = model.positions.slopes.double().cpu().numpy()  # [H]
+    section["alibi"] = {
+        "slopes": slopes,
+        "bias_at_distance": {int(d): (-slopes * d) for d in section["distances"]},
+    }
+    section["summary"] = (
+        f"ALiBi has no position vectors: each of the {len(slopes)} heads subtracts slope x distance "
+        f"from every attention score. Slopes run from {slopes[0]:g} to {slopes[-1]:g}; nothing here is "
+        "learned."
+    )
+
+
+def _t5_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    cfg, length = model.config, section["context_length"]
+    buckets = t5_bucket(-torch.arange(length), cfg.t5_buckets, cfg.t5_max_distance).numpy()  # [T]
+    trained = model.positions.table.weight.detach().double().cpu().numpy()  # [buckets, H]
+    untrained = initial.positions.table.weight.detach().double().cpu().numpy()
+    reached = sorted(set(int(b) for b in buckets))
+    section["t5"] = {
+        "buckets": cfg.t5_buckets,
+        "max_distance": cfg.t5_max_distance,
+        "bucket_of_distance": buckets,
+        "bucket_distances": {
+            b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
+            for b in reached
+        },
+        "bias": trained,
+        "untrained_bias": untrained,
+        "bias_at_distance": {int(d): trained[buckets[d]] for d in section["distances"]},
+    }
+    section["summary"] = (
+        f"T5 has no position vectors: it learns one number per head ({cfg.n_heads}) and distance bucket "
+        f"({cfg.t5_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
+        "scores. "
+        f"Trained biases span {trained.min():.3f} to {trained.max():.3f}; untrained ones "
+        f"{untrained.min():.3f} to {untrained.max():.3f}."
+    )
+
+
+def _nope_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+    section["summary"] = (
+        "NoPE has no position parameters at all. The causal mask is its only source of order: a token "
+        "sees how many tokens came before it only through what attention over them adds up to."
+    )
+
+
+# What `octlm inspect` shows of each scheme: fills in the section `position_section` started.
+SCHEME_SECTIONS: dict[str, Callable[[Decoder, Decoder, dict[str, Any], int], None]] = {
+    "learned": _learned_section,
+    "sinusoidal": _sinusoidal_section,
+    "rope": _rope_section,
+    "alibi": _alibi_section,
+    "t5": _t5_section,
+    "nope": _nope_section,
+}
 
 
 def _vector_positions(table: Tensor, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:
@@ -397,21 +424,5 @@ def analyze(
 
 
 def to_json(value: Any, digits: int = DIGITS) -> Any:
-    """Plain JSON values: arrays and tensors to lists, floats rounded to `digits`, dict keys to strings."""
-    if isinstance(value, Tensor):
-        value = value.detach().cpu().numpy()
-    if isinstance(value, np.ndarray):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {str(key): to_json(v, digits) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v, digits) for v in value]
-    if isinstance(value, (np.integer, np.bool_, bool)) or value is None or isinstance(value, (int, str)):
-        return value.item() if isinstance(value, (np.integer, np.bool_)) else value
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        if not math.isfinite(value):
-            return None
-        rounded = round(value, digits)
-        return 0.0 if rounded == 0 else rounded
-    raise TypeError(f"cannot write a {type(value).__name__} to report.json")
+    """report.json's values: `octlm.jsonable.to_json` at the report's precision (`digits` decimals)."""
+    return jsonable.to_json(value, digits)

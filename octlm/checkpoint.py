@@ -1,25 +1,24 @@
-"""Checkpoints: one directory per run, written atomically, loaded without ever running code.
+"""Checkpoints: the weights, the optimizer and their description, written atomically, loaded without running code.
 
-    runs/<name>/checkpoint/
-        model.safetensors   the weights (a tied output head is stored once, as the token table)
-        optimizer.pt        the optimizer state (torch.save; read back with weights_only=True)
-        config.json         schema_version, step, the full config, RNG states, SHA-256 of everything
+A checkpoint is one folder inside a run folder (its layout and file names belong to `octlm.run`): the weights
+as safetensors (a tied output head is stored once, as the token table), the optimizer state (torch.save, read
+back with weights_only=True), and the description (schema version, step, the full config, RNG states and the
+SHA-256 of everything), written last.
 
-`config.json` is written last inside a temporary folder `runs/<name>/.checkpoint-tmp-<pid>`; after every file
-is fsynced the folder is swapped in by renames (checkpoint -> .checkpoint-old, tmp -> checkpoint, old
-removed). A crash at any point leaves a complete `checkpoint/` or a complete `.checkpoint-old/`, and the
-loader falls back to the latter when the former is missing.
+Everything is written inside a temporary folder; after every file is fsynced the folder is swapped in by
+renames (checkpoint -> previous, temporary -> checkpoint, previous removed). A crash at any point leaves a
+complete current or a complete previous checkpoint, and the loader falls back to the latter when the former is
+missing.
 
 Loading is safe with untrusted files: safetensors holds raw tensors only, `torch.load(weights_only=True)`
-refuses pickled objects other than tensors and plain containers, and config.json is JSON. RNG states, which
-are byte tensors, travel inside config.json as base64.
+refuses pickled objects other than tensors and plain containers, and the description is JSON. RNG states,
+which are byte tensors, travel inside it as base64.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -31,19 +30,12 @@ from torch import Tensor, nn
 
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
+from octlm.run import META_FILE, MODEL_FILE, OPTIMIZER_FILE, SCHEMA_VERSION, Run, read_meta, write_meta
 
 if TYPE_CHECKING:
     from octlm.model import Decoder
     from octlm.tokenizer import Tokenizer
 
-SCHEMA_VERSION = 1
-CHECKPOINT = "checkpoint"
-OLD_CHECKPOINT = ".checkpoint-old"
-TMP_PREFIX = ".checkpoint-tmp-"
-MODEL_FILE = "model.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
-META_FILE = "config.json"
-TOKENIZER_FILE = "tokenizer.json"  # the run's copy, next to checkpoint/
 TIED_KEY = "head.weight"  # stored once as token_embedding.weight when the head is tied
 TABLE_KEY = "token_embedding.weight"
 
@@ -161,29 +153,6 @@ def weights_for_saving(model: nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().cpu().contiguous() for k, v in state.items() if not (tied and k == TIED_KEY)}
 
 
-def find_checkpoint(run_dir: str | Path) -> Path:
-    """The folder of the last complete checkpoint in `run_dir`, or a UserError saying why there is none."""
-    run_dir = Path(run_dir)
-    if not run_dir.exists():
-        raise UserError(f"run folder {str(run_dir)!r} does not exist; train one with `octlm train`")
-    if not run_dir.is_dir():
-        raise UserError(f"{str(run_dir)!r} is a file, not a run folder (runs/<name>/)")
-    for name in (CHECKPOINT, OLD_CHECKPOINT):
-        if (run_dir / name / META_FILE).is_file():
-            return run_dir / name
-    if (run_dir / CHECKPOINT).is_dir():
-        raise UserError(f"{str(run_dir / CHECKPOINT)!r} has no {META_FILE}; the checkpoint is incomplete")
-    if (run_dir / "metrics.jsonl").is_file() or (run_dir / TOKENIZER_FILE).is_file():
-        raise UserError(
-            f"run {str(run_dir)!r} has no checkpoint yet (it stopped before its first one); "
-            "train it again with `octlm train`"
-        )
-    raise UserError(
-        f"{str(run_dir)!r} is not an octlm run folder (no {CHECKPOINT}/ inside); "
-        "pass a folder made by `octlm train`, e.g. runs/day1-learned"
-    )
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Save
 
@@ -204,13 +173,13 @@ def save_checkpoint(
     """
     from safetensors.torch import save_file
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run = Run.of(run_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
     state = dict(state or {})
     extra_hashes = dict(state.pop("sha256", {}) or {})
-    for stale in run_dir.glob(TMP_PREFIX + "*"):  # left by a crash mid-save; never a complete checkpoint
+    for stale in run.stale_tmp_dirs():  # left by a crash mid-save; never a complete checkpoint
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = run_dir / f"{TMP_PREFIX}{os.getpid()}"
+    tmp = run.tmp_checkpoint_dir(os.getpid())
     tmp.mkdir()
     try:
         save_file(weights_for_saving(model), str(tmp / MODEL_FILE), metadata={"format": "pt"})
@@ -227,23 +196,21 @@ def save_checkpoint(
             "sha256": hashes,
             "state": _encode(state),
         }
-        with open(tmp / META_FILE, "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-            f.write("\n")
+        write_meta(tmp, meta)
         for name in (MODEL_FILE, OPTIMIZER_FILE, META_FILE):
             if (tmp / name).exists():
                 _fsync(tmp / name)
         _fsync_dir(tmp)
 
-        final, old = run_dir / CHECKPOINT, run_dir / OLD_CHECKPOINT
+        final, old = run.checkpoint_dir, run.old_checkpoint_dir
         if final.exists():
             if old.exists():  # `final` is complete, so an older fallback is no longer needed
                 shutil.rmtree(old)
             final.rename(old)
         tmp.rename(final)
-        _fsync_dir(run_dir)
+        _fsync_dir(run.path)
         shutil.rmtree(old, ignore_errors=True)
-        _fsync_dir(run_dir)
+        _fsync_dir(run.path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -252,32 +219,6 @@ def save_checkpoint(
 
 # ------------------------------------------------------------------------------------------------------------
 # Load
-
-
-def _read_meta(folder: Path) -> dict[str, Any]:
-    path = folder / META_FILE
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise UserError(
-            f"{str(path)!r} is unreadable or not valid JSON ({error}); the checkpoint is corrupt"
-        ) from None
-    if not isinstance(meta, dict):
-        raise UserError(f"{str(path)!r} is not a checkpoint description (expected a JSON object)")
-    version = meta.get("schema_version")
-    if not isinstance(version, int):
-        raise UserError(f"{str(path)!r} has no schema_version; it was not written by octlm")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{str(path)!r} has schema_version {version}, newer than this octlm reads ({SCHEMA_VERSION}); "
-            "upgrade octlm to load it"
-        )
-    if version < 1:
-        raise UserError(f"{str(path)!r} has an invalid schema_version {version}")
-    for key, kind in (("step", int), ("config", dict), ("sha256", dict)):
-        if not isinstance(meta.get(key), kind):
-            raise UserError(f"{str(path)!r} has no valid {key!r} entry; the checkpoint is corrupt")
-    return meta
 
 
 def _check_hash(path: Path, meta: dict[str, Any]) -> None:
@@ -289,7 +230,7 @@ def _check_hash(path: Path, meta: dict[str, Any]) -> None:
     actual = sha256_file(path)
     if actual != expected:
         raise UserError(
-            f"{str(path)!r} was modified or corrupted: SHA-256 {actual[:16]}... does not match config.json "
+            f"{str(path)!r} was modified or corrupted: SHA-256 {actual[:16]}... does not match {META_FILE} "
             f"({expected[:16]}...); restore it or train again"
         )
 
@@ -307,8 +248,8 @@ def load_checkpoint(
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    folder = find_checkpoint(run_dir)
-    meta = _read_meta(folder)
+    folder = Run.of(run_dir).find_checkpoint()
+    meta = read_meta(folder)
     config = config_from_dict(meta["config"], name=str(meta.get("config_name", "custom")))
     if meta["sha256"].get("config") != config.hash():
         raise UserError(
@@ -377,7 +318,7 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple
         raise UserError(
             f"the weights in {str(run_dir)!r} do not fit the model its config describes ({first})"
         ) from None
-    tokenizer_path = run_dir / TOKENIZER_FILE
+    tokenizer_path = Run.of(run_dir).tokenizer_path
     tokenizer = Tokenizer.load(tokenizer_path)
     expected = ckpt.meta["sha256"].get("tokenizer")
     if expected and tokenizer.sha256 != expected:

@@ -1,9 +1,9 @@
 """`octlm <command>`: a thin dispatcher over the modules that do the work.
 
-Each command lives in the module that owns its behaviour. That module defines
-`add_arguments(parser)` and `run(args)`; tests call the library functions underneath directly. Only the module
-of the command being run is imported, so `octlm --help` stays fast and one command's dependencies never break
-another.
+Each command lives next to the code that owns its behaviour: a module (or, written `module:Name`, an object in
+a module that holds several commands) with `add_arguments(parser)` and `run(args)`; tests call the library
+functions underneath directly. Only the module of the command being run is imported, so `octlm --help` stays
+fast and one command's dependencies never break another.
 
 User mistakes raise `octlm.errors.UserError`; they are printed as one line on stderr with exit status 2.
 """
@@ -22,10 +22,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "octlm.corpus",
         "build the corpus (built-in, your files or a hub data set), print its figures",
     ),
-    "tokenizer": ("octlm.tokenizer", "train the byte-level BPE tokenizer and print its figures"),
-    "data": ("octlm.data", "encode the corpus into cached token files"),
+    "tokenizer": (
+        "octlm.prepare:TokenizerCommand",
+        "train the byte-level BPE tokenizer and print its figures",
+    ),
+    "data": ("octlm.prepare:DataCommand", "encode the corpus into cached token files"),
     "model": ("octlm.model", "describe a model config: parameter count and logits shape"),
-    "train": ("octlm.train", "train a model (the main job)"),
+    "train": ("octlm.train_command", "train a model (the main job)"),
     "generate": ("octlm.generate", "generate text from a trained run, streaming"),
     "inspect": ("octlm.report", "report what the embedding and position tables learned"),
     "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
@@ -73,8 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"octlm: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}\n")
         return 2
 
-    module_name, help_ = COMMANDS[command]
+    target, help_ = COMMANDS[command]
+    module_name, _, attribute = target.partition(":")
     module = importlib.import_module(module_name)
+    if attribute:
+        module = getattr(module, attribute)
     parser = _Parser(prog=f"octlm {command}", description=help_)
     module.add_arguments(parser)
     args = parser.parse_args(rest)

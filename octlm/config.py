@@ -205,6 +205,14 @@ class Config:
         return {"model": dataclasses.asdict(self.model), "data": dataclasses.asdict(self.data),
                 "train": dataclasses.asdict(self.train)}  # fmt: skip
 
+    def flat(self) -> dict[str, Any]:
+        """Every field as `section.field` -> value."""
+        return {
+            f"{section}.{key}": value
+            for section, table in self.to_dict().items()
+            for key, value in table.items()
+        }
+
     def hash(self) -> str:
         """SHA-256 of what determines the trained weights (bookkeeping fields such as steps excluded)."""
         d = self.to_dict()
@@ -381,9 +389,12 @@ def add_config_arguments(parser: Any) -> None:
     for name, section in seen.items():
         if section:
             flag = "--" + name.replace("_", "-")
-            nargs = "+" if name == "text" else None
+            # A boolean field is a switch as well (`--compile` = `--compile true`); `text` takes many paths.
+            is_bool = _field_types(SECTIONS[section])[name] is bool
+            nargs = "+" if name == "text" else "?" if is_bool else None
             parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
-                                metavar=name.upper(), help=f"override {section}.{name}")  # fmt: skip
+                                const="true" if is_bool else None, metavar=name.upper(),
+                                help=f"override {section}.{name}")  # fmt: skip
 
 
 def overrides_from_args(args: Any) -> dict[str, Any]:

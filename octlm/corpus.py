@@ -20,6 +20,9 @@ only add end-of-text tokens.
 
 The split into training and validation is by a hash of each document's name: deterministic, independent of
 the order and number of other documents, and never cutting a document in two.
+
+`load_corpus` gives a `Corpus`: the documents, their split, byte counts and SHA-256, each computed once when it
+is built, so that the commands and `octlm.data` pass one value around instead of reloading or rehashing text.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import platform
 import sysconfig
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +230,7 @@ def load_documents(cfg: DataConfig) -> list[Document]:
     return docs
 
 
-def corpus_sha256(docs: list[Document]) -> str:
+def corpus_sha256(docs: Sequence[Document]) -> str:
     """SHA-256 over every name and text, each prefixed by its UTF-8 length, so no two corpora collide."""
     h = hashlib.sha256()
     for doc in docs:
@@ -236,19 +240,23 @@ def corpus_sha256(docs: list[Document]) -> str:
     return h.hexdigest()
 
 
-def total_bytes(docs: list[Document]) -> int:
+def total_bytes(docs: Sequence[Document]) -> int:
     return sum(len(d.text.encode("utf-8")) for d in docs)
 
 
-def manifest(docs: list[Document], source: str) -> dict[str, Any]:
-    """A JSON-able record of the corpus; the same documents always give the same manifest."""
+def _manifest(source: str, documents: int, size: int, sha: str) -> dict[str, Any]:
     return {
         "python": platform.python_version(),
         "source": source,
-        "documents": len(docs),
-        "bytes": total_bytes(docs),
-        "sha256": corpus_sha256(docs),
+        "documents": documents,
+        "bytes": size,
+        "sha256": sha,
     }
+
+
+def manifest(docs: Sequence[Document], source: str) -> dict[str, Any]:
+    """A JSON-able record of the corpus; the same documents always give the same manifest."""
+    return _manifest(source, len(docs), total_bytes(docs), corpus_sha256(docs))
 
 
 def _val_score(name: str) -> float:
@@ -277,6 +285,60 @@ def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Doc
     return train, val
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A loaded corpus: its documents, their train/validation split and its figures.
+
+    Build one with `load_corpus` (or `Corpus(documents, val_fraction, source)`). The split, the byte counts
+    and the SHA-256 are computed once, at construction: hashing a large corpus takes seconds, and every
+    consumer (cache folder, meta.json, a resume check) needs the same value.
+    """
+
+    documents: tuple[Document, ...]
+    val_fraction: float
+    source: str  # describe_source's line, recorded in manifests
+    train: tuple[Document, ...] = field(init=False)
+    val: tuple[Document, ...] = field(init=False)
+    sha256: str = field(init=False)
+    train_bytes: int = field(init=False)  # UTF-8 bytes of the training documents
+    val_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        # object.__setattr__ because the dataclass is frozen; these are set here and never again.
+        documents = tuple(self.documents)
+        train, val = split_documents(list(documents), self.val_fraction)
+        object.__setattr__(self, "documents", documents)
+        object.__setattr__(self, "train", tuple(train))
+        object.__setattr__(self, "val", tuple(val))
+        object.__setattr__(self, "sha256", corpus_sha256(documents))
+        object.__setattr__(self, "train_bytes", total_bytes(train))
+        object.__setattr__(self, "val_bytes", total_bytes(val))
+
+    @property
+    def bytes(self) -> int:
+        """UTF-8 bytes of every document's text."""
+        return self.train_bytes + self.val_bytes
+
+    def manifest(self) -> dict[str, Any]:
+        """The same record as `manifest(documents, source)`, from the figures already computed."""
+        return _manifest(self.source, len(self.documents), self.bytes, self.sha256)
+
+    def split_figures(self) -> dict[str, Any]:
+        """Documents and bytes on each side of the split, for manifests."""
+        return {
+            "val_fraction": self.val_fraction,
+            "train_documents": len(self.train),
+            "train_bytes": self.train_bytes,
+            "val_documents": len(self.val),
+            "val_bytes": self.val_bytes,
+        }
+
+
+def load_corpus(cfg: DataConfig) -> Corpus:
+    """The configured corpus, loaded, split and hashed once. Raises UserError (empty, or too few documents)."""
+    return Corpus(tuple(load_documents(cfg)), cfg.val_fraction, describe_source(cfg))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
 
@@ -285,20 +347,12 @@ def run(args: argparse.Namespace) -> int:
     """`octlm corpus`: build the corpus, write its manifest, print its figures."""
     cfg = config_from_args(args).data
     start = time.perf_counter()
-    docs = load_documents(cfg)
-    info = manifest(docs, describe_source(cfg))
-    train, val = split_documents(docs, cfg.val_fraction)
+    corpus = load_corpus(cfg)
+    info = corpus.manifest()
     seconds = time.perf_counter() - start
-    info["split"] = {
-        "val_fraction": cfg.val_fraction,
-        "train_documents": len(train),
-        "train_bytes": total_bytes(train),
-        "val_documents": len(val),
-        "val_bytes": total_bytes(val),
-    }
-    path = Path(cfg.data_dir) / f"corpus-{info['sha256'][:12]}" / "manifest.json"
+    info["split"] = split = corpus.split_figures()
+    path = Path(cfg.data_dir) / f"corpus-{corpus.sha256[:12]}" / "manifest.json"
     write_atomic(path, (json.dumps(info, indent=2) + "\n").encode("utf-8"))
-    split = info["split"]
     print(f"source      {info['source']}")
     print(f"documents   {info['documents']:,} ({info['bytes'] / 1e6:.2f} MB)")
     print(f"train       {split['train_documents']:,} documents, {split['train_bytes'] / 1e6:.2f} MB")

@@ -11,7 +11,8 @@ vocabulary size):
         meta.json        hashes, counts, bytes, dtype; written last, so it vouches for the files above
 
 A second call with the same settings trains nothing and encodes nothing. A cache whose meta.json is missing or
-disagrees with the files (wrong size, changed tokenizer) is rebuilt rather than trusted.
+disagrees with the files (wrong size, changed tokenizer) is rebuilt rather than trusted. The corpus is loaded
+and hashed once per call, or not at all when the caller passes the `Corpus` it already loaded.
 
 Batches come two ways: `random_blocks` samples packed blocks at random offsets (training; every position of
 the context sees text) and `eval_blocks` gives a fixed set of non-overlapping blocks (evaluation, identical
@@ -20,11 +21,10 @@ every call). `SlidingWindowDataset` is the textbook windowing with a stride, for
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,17 +34,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from octlm.config import DataConfig, add_config_arguments, config_from_args
-from octlm.corpus import (
-    Document,
-    corpus_sha256,
-    describe_source,
-    load_documents,
-    manifest,
-    split_documents,
-    total_bytes,
-    write_atomic,
-)
+from octlm.config import DataConfig
+from octlm.corpus import Corpus, Document, describe_source, load_corpus, write_atomic
 from octlm.errors import UserError
 from octlm.tokenizer import TOKENIZER_VERSION, Tokenizer, train_tokenizer
 
@@ -57,10 +48,10 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 2**16 else np.uint32)
 
 
-def cache_folder(cfg: DataConfig, docs: list[Document], vocab_size: int) -> Path:
-    """Where the tokenizer and token files for this corpus and these settings live."""
-    sha = corpus_sha256(docs)
-    return Path(cfg.data_dir) / f"{sha[:12]}-v{vocab_size}-t{TOKENIZER_VERSION}-val{cfg.val_fraction:g}"
+def cache_folder(cfg: DataConfig, corpus: Corpus, vocab_size: int) -> Path:
+    """Where the tokenizer and token files for this corpus (split as it is) and these settings live."""
+    name = f"{corpus.sha256[:12]}-v{vocab_size}-t{TOKENIZER_VERSION}-val{corpus.val_fraction:g}"
+    return Path(cfg.data_dir) / name
 
 
 @dataclass
@@ -108,37 +99,32 @@ def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
     write_atomic(folder / "meta.json", (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
 
 
-def _new_meta(cfg: DataConfig, docs: list[Document], vocab_size: int) -> dict[str, Any]:
+def _new_meta(corpus: Corpus, vocab_size: int) -> dict[str, Any]:
     return {
         "format": META_FORMAT,
-        "corpus_sha256": corpus_sha256(docs),
-        "manifest": manifest(docs, describe_source(cfg)),
+        "corpus_sha256": corpus.sha256,
+        "manifest": corpus.manifest(),
         "vocab_size_requested": vocab_size,
-        "val_fraction": cfg.val_fraction,
+        "val_fraction": corpus.val_fraction,
         "tokenizer_version": TOKENIZER_VERSION,
     }
 
 
 def write_tokenizer_meta(
-    cfg: DataConfig,
-    docs: list[Document],
-    tokenizer: Tokenizer,
-    vocab_size: int,
-    train: list[Document],
-    seconds: float,
+    cfg: DataConfig, corpus: Corpus, tokenizer: Tokenizer, vocab_size: int, seconds: float
 ) -> None:
-    """Record a tokenizer just saved in the cache folder, so `prepare_data` reuses it instead of retraining.
+    """Record a tokenizer trained on `corpus.train`, just saved in the cache folder, so `prepare_data` reuses it.
 
     Existing token files stay listed; `prepare_data` re-encodes them only if the tokenizer's hash changed.
     """
-    folder = cache_folder(cfg, docs, vocab_size)
-    meta = _read_meta(folder, corpus_sha256(docs)) or _new_meta(cfg, docs, vocab_size)
+    folder = cache_folder(cfg, corpus, vocab_size)
+    meta = _read_meta(folder, corpus.sha256) or _new_meta(corpus, vocab_size)
     meta["tokenizer"] = {
         "sha256": tokenizer.sha256,
         "vocab_size": tokenizer.vocab_size,
         "eot_id": tokenizer.eot_id,
-        "train_documents": len(train),
-        "train_bytes": total_bytes(train),
+        "train_documents": len(corpus.train),
+        "train_bytes": corpus.train_bytes,
         "train_seconds": round(seconds, 3),
     }
     _write_meta(folder, meta)
@@ -176,7 +162,9 @@ def _cached_tokens(folder: Path, meta: dict[str, Any], tokenizer: Tokenizer) -> 
     return tuple(arrays)
 
 
-def _encode_split(tokenizer: Tokenizer, docs: list[Document], path: Path, dtype: np.dtype, bar: tqdm) -> int:
+def _encode_split(
+    tokenizer: Tokenizer, docs: Sequence[Document], path: Path, dtype: np.dtype, bar: tqdm
+) -> int:
     """Write `doc EOT doc EOT ...` for `docs` to `path` atomically; returns the token count."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -204,59 +192,84 @@ def _encode_split(tokenizer: Tokenizer, docs: list[Document], path: Path, dtype:
     return count
 
 
-def prepare_data(cfg: DataConfig, vocab_size: int, progress: bool = True) -> PreparedData:
-    """Load, split, tokenize and encode the corpus, or reuse the cache folder when complete and intact."""
+def _check_corpus(cfg: DataConfig, corpus: Corpus) -> None:
+    """A passed-in corpus must be the one `cfg` describes, or the cache folder's name would lie about it."""
+    if (corpus.val_fraction, corpus.source) != (cfg.val_fraction, describe_source(cfg)):
+        raise ValueError(
+            f"corpus ({corpus.source}, val_fraction {corpus.val_fraction}) was not loaded from this "
+            f"DataConfig ({describe_source(cfg)}, val_fraction {cfg.val_fraction})"
+        )
+
+
+def _encode_corpus(
+    corpus: Corpus,
+    tokenizer: Tokenizer,
+    folder: Path,
+    meta: dict[str, Any],
+    say: Callable[..., object],
+    progress: bool,
+) -> float:
+    """Write train.bin and val.bin, then record them in meta.json; returns the encoding speed in MB/s."""
+    dtype = token_dtype(tokenizer.vocab_size)
+    total = corpus.bytes
+    interactive = progress and sys.stderr.isatty()
+    start = time.perf_counter()
+    with tqdm(total=total, unit="B", unit_scale=True, desc="encode", disable=not interactive) as bar:
+        counts = {name: _encode_split(tokenizer, split_docs, folder / f"{name}.bin", dtype, bar)
+                  for name, split_docs in (("train", corpus.train), ("val", corpus.val))}  # fmt: skip
+    seconds = time.perf_counter() - start
+    mb_per_s = total / 1e6 / max(seconds, 1e-9)
+    n_tokens = sum(counts.values())
+    say(f"encoded {total / 1e6:.2f} MB into {n_tokens:,} tokens in {seconds:.2f} s ({mb_per_s:.2f} MB/s)")
+    meta["tokens"] = {
+        "tokenizer_sha256": tokenizer.sha256,
+        "dtype": dtype.name,
+        "eot_id": tokenizer.eot_id,
+        "layout": "doc EOT doc EOT ... doc EOT",
+        "encode_seconds": round(seconds, 3),
+        "encode_mb_per_s": round(mb_per_s, 3),
+        "train": {"documents": len(corpus.train), "bytes": corpus.train_bytes, "tokens": counts["train"]},
+        "val": {"documents": len(corpus.val), "bytes": corpus.val_bytes, "tokens": counts["val"]},
+    }
+    _write_meta(folder, meta)  # written last: its token section vouches for both files
+    return mb_per_s
+
+
+def prepare_data(
+    cfg: DataConfig, vocab_size: int, progress: bool = True, corpus: Corpus | None = None
+) -> PreparedData:
+    """Load, split, tokenize and encode the corpus, or reuse the cache folder when complete and intact.
+
+    Pass `corpus` when the caller has already loaded it from `cfg` (e.g. to check its hash first); it is used
+    as is. Otherwise it is loaded here. Either way its documents are hashed once, when the Corpus is built.
+    """
     say = print if progress else (lambda *a, **k: None)
-    docs = load_documents(cfg)
-    train_docs, val_docs = split_documents(docs, cfg.val_fraction)
-    corpus_sha = corpus_sha256(docs)
-    folder = cache_folder(cfg, docs, vocab_size)
-    meta = _read_meta(folder, corpus_sha)
+    if corpus is None:
+        corpus = load_corpus(cfg)
+    else:
+        _check_corpus(cfg, corpus)
+    folder = cache_folder(cfg, corpus, vocab_size)
+    meta = _read_meta(folder, corpus.sha256)
 
     tokenizer = _cached_tokenizer(folder, meta)
     reused = tokenizer is not None
     if tokenizer is None:
         start = time.perf_counter()
-        tokenizer = train_tokenizer(train_docs, vocab_size)  # validation is never seen by training
+        tokenizer = train_tokenizer(corpus.train, vocab_size)  # validation is never seen by training
         seconds = time.perf_counter() - start
         say(f"trained tokenizer: {tokenizer.vocab_size:,} entries in {seconds:.2f} s")
         tokenizer.save(folder / "tokenizer.json")
         # A fresh meta.json: token files listed by an older one were made with some other tokenizer.
-        _write_meta(folder, _new_meta(cfg, docs, vocab_size))
-        write_tokenizer_meta(cfg, docs, tokenizer, vocab_size, train_docs, seconds)
-        meta = _read_meta(folder, corpus_sha)
+        _write_meta(folder, _new_meta(corpus, vocab_size))
+        write_tokenizer_meta(cfg, corpus, tokenizer, vocab_size, seconds)
+        meta = _read_meta(folder, corpus.sha256)
     assert meta is not None
 
     arrays = _cached_tokens(folder, meta, tokenizer)
     mb_per_s = None
     if arrays is None:
         reused = False
-        dtype = token_dtype(tokenizer.vocab_size)
-        total = total_bytes(docs)
-        interactive = progress and sys.stderr.isatty()
-        start = time.perf_counter()
-        with tqdm(total=total, unit="B", unit_scale=True, desc="encode", disable=not interactive) as bar:
-            counts = {name: _encode_split(tokenizer, split_docs, folder / f"{name}.bin", dtype, bar)
-                      for name, split_docs in (("train", train_docs), ("val", val_docs))}  # fmt: skip
-        seconds = time.perf_counter() - start
-        mb_per_s = total / 1e6 / max(seconds, 1e-9)
-        n_tokens = sum(counts.values())
-        say(f"encoded {total / 1e6:.2f} MB into {n_tokens:,} tokens in {seconds:.2f} s ({mb_per_s:.2f} MB/s)")
-        meta["tokens"] = {
-            "tokenizer_sha256": tokenizer.sha256,
-            "dtype": dtype.name,
-            "eot_id": tokenizer.eot_id,
-            "layout": "doc EOT doc EOT ... doc EOT",
-            "encode_seconds": round(seconds, 3),
-            "encode_mb_per_s": round(mb_per_s, 3),
-            "train": {
-                "documents": len(train_docs),
-                "bytes": total_bytes(train_docs),
-                "tokens": counts["train"],
-            },
-            "val": {"documents": len(val_docs), "bytes": total_bytes(val_docs), "tokens": counts["val"]},
-        }
-        _write_meta(folder, meta)  # written last: its token section vouches for both files
+        mb_per_s = _encode_corpus(corpus, tokenizer, folder, meta, say, progress)
         arrays = _cached_tokens(folder, meta, tokenizer)
         assert arrays is not None
     train, val = arrays
@@ -267,11 +280,11 @@ def prepare_data(cfg: DataConfig, vocab_size: int, progress: bool = True) -> Pre
         tokenizer=tokenizer,
         tokenizer_path=folder / "tokenizer.json",
         tokenizer_sha256=tokenizer.sha256,
-        corpus_sha256=corpus_sha,
-        train_bytes=total_bytes(train_docs),
-        val_bytes=total_bytes(val_docs),
-        train_documents=len(train_docs),
-        val_documents=len(val_docs),
+        corpus_sha256=corpus.sha256,
+        train_bytes=corpus.train_bytes,
+        val_bytes=corpus.val_bytes,
+        train_documents=len(corpus.train),
+        val_documents=len(corpus.val),
         manifest=meta["manifest"],
         reused=reused,
         encode_mb_per_s=mb_per_s,
@@ -347,29 +360,3 @@ class SlidingWindowDataset(torch.utils.data.Dataset):
         start = index * self.stride
         window = torch.from_numpy(self.tokens[start : start + self.max_length + 1].astype(np.int64))
         return window[:-1], window[1:]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """`octlm data`: prepare (or reuse) the token files and print their figures."""
-    cfg = config_from_args(args)
-    start = time.perf_counter()
-    data = prepare_data(cfg.data, cfg.model.vocab_size)
-    seconds = time.perf_counter() - start
-    print(f"corpus           {data.manifest['documents']:,} documents, {data.manifest['bytes'] / 1e6:.2f} MB")
-    print(f"tokenizer        {data.tokenizer.vocab_size:,} entries, sha256 {data.tokenizer_sha256[:12]}")
-    print(f"train tokens     {len(data.train):,} ({data.train_documents:,} documents, "
-          f"{data.train_bytes_per_token:.3f} bytes/token)")  # fmt: skip
-    print(f"val tokens       {len(data.val):,} ({data.val_documents:,} documents, "
-          f"{data.val_bytes_per_token:.3f} bytes/token)")  # fmt: skip
-    if data.encode_mb_per_s is not None:
-        print(f"encode           {data.encode_mb_per_s:.2f} MB/s")
-    else:
-        speed = data.meta["tokens"]["encode_mb_per_s"]
-        print(f"encode           reused cached files (encoded at {speed:.2f} MB/s)")
-    print(f"files            {data.folder} ({data.train.dtype.name})")
-    print(f"seconds          {seconds:.2f}")
-    return 0

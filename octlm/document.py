@@ -19,7 +19,14 @@ class Code:
     text: str
 
 
-Inline = str | Code | list[str | Code]
+@dataclass
+class Strong:
+    """Bold text (the best cell of a column)."""
+
+    text: str
+
+
+Inline = str | Code | Strong | list[str | Code | Strong]
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Paragraph:
 class Table:
     headers: list[str]
     rows: list[list[Inline]]
+    align: str = ""  # one letter per column, "l" or "r" (numbers); columns past its end are left-aligned
 
 
 @dataclass
@@ -56,6 +64,8 @@ def _md_inline(text: Inline, in_table: bool = False) -> str:
         fence = "``" if "`" in body else "`"
         pad = " " if fence == "``" or body.startswith("`") else ""
         return f"{fence}{pad}{body}{pad}{fence}"
+    if isinstance(text, Strong):
+        return f"**{_md_inline(text.text, in_table)}**"
     return text.replace("|", "\\|") if in_table else text
 
 
@@ -68,7 +78,8 @@ def render_markdown(blocks: list[Block], folder: Path) -> str:
         elif isinstance(block, Paragraph):
             out.append(_md_inline(block.text))
         elif isinstance(block, Table):
-            lines = ["| " + " | ".join(block.headers) + " |", "|" + "---|" * len(block.headers)]
+            rule = "".join("---:|" if _right(block, i) else "---|" for i in range(len(block.headers)))
+            lines = ["| " + " | ".join(block.headers) + " |", "|" + rule]
             lines += ["| " + " | ".join(_md_inline(c, True) for c in row) + " |" for row in block.rows]
             out.append("\n".join(lines))
         elif isinstance(block, Image):
@@ -78,12 +89,23 @@ def render_markdown(blocks: list[Block], folder: Path) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def _right(table: Table, column: int) -> bool:
+    return table.align[column : column + 1] == "r"
+
+
 def _html_inline(text: Inline) -> str:
     if isinstance(text, list):
         return "".join(_html_inline(t) for t in text)
     if isinstance(text, Code):
         return f"<code>{html.escape(text.text)}</code>"
+    if isinstance(text, Strong):
+        return f"<strong>{html.escape(text.text)}</strong>"
     return html.escape(text)
+
+
+def _html_cell(table: Table, column: int, tag: str, content: str) -> str:
+    style = ' style="text-align: right"' if _right(table, column) else ""
+    return f"<{tag}{style}>{content}</{tag}>"
 
 
 HTML_STYLE = """
@@ -107,9 +129,12 @@ def render_html(blocks: list[Block]) -> str:
         elif isinstance(block, Paragraph):
             body.append(f"<p>{_html_inline(block.text)}</p>")
         elif isinstance(block, Table):
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers)
+            head = "".join(_html_cell(block, i, "th", html.escape(h)) for i, h in enumerate(block.headers))
             rows = "".join(
-                "<tr>" + "".join(f"<td>{_html_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows
+                "<tr>"
+                + "".join(_html_cell(block, i, "td", _html_inline(c)) for i, c in enumerate(row))
+                + "</tr>"
+                for row in block.rows
             )
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif isinstance(block, Image):

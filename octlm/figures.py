@@ -1,4 +1,4 @@
-"""The report's figures, drawn from an `analyze` result (octlm/analysis.py).
+"""The report's figures, drawn from an `analyze` result (octlm/analysis.py), and the length experiment's.
 
 matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,48 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
         folder / "norms.png",
     )
     return figures
+
+
+@dataclass
+class Curve:
+    """One line of `plot_length`: `mean` `[n]` at `lengths` `[n]`, a band of ± `spread` `[n]` around it."""
+
+    label: str
+    lengths: np.ndarray
+    mean: np.ndarray
+    spread: np.ndarray
+    dashed: bool = False
+    color: int = 0  # index into tab10: a row keeps its colour when another row is left out
+
+
+def plot_length(
+    panels: list[tuple[str, list[Curve]]], train_length: int, lengths: list[int], note: str, path: Path
+) -> Path:
+    """Bits per byte against evaluation length (log x), one panel per (title, curves); shared y axis.
+
+    A dotted line marks the training length; `note` (e.g. the rows left off the scale) goes under the panels.
+    """
+    from matplotlib import colormaps
+
+    colors = colormaps["tab10"]
+    fig = _figure(14.0, 5.5)
+    fig.subplots_adjust(left=0.05, right=0.83, bottom=0.14, top=0.88, wspace=0.06)
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, (title, curves) in zip(axes, panels, strict=True):
+        for c in curves:
+            line = ax.plot(c.lengths, c.mean, "--" if c.dashed else "-", marker="o", ms=3,
+                           color=colors(c.color % 10), label=c.label)[0]  # fmt: skip
+            ax.fill_between(c.lengths, c.mean - c.spread, c.mean + c.spread, color=line.get_color(),
+                            alpha=0.15, linewidth=0)  # fmt: skip
+        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bits per byte (the same tokens at every length)")
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8)
+    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
+    return _save(fig, path)

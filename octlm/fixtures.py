@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from octlm.errors import UserError
+from octlm.jsonable import to_json
 
 DEFAULT_OUT = Path("web") / "fixtures"
 SCHEMA = 1
@@ -41,23 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _clean(value: Any) -> Any:
-    """Plain JSON values: tensors to nested lists, floats rounded, infinities to None."""
-    if hasattr(value, "detach"):
-        value = value.detach().to("cpu").double().tolist() if value.is_floating_point() else value.tolist()
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        if math.isinf(value) and value < 0:
-            return None
-        if not math.isfinite(value):
-            raise ValueError(f"fixture value {value!r} cannot be written as JSON")
-        rounded = float(f"{value:.{DIGITS}g}")
-        return 0.0 if rounded == 0 else rounded  # no "-0.0"
-    raise TypeError(f"unexpected fixture value of type {type(value).__name__}")
+    """Plain JSON values: tensors to nested lists, floats to DIGITS significant digits, -inf (masked) to None."""
+    return to_json(value, DIGITS, significant=True, nonfinite="mask")
 
 
 def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:

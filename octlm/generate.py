@@ -9,21 +9,34 @@ tokens without the cache (slower, and said once on stderr).
 Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, optionally cut to the `top_k`
 most likely tokens and to the smallest set whose probability reaches `top_p`, then drawn with a seeded
 generator, so the same seed gives the same text.
+
+Streaming: `StreamDecoder` feeds each token's bytes through an incremental UTF-8 decoder, so printing is
+linear in the output and a character spelled out over several tokens prints once it is whole.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from octlm.errors import UserError
+from octlm.runtime import resolve_device, torch_threads
+
+if TYPE_CHECKING:
+    from octlm.config import Config
+
+# The sample a training run writes into its results: low temperature, top-k, so it reads as the model's best.
+SAMPLE_TEMPERATURE = 0.7
+SAMPLE_TOP_K = 40
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
@@ -34,16 +47,35 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     return [tokenizer.eot_id, *ids]
 
 
-def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_tokens: int) -> None:
-    """UserError for a sampling setting outside its range."""
-    if not 0 <= temperature < math.inf:  # also catches NaN
-        raise UserError(f"temperature = {temperature} must be 0 (greedy) or a finite positive number")
-    if top_k is not None and top_k < 1:
-        raise UserError(f"top-k = {top_k} must be at least 1 (or left unset for no limit)")
-    if not 0.0 < top_p <= 1.0:
-        raise UserError(f"top-p = {top_p} must be in (0, 1]; 1 keeps every token")
+@dataclass(frozen=True)
+class Sampling:
+    """How each next token is chosen; made only with settings in range (otherwise a UserError)."""
+
+    temperature: float = 0.0  # 0: greedy
+    top_k: int | None = None  # None: no limit
+    top_p: float = 1.0  # 1: keep every token
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.temperature < math.inf:  # also catches NaN
+            raise UserError(
+                f"temperature = {self.temperature} must be 0 (greedy) or a finite positive number"
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top-k = {self.top_k} must be at least 1 (or left unset for no limit)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UserError(f"top-p = {self.top_p} must be in (0, 1]; 1 keeps every token")
+
+
+def _check_max_new_tokens(max_new_tokens: int) -> None:
     if max_new_tokens < 0:
         raise UserError(f"max-new-tokens = {max_new_tokens} must not be negative")
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_tokens: int) -> None:
+    """UserError for a sampling setting outside its range."""
+    Sampling(temperature, top_k, top_p)
+    _check_max_new_tokens(max_new_tokens)
 
 
 def pick_token(
@@ -75,6 +107,10 @@ def _stderr(message: str) -> None:
     sys.stderr.flush()
 
 
+def _silent(message: str) -> None:
+    pass
+
+
 def generate(
     model: nn.Module,
     tokenizer: Any,
@@ -93,7 +129,8 @@ def generate(
     Stops early at EOT when `stop_at_eot` (the EOT id is yielded). Ids the tokenizer cannot decode (a model
     vocabulary larger than the tokenizer's) are never chosen. Options are checked before anything runs.
     """
-    check_sampling(temperature, top_k, top_p, max_new_tokens)
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    _check_max_new_tokens(max_new_tokens)
     prompt = [int(i) for i in prompt_ids]
     if not prompt:
         raise UserError("the prompt is empty: generation needs at least one token to continue")
@@ -106,14 +143,24 @@ def generate(
         tokenizer,
         prompt,
         max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        seed,
-        use_cache,
-        stop_at_eot,
-        notice or (lambda message: None),
+        sampling,
+        use_cache=use_cache,
+        stop_at_eot=stop_at_eot,
+        notice=notice or _silent,
     )
+
+
+def _last_logits(
+    model: nn.Module, window: list[int], *, device: torch.device, usable: int, cache: Any = None
+) -> Tensor:
+    """The next-token logits `[V]` after `window` (float; ids from `usable` on, which the tokenizer lacks,
+    set to -inf). With a cache, `window` is only the tokens it does not hold yet."""
+    x = torch.tensor([window], dtype=torch.long, device=device)  # [1, T]
+    logits, _ = model(x, cache=cache)
+    out = logits[0, -1].float()  # [V]
+    if usable < out.shape[0]:
+        out[usable:] = float("-inf")
+    return out
 
 
 def _generate(
@@ -121,65 +168,54 @@ def _generate(
     tokenizer: Any,
     ids: list[int],
     max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float,
-    seed: int,
+    sampling: Sampling,
+    *,
     use_cache: bool,
     stop_at_eot: bool,
     notice: Callable[[str], None],
 ) -> Iterator[int]:
-    device = next(model.parameters()).device
+    """`generate` once its arguments are checked; appends the new tokens to `ids`."""
     limit: int | None = model.positions.max_length  # None: the scheme has no maximum length
-    generator = torch.Generator(device=device).manual_seed(seed)
-    usable = min(tokenizer.vocab_size, model.config.vocab_size)
-    eot = tokenizer.eot_id
     if limit is not None and len(ids) > limit:
         notice(
             f"the prompt has {len(ids)} tokens; the learned position table has {limit} rows, "
             f"so only the last {limit} are read"
         )
-    warned = False
-
-    def last_logits(window: list[int], cache: Any = None) -> Tensor:
-        x = torch.tensor([window], dtype=torch.long, device=device)  # [1, T]
-        logits, _ = model(x, cache=cache)
-        out = logits[0, -1].float()  # [V]
-        if usable < out.shape[0]:
-            out[usable:] = float("-inf")
-        return out
-
+    if not max_new_tokens:
+        return
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(sampling.seed)
+    usable = min(tokenizer.vocab_size, model.config.vocab_size)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            cache = None
             if use_cache and (limit is None or len(ids) <= limit):
                 capacity = len(ids) + max_new_tokens
                 cache = model.new_cache(1, capacity if limit is None else min(limit, capacity))
-                logits = last_logits(ids, cache) if max_new_tokens else None
+                window = ids
             else:
-                logits = last_logits(ids[-limit:] if limit else ids) if max_new_tokens else None
+                cache, window = None, ids[-limit:] if limit else ids
+            sliding = False
             for n in range(max_new_tokens):
-                assert logits is not None
-                token = pick_token(logits, temperature, top_k, top_p, generator)
+                logits = _last_logits(model, window, device=device, usable=usable, cache=cache)
+                token = pick_token(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator)
                 yield token
-                if (stop_at_eot and token == eot) or n == max_new_tokens - 1:
+                if (stop_at_eot and token == tokenizer.eot_id) or n == max_new_tokens - 1:
                     return
                 ids.append(token)
-                if limit is not None and len(ids) > limit:
-                    if not warned:
+                if limit is not None and len(ids) > limit:  # past the learned table: slide, no cache
+                    if not sliding:
                         notice(
                             f"passed the learned position table's {limit} rows: sliding the window, each "
                             f"new token now re-reads the last {limit} tokens without the cache"
                         )
-                        warned = True
-                    cache = None
-                    logits = last_logits(ids[-limit:])
+                        sliding = True
+                    cache, window = None, ids[-limit:]
                 elif cache is not None:
-                    logits = last_logits([token], cache)
+                    window = [token]  # the cache holds everything before it
                 else:
-                    logits = last_logits(ids)
+                    window = ids
     finally:
         model.train(was_training)
 
@@ -187,28 +223,52 @@ def _generate(
 class StreamDecoder:
     """Turns token ids into text pieces as they arrive, never printing half of a multi-byte character.
 
-    Each push decodes the whole running sequence and returns only the new complete text: a trailing U+FFFD
-    (bytes of a character still being spelled out by the next tokens) is held back until it completes.
+    Each push feeds the token's exact bytes to an incremental UTF-8 decoder, which holds back a character
+    still being spelled out by the next tokens until it completes: the work per token does not grow with
+    the output. Once flushed, the pieces joined are exactly `tokenizer.decode(ids)` (byte-level decoding is
+    the tokens' bytes joined, then UTF-8 with invalid bytes as U+FFFD).
     """
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.emitted = 0  # characters already returned
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
-        self.ids.append(int(token_id))
-        stable = self.tokenizer.decode(self.ids).rstrip("\ufffd")
-        if len(stable) <= self.emitted:
-            return ""
-        piece, self.emitted = stable[self.emitted :], len(stable)
-        return piece
+        return self._utf8.decode(self.tokenizer.token_bytes(int(token_id)))
 
     def flush(self) -> str:
         """Whatever is left, broken characters included (as U+FFFD)."""
-        text = self.tokenizer.decode(self.ids)
-        piece, self.emitted = text[self.emitted :], len(text)
-        return piece
+        return self._utf8.decode(b"", final=True)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The sample a training run prints and saves
+
+
+def sample_prompt(config: Config) -> str:
+    """A fixed prompt that suits the corpus: code for the stdlib, prose otherwise."""
+    # A whole word with no trailing space: BPE merges a space into the next word (" self"), so a prompt ending
+    # in a lone " " token starts from a context the model rarely saw, and samples from it degenerate.
+    return "class" if config.data.source == "stdlib" else "The"
+
+
+def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, seed: int) -> str:
+    """Prompt plus a low-temperature continuation (fixed seed, so the same weights give the same sample)."""
+    ids = list(
+        generate(
+            model,
+            tokenizer,
+            encode_prompt(tokenizer, prompt),
+            max_new_tokens,
+            temperature=SAMPLE_TEMPERATURE,
+            top_k=SAMPLE_TOP_K,
+            top_p=1.0,
+            seed=seed,
+        )
+    )
+    if ids and ids[-1] == tokenizer.eot_id:
+        ids = ids[:-1]  # the document ended; EOT is not text
+    return prompt + tokenizer.decode(ids)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -236,17 +296,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
-    from octlm.train import torch_threads
-
     with torch_threads(args.threads):
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     from octlm.checkpoint import load_model
-    from octlm.train import resolve_device
 
     model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device))
     prompt_ids = encode_prompt(tokenizer, args.prompt)
@@ -260,10 +316,10 @@ def _run(args: argparse.Namespace) -> int:
         tokenizer,
         prompt_ids,
         args.max_new_tokens,
-        args.temperature,
-        args.top_k,
-        args.top_p,
-        args.seed,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
         use_cache=not args.no_cache,
         stop_at_eot=not args.keep_going,
     ):

@@ -45,6 +45,7 @@ from octlm.analysis import (
 from octlm.document import Block, Code, Heading, Image, Inline, Paragraph, Table, render_html, render_markdown
 from octlm.errors import UserError
 from octlm.figures import draw_figures
+from octlm.run import Run
 
 if TYPE_CHECKING:
     from octlm.config import Config
@@ -68,8 +69,7 @@ def _neighbour_cells(nb: Neighbours, labels: dict[int, str]) -> list[str | Code]
 
 def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
     """The report as blocks, in reading order."""
-    labels, counts = report["labels"], report["counts"]
-    m, pos = report["model"], report["positions"]
+    m = report["model"]
     blocks: list[Block] = [
         Heading(f"What the embeddings learned: {report['run'] or 'model'}", 1),
         Paragraph(
@@ -82,8 +82,25 @@ def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Bloc
         ),
     ]
     blocks += [Paragraph(note) for note in report["notes"]]
+    blocks += _token_blocks(report) + _position_blocks(report, figures)
+    blocks.append(Heading("The token table"))
+    blocks.append(
+        Image(
+            figures["tokens_pca"],
+            f"The {len(report['trained']['pca']['ids'])} most frequent tokens' rows projected on their first "
+            "two principal components, trained and untrained.",
+        )
+    )
+    blocks.append(Image(figures["norms"], "Row norm against training count, trained and untrained."))
+    if "unseen" in report:
+        blocks += _unseen_blocks(report["unseen"], m)
+    return blocks
 
-    blocks.append(Heading("Nearest tokens"))
+
+def _token_blocks(report: dict[str, Any]) -> list[Block]:
+    """Nearest tokens, trained and untrained."""
+    labels, counts = report["labels"], report["counts"]
+    blocks: list[Block] = [Heading("Nearest tokens")]
     blocks.append(
         Paragraph(
             f"The {report['k']} rows of the token table closest to each chosen token by cosine similarity. "
@@ -101,9 +118,13 @@ def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Bloc
                 [Code(labels[i]), str(i), count, _neighbour_cells(report[name]["neighbours"][i], labels)]
             )
         blocks += [Paragraph(f"{name.capitalize()} model:"), Table(["token", "id", "count", "nearest"], rows)]
+    return blocks
 
-    blocks.append(Heading("Positions"))
-    blocks.append(Paragraph(pos["summary"]))
+
+def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
+    """What the position table learned, or what the scheme has instead of one."""
+    m, pos = report["model"], report["positions"]
+    blocks: list[Block] = [Heading("Positions"), Paragraph(pos["summary"])]
     if pos["has_vectors"]:
         versions = [("trained", pos["trained"])]
         if "untrained" in pos:
@@ -142,18 +163,6 @@ def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Bloc
         blocks.append(
             Image(figures["position_scheme"], f"What {m['position']} has instead of position vectors.")
         )
-
-    blocks.append(Heading("The token table"))
-    blocks.append(
-        Image(
-            figures["tokens_pca"],
-            f"The {len(report['trained']['pca']['ids'])} most frequent tokens' rows projected on their first "
-            "two principal components, trained and untrained.",
-        )
-    )
-    blocks.append(Image(figures["norms"], "Row norm against training count, trained and untrained."))
-    if "unseen" in report:
-        blocks += _unseen_blocks(report["unseen"], m)
     return blocks
 
 
@@ -301,13 +310,10 @@ def training_counts(
 
 def checkpoint_meta(run_dir: Path) -> dict[str, Any]:
     """The run's checkpoint description (config.json: step, SHA-256 table), or {} when unreadable."""
-    from octlm.checkpoint import META_FILE, find_checkpoint
-
     try:
-        meta = json.loads((find_checkpoint(run_dir) / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return Run.of(run_dir).read_meta()
+    except UserError:
         return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def write_report(
@@ -344,7 +350,7 @@ def write_report(
             model, untrained_like(config), tokenizer, counts, chosen, top, frequent, run_dir.name, notes
         )
     report["step"] = meta.get("step")
-    folder = Path(out) if out is not None else run_dir / "report"
+    folder = Path(out) if out is not None else Run.of(run_dir).report_dir
     return write_files(report, model, tokenizer, folder, export_web)
 
 

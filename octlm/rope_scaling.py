@@ -33,12 +33,10 @@ from octlm.errors import UserError
 from octlm.positions import rope_frequencies
 
 METHODS = ("linear", "ntk", "dynamic", "yarn")
-LABELS = {
-    "linear": "position interpolation (Chen et al. 2023)",
-    "ntk": "NTK-aware base scaling (bloc97 2023)",
-    "dynamic": "dynamic NTK (emozilla 2023)",
-    "yarn": "YaRN (Peng et al. 2023)",
-}
+# The length experiment's RoPE rows, by web/DATA.md's variant names -> method ("plain": the model as trained).
+VARIANTS = {"plain": None, "pi": "linear", "ntk": "ntk", "dynamic": "dynamic", "yarn": "yarn"}
+# Short names for tables and figure legends.
+LABELS = {"linear": "PI", "ntk": "NTK-aware", "dynamic": "dynamic NTK", "yarn": "YaRN"}
 
 
 def _check(head_dim: int, base: float, factor: float, original_length: int) -> None:

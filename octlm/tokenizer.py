@@ -12,28 +12,31 @@ document can never fake a document boundary. (When the tokenizer is exported to 
 
 Training is deterministic: the same documents and vocabulary size give an identical tokenizer.json (a test
 checks this).
+
+This module knows only text and ids; the `octlm tokenizer` command that trains one from the configured corpus
+and stores it lives in `octlm.prepare`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import time
-from functools import cached_property
+from collections.abc import Sequence
+from functools import cache, cached_property
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from octlm.config import add_config_arguments, config_from_args
-from octlm.corpus import Document, load_documents, split_documents, total_bytes, write_atomic
+from octlm.corpus import Document, write_atomic
 from octlm.errors import UserError
 
 EOT = "<|endoftext|>"
-# Bump when the tokenizer setup below changes, so cached token files made with the old setup are not reused.
+# The version of the setup in `train_tokenizer`. Bump it whenever that setup changes, so that tokens made with
+# the old setup are never taken for tokens of the new one.
 TOKENIZER_VERSION = 1
 
 
+@cache  # built once: token_bytes runs per streamed token
 def _byte_of_char() -> dict[str, int]:
     """ByteLevel's stand-in character -> the byte it stands for (GPT-2's bytes_to_unicode inverted)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
@@ -119,7 +122,7 @@ class Tokenizer:
         return cls(hf)
 
 
-def train_tokenizer(docs: list[Document], vocab_size: int) -> Tokenizer:
+def train_tokenizer(docs: Sequence[Document], vocab_size: int) -> Tokenizer:
     """Learn BPE merges from `docs` (pass the training split only) up to `vocab_size` entries."""
     if vocab_size < 257:
         raise UserError(f"vocab_size = {vocab_size} is too small; byte-level BPE needs 256 bytes + EOT = 257")
@@ -136,33 +139,6 @@ def train_tokenizer(docs: list[Document], vocab_size: int) -> Tokenizer:
     return Tokenizer(hf)
 
 
-def stream_tokens(tokenizer: Tokenizer, docs: list[Document]) -> int:
+def stream_tokens(tokenizer: Tokenizer, docs: Sequence[Document]) -> int:
     """Tokens in the stream `octlm.data` builds from `docs`: each document's tokens plus one EOT."""
     return sum(len(ids) + 1 for ids in tokenizer.encode_batch([d.text for d in docs]))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """`octlm tokenizer`: train on the training split, save it where `octlm data` looks, print figures."""
-    from octlm.data import cache_folder, write_tokenizer_meta  # data imports this module; import late
-
-    cfg = config_from_args(args)
-    docs = load_documents(cfg.data)
-    train, val = split_documents(docs, cfg.data.val_fraction)
-    start = time.perf_counter()
-    tokenizer = train_tokenizer(train, cfg.model.vocab_size)
-    seconds = time.perf_counter() - start
-    folder = cache_folder(cfg.data, docs, cfg.model.vocab_size)
-    path = folder / "tokenizer.json"
-    tokenizer.save(path)
-    write_tokenizer_meta(cfg.data, docs, tokenizer, cfg.model.vocab_size, train, seconds)
-    val_bytes = total_bytes(val)
-    print(f"vocabulary       {tokenizer.vocab_size:,} (requested {cfg.model.vocab_size:,})")
-    print(f"trained on       {len(train):,} documents, {total_bytes(train) / 1e6:.2f} MB (not validation)")
-    print(f"training         {seconds:.2f} s")
-    print(f"bytes per token  {val_bytes / stream_tokens(tokenizer, val):.3f} on validation")
-    print(f"saved            {path}")
-    return 0

@@ -8,26 +8,47 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from octlm.model import Decoder
+
 ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def bench():
+def benchmarks() -> Iterator[None]:
+    """benchmarks/ on sys.path, as `python benchmarks/bench.py` has it (Python puts a script's folder first),
+    so that bench.py and decode_breakdown.py find their sibling modules (measure.py, render.py, ...)."""
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("octlm_bench", ROOT / "benchmarks" / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["octlm_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.fixture(scope="module")
+def bench(benchmarks):
+    return importlib.import_module("bench")
+
+
+@pytest.fixture(scope="module")
+def measure(benchmarks):
+    return importlib.import_module("measure")
+
+
+@pytest.fixture(scope="module")
+def measure_decode(benchmarks):
+    return importlib.import_module("measure_decode")
 
 
 @pytest.mark.slow  # about 15 s of CPU; over 30 s of wall time when the machine is busy
-def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkeypatch):
+def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, tmp_path, monkeypatch):
     tiny = dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2, context_length=16, batch=2)
     monkeypatch.setitem(bench.CONFIGS, "tiny", tiny)
     s = bench.settings(quick=True)
@@ -48,7 +69,7 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkey
     assert ctx[("alibi", 32)]["peak_memory_bytes"] is not None
     assert data["generation"]["rows"]["octlm learned, KV cache"]["tokens_per_s"]["median"] > 0
     # the decoding floor times the tiny model's own weights: qkv, proj, fc, proj and the head, 4 bytes each
-    assert data["generation"]["rows"][bench.FLOOR]["tokens_per_s"]["median"] > 0
+    assert data["generation"]["rows"][measure_decode.FLOOR]["tokens_per_s"]["median"] > 0
     weights = (32 * 3 * 32 + 32 * 32 + 2 * 32 * 4 * 32) + 300 * 32  # one layer, C 32, V 300
     assert data["generation"]["weight_megabytes_per_token"] == pytest.approx(4 * weights / 1e6)
     assert data["embedding"]["ratios"]["one-hot / lookup"] > 0
@@ -58,25 +79,23 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, tmp_path, monkey
 
 
 @pytest.mark.parametrize("name", ["a", "b", "c"])
-def test_flops_per_token_matches_the_closed_form_for_octlm_and_hf_gpt2(bench, name):
+def test_flops_per_token_matches_the_closed_form_for_octlm_and_hf_gpt2(measure, name):
     # Written out by hand: per layer qkv 3C² + 3C, out proj C² + C, MLP 8C² + 5C, two LayerNorms 4C; the final
     # norm 2C; the tied head V·C. Config b is the trap: its MLP width 4·C equals V, so a shape test drops fc.
-    c = bench.CONFIGS[name]
+    c = measure.CONFIGS[name]
     V, C, L, T = c["vocab_size"], c["d_model"], c["n_layers"], c["context_length"]
     expected = 6 * (L * (12 * C * C + 13 * C) + 2 * C + V * C) + 12 * L * T * C
-    octlm = bench.Decoder(bench.octlm_config(name, "learned"))
-    assert bench.flops_per_token(octlm, name) == expected
-    assert bench.flops_per_token(bench.hf_gpt2(name), name) == expected
+    octlm = Decoder(measure.octlm_config(name, "learned"))
+    assert measure.flops_per_token(octlm, name) == expected
+    assert measure.flops_per_token(measure.hf_gpt2(name), name) == expected
     # Position schemes add no matmul: T5's bucket table is a lookup, RoPE and ALiBi have no parameters.
     for position in ("t5", "rope", "alibi"):
-        assert bench.flops_per_token(bench.Decoder(bench.octlm_config(name, position)), name) == expected
+        assert measure.flops_per_token(Decoder(measure.octlm_config(name, position)), name) == expected
 
 
 @pytest.mark.slow  # three decoding paths of config b, 128 tokens each, a few rounds
-def test_decode_breakdown_runs_and_its_parts_are_consistent(bench, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "decode_breakdown", ROOT / "benchmarks" / "decode_breakdown.py"
-    )
+def test_decode_breakdown_runs_and_its_parts_are_consistent(benchmarks, capsys):
+    spec = importlib.util.spec_from_file_location("decode_breakdown", BENCHMARKS / "decode_breakdown.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     original = torch.nn.Linear.forward
@@ -99,7 +118,7 @@ def test_the_quick_command_runs_as_documented(tmp_path):
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--quick", "--out", str(tmp_path)],
+        [sys.executable, str(BENCHMARKS / "bench.py"), "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=900,

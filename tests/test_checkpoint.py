@@ -14,7 +14,6 @@ from safetensors.torch import load_file
 import octlm.checkpoint as checkpoint
 from octlm.checkpoint import (
     Checkpoint,
-    find_checkpoint,
     load_checkpoint,
     load_model,
     save_checkpoint,
@@ -24,6 +23,7 @@ from octlm.config import Config, config_from_dict
 from octlm.corpus import Document
 from octlm.errors import UserError
 from octlm.model import Decoder
+from octlm.run import Run
 from octlm.tokenizer import Tokenizer, train_tokenizer
 
 
@@ -121,7 +121,7 @@ def test_save_replaces_atomically_and_old_is_a_fallback(tmp_path: Path, tokenize
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint", "tokenizer.json"]
     # A crash between the two renames leaves only .checkpoint-old: it still loads, and the next save works.
     (run_dir / "checkpoint").rename(run_dir / ".checkpoint-old")
-    assert find_checkpoint(run_dir).name == ".checkpoint-old" and load_checkpoint(run_dir).step == 5
+    assert Run.of(run_dir).find_checkpoint().name == ".checkpoint-old" and load_checkpoint(run_dir).step == 5
     save_checkpoint(run_dir, model, optimizer, tiny(), 6, {})
     assert load_checkpoint(run_dir).step == 6 and not (run_dir / ".checkpoint-old").exists()
 

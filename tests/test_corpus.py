@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,13 +12,17 @@ from octlm import corpus
 from octlm.cli import main
 from octlm.config import DataConfig
 from octlm.corpus import (
+    Corpus,
     Document,
+    describe_source,
     hub_documents,
+    load_corpus,
     load_documents,
     manifest,
     split_documents,
     stdlib_documents,
     text_documents,
+    total_bytes,
 )
 from octlm.errors import UserError
 
@@ -153,6 +158,42 @@ def test_split_always_holds_one_out_on_each_side() -> None:
 def test_split_of_one_document_is_a_user_error() -> None:
     with pytest.raises(UserError, match="at least 2"):
         split_documents(many_docs(1), 0.5)
+
+
+def test_corpus_computes_split_bytes_and_hash_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = many_docs(50) + [Document("é.txt", "é")]
+    value = Corpus(tuple(docs), 0.2, "test")
+    train, val = split_documents(docs, 0.2)
+    assert value.documents == tuple(docs) and value.train == tuple(train) and value.val == tuple(val)
+    assert (value.train_bytes, value.val_bytes) == (total_bytes(train), total_bytes(val))
+    assert value.bytes == total_bytes(docs)
+    assert value.manifest() == manifest(docs, "test") and value.sha256 == manifest(docs, "test")["sha256"]
+    split = value.split_figures()
+    assert split["train_documents"] + split["val_documents"] == len(docs) and split["val_fraction"] == 0.2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.sha256 = "edited"  # type: ignore[misc]
+
+    def forbidden(*args: object) -> None:
+        raise AssertionError("a built Corpus must not hash or measure its documents again")
+
+    monkeypatch.setattr(corpus, "corpus_sha256", forbidden)
+    monkeypatch.setattr(corpus, "total_bytes", forbidden)
+    assert value.manifest()["sha256"] == value.sha256 and value.split_figures() == split
+
+
+def test_load_corpus_is_the_configured_documents_split(tmp_path: Path) -> None:
+    for i in range(5):
+        write(tmp_path / "c" / f"{i}.txt", f"text {i}")
+    write(tmp_path / "c" / "empty.txt", "")
+    cfg = DataConfig(source="text", text=[str(tmp_path / "c")], val_fraction=0.3)
+    loaded = load_corpus(cfg)
+    assert list(loaded.documents) == load_documents(cfg)
+    assert (list(loaded.train), list(loaded.val)) == split_documents(load_documents(cfg), 0.3)
+    assert loaded.source == describe_source(cfg) and loaded.val_fraction == 0.3
+    (tmp_path / "one").mkdir()
+    write(tmp_path / "one" / "a.txt", "alone")
+    with pytest.raises(UserError, match="at least 2"):
+        load_corpus(DataConfig(source="text", text=[str(tmp_path / "one")]))
 
 
 def test_stdlib_corpus() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,10 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from octlm import corpus as corpus_module
 from octlm import data as data_module
+from octlm import prepare as prepare_module
+from octlm import tokenizer as tokenizer_module
 from octlm.cli import main
 from octlm.config import DataConfig
-from octlm.corpus import Document, split_documents, text_documents
+from octlm.corpus import Document, load_corpus, split_documents, text_documents
 from octlm.data import SlidingWindowDataset, eval_blocks, prepare_data, random_blocks, token_dtype
 from octlm.errors import UserError
 from octlm.tokenizer import Tokenizer
@@ -122,6 +127,89 @@ def test_validation_documents_never_reach_tokenizer_training(
     assert seen and val_names.isdisjoint(seen) and set(seen) | val_names == set(names)
     assert len(prepared.tokenizer.encode("qjxqjx")) == 6  # no merge learned from held-out text
     assert len(prepared.tokenizer.encode(" alpha")) == 1  # while training text was merged
+
+
+def count_corpus_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts of corpus loads and corpus hashes from here on, whichever module makes the call."""
+    calls = {"load": 0, "hash": 0}
+    for key, name in (("load", "load_documents"), ("hash", "corpus_sha256")):
+        real = getattr(corpus_module, name)
+
+        def spy(*args: object, _real: object = real, _key: str = key) -> object:
+            calls[_key] += 1
+            return _real(*args)  # type: ignore[operator]
+
+        for module in (corpus_module, data_module, prepare_module, tokenizer_module):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+def test_prepare_data_loads_and_hashes_the_corpus_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tmp_path, write_corpus(tmp_path / "corpus"))
+    calls = count_corpus_work(monkeypatch)
+    fresh = prepare_data(cfg, vocab_size=300, progress=False)
+    assert not fresh.reused and calls == {"load": 1, "hash": 1}
+    calls.update(load=0, hash=0)
+    assert prepare_data(cfg, vocab_size=300, progress=False).reused
+    assert calls == {"load": 1, "hash": 1}
+
+
+def test_prepare_data_uses_a_given_corpus_as_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config(tmp_path, write_corpus(tmp_path / "corpus"))
+    corpus = load_corpus(cfg)
+    calls = count_corpus_work(monkeypatch)
+    given = prepare_data(cfg, vocab_size=300, progress=False, corpus=corpus)
+    assert calls == {"load": 0, "hash": 0}
+    assert given.corpus_sha256 == corpus.sha256 == given.manifest["sha256"]
+    assert (given.train_bytes, given.val_bytes) == (corpus.train_bytes, corpus.val_bytes)
+    assert (given.train_documents, given.val_documents) == (len(corpus.train), len(corpus.val))
+    loaded = prepare_data(cfg, vocab_size=300, progress=False)
+    assert loaded.reused and loaded.folder == given.folder
+    with pytest.raises(ValueError, match="not loaded from this DataConfig"):
+        prepare_data(dataclasses.replace(cfg, val_fraction=0.5), 300, progress=False, corpus=corpus)
+
+
+def test_commands_load_and_hash_the_corpus_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    texts = write_corpus(tmp_path / "corpus")
+    args = ["--text", str(texts), "--data-dir", str(tmp_path / "data"), "--vocab-size", "300"]
+    calls = count_corpus_work(monkeypatch)
+    for command in ("tokenizer", "data", "corpus"):
+        calls.update(load=0, hash=0)
+        assert main([command, *args]) == 0
+        assert calls == {"load": 1, "hash": 1}, command
+    capsys.readouterr()
+
+
+def _octlm_imports(path: Path) -> set[str]:
+    """Every octlm module that `path` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "octlm":
+            found |= {f"octlm.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("octlm."):
+            found.add(str(node.module))
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("octlm.")}
+    return found
+
+
+def test_no_import_circle_through_the_data_modules() -> None:
+    package = Path(data_module.__file__).parent
+    graph = {f"octlm.{p.stem}": _octlm_imports(p) for p in package.glob("*.py")}
+    assert not {"octlm.data", "octlm.prepare"} & graph["octlm.tokenizer"]  # the tokenizer knows no caches
+    for start in ("octlm.corpus", "octlm.data", "octlm.tokenizer", "octlm.prepare"):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            assert module != start, f"{start} imports itself through a chain of imports"
+            if module not in seen:
+                seen.add(module)
+                todo += graph.get(module, ())
 
 
 def test_empty_corpus_is_a_user_error(tmp_path: Path) -> None:

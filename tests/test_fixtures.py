@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from octlm import fixtures
 from octlm.cli import main
+from octlm.jsonable import to_json
 
 COMMITTED = Path(__file__).resolve().parent.parent / "web" / "fixtures"
 
@@ -143,3 +145,16 @@ def test_t5_bucket_values() -> None:
     first = load("t5_bucket")[0]  # 32 buckets, max distance 128
     assert first["output"][first["inputs"]["relative_position"].index(-15)] == 15
     assert first["output"][0] == 31  # distance 300: past max_distance, the last bucket
+
+
+def test_to_json_rounds_and_handles_non_finite_values_per_caller() -> None:
+    value = {1: torch.tensor([0.123456789, -1e-9]), "n": np.int64(3), "t": (np.bool_(True), None)}
+    assert to_json(value, 3) == {"1": [0.123, 0.0], "n": 3, "t": [True, None]}  # decimals; no -0.0
+    assert to_json(123456.789, 4, significant=True) == 123500.0
+    assert to_json([math.nan, math.inf, -math.inf], 5) == [None, None, None]  # report.json, length.json
+    assert to_json(-math.inf, 12, significant=True, nonfinite="mask") is None  # a masked ALiBi entry
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError):
+            to_json(bad, 12, significant=True, nonfinite="mask")  # in a fixture only a bug makes these
+    with pytest.raises(TypeError):
+        to_json(object(), 5)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +15,17 @@ from octlm.cli import main
 from octlm.config import POSITIONS, config_from_dict
 from octlm.corpus import Document
 from octlm.errors import UserError
-from octlm.generate import StreamDecoder, encode_prompt, generate, pick_token
+from octlm.generate import (
+    SAMPLE_TEMPERATURE,
+    SAMPLE_TOP_K,
+    Sampling,
+    StreamDecoder,
+    encode_prompt,
+    generate,
+    pick_token,
+    sample_prompt,
+    sample_text,
+)
 from octlm.model import Decoder
 from octlm.tokenizer import Tokenizer, train_tokenizer
 
@@ -158,6 +170,18 @@ def test_bad_options_are_user_errors(kwargs: dict[str, Any], message: str) -> No
         generate(model_for("nope"), FakeTokenizer(), [1], **args)
 
 
+def test_sampling_settings_are_checked_once_and_frozen() -> None:
+    assert Sampling() == Sampling(temperature=0.0, top_k=None, top_p=1.0, seed=0)
+    with pytest.raises(UserError, match="temperature"):
+        Sampling(temperature=float("nan"))
+    with pytest.raises(UserError, match="top-k"):
+        Sampling(top_k=0)
+    with pytest.raises(UserError, match="top-p"):
+        Sampling(top_p=0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Sampling().temperature = 1.0  # type: ignore[misc]
+
+
 def test_empty_prompts_are_user_errors(tokenizer: Tokenizer) -> None:
     with pytest.raises(UserError, match="encodes to no tokens"):
         encode_prompt(tokenizer, "")
@@ -188,6 +212,97 @@ def test_random_token_streams_round_trip(tokenizer: Tokenizer) -> None:
         ids = [rng.randrange(1, tokenizer.vocab_size) for _ in range(30)]
         stream = StreamDecoder(tokenizer)
         assert "".join(stream.push(i) for i in ids) + stream.flush() == tokenizer.decode(ids)
+
+
+def test_stream_pieces_join_to_the_full_decode(tokenizer: Tokenizer) -> None:
+    """Byte-level decode is the tokens' bytes joined, then UTF-8 with U+FFFD for broken bytes; the stream
+    gives the same text piece by piece, and never a U+FFFD that the full decode does not have there."""
+    rng = random.Random(1)
+    table = {i: tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)}  # ~0.3 ms a call: once
+    fragments = []  # ids whose bytes are not whole UTF-8 on their own: pieces of multi-byte characters
+    for i, data in table.items():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            fragments.append(i)
+    assert len(fragments) > 10  # the emoji, € and ï give byte-level tokens that split characters
+    # The same tokenizer, but its bytes looked up in the table.
+    fast = SimpleNamespace(token_bytes=table.__getitem__, decode=tokenizer.decode)
+    broken = 0
+    for trial in range(200):
+        n = rng.randrange(1, 40)
+        # Mostly fragments (which can also join into whole characters), some of anything, EOT included.
+        ids = [
+            rng.choice(fragments) if rng.random() < 0.7 else rng.randrange(tokenizer.vocab_size)
+            for _ in range(n)
+        ]
+        if trial % 3 == 0:
+            ids += tokenizer.encode("€😀ï 中文")
+        full = tokenizer.decode(ids)
+        assert full == b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+        broken += "\ufffd" in full
+        stream = StreamDecoder(fast)
+        so_far = ""
+        for i in ids:
+            so_far += stream.push(i)
+            assert full.startswith(so_far)  # so any U+FFFD printed is one the full decode has there
+        assert so_far + stream.flush() == full
+    assert broken > 60  # the sequences did cut characters
+
+
+class CountingTokenizer:
+    """A tokenizer that counts the work asked of it: ids decoded and token bytes looked up."""
+
+    def __init__(self, inner: Tokenizer) -> None:
+        self.inner = inner
+        self.ids_decoded = 0
+        self.bytes_looked_up = 0
+
+    def decode(self, ids: list[int]) -> str:
+        self.ids_decoded += len(ids)
+        return self.inner.decode(ids)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        self.bytes_looked_up += 1
+        return self.inner.token_bytes(token_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_stream_decoder_work_is_linear_in_the_output(tokenizer: Tokenizer) -> None:
+    """Each push looks at its own token only: no re-decoding of the text so far (which is quadratic)."""
+    ids = tokenizer.encode("naïve € 😀 déf ∑ ok " * 100)
+    counting = CountingTokenizer(tokenizer)
+    stream = StreamDecoder(counting)
+    text = "".join(stream.push(i) for i in ids) + stream.flush()
+    assert text == tokenizer.decode(ids)
+    assert counting.ids_decoded == 0
+    assert counting.bytes_looked_up <= len(ids)
+
+
+def test_sample_text_is_a_seeded_low_temperature_continuation(tokenizer: Tokenizer) -> None:
+    assert sample_prompt(config_from_dict({})) == "class"  # the stdlib corpus is code
+    assert sample_prompt(config_from_dict({"data": {"source": "text", "text": ["x"]}})) == "The"
+    model = model_for("rope", vocab=tokenizer.vocab_size)
+    text = sample_text(model, tokenizer, "def", 8, seed=3)
+    assert text == sample_text(model, tokenizer, "def", 8, seed=3)
+    ids = list(
+        generate(
+            model,
+            tokenizer,
+            encode_prompt(tokenizer, "def"),
+            8,
+            temperature=SAMPLE_TEMPERATURE,
+            top_k=SAMPLE_TOP_K,
+            seed=3,
+            notice=None,
+        )
+    )
+    if ids[-1] == tokenizer.eot_id:
+        ids = ids[:-1]
+    assert text == "def" + tokenizer.decode(ids)
+    assert (SAMPLE_TEMPERATURE, SAMPLE_TOP_K) == (0.7, 40)
 
 
 def test_train_then_generate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,23 +13,23 @@ import torch
 
 from octlm.cli import main
 from octlm.config import ModelConfig
+from octlm.document import render_markdown
 from octlm.errors import UserError
 from octlm.length import (
     MODES,
-    ROPE_VARIANTS,
     SCHEMES,
     EvalText,
     Settings,
     evaluate_run,
-    markdown_table,
     score,
     set_rope_variant,
     sliding_part,
-    summarize,
     windows_for,
 )
+from octlm.length_results import bpb_table, summarize
 from octlm.model import Decoder
 from octlm.positions import rope_frequencies
+from octlm.rope_scaling import VARIANTS
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
 LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds
@@ -68,7 +68,7 @@ def test_quick_records_cover_every_scheme_variant_seed_length_and_mode(quick: di
     records = quick["records"]
     keys = {(r["scheme"], r["variant"], r["seed"], r["length"], r["mode"]) for r in records}
     assert len(keys) == len(records)
-    expected = {(s, v, seed, n, m) for s in SCHEMES for v in (ROPE_VARIANTS if s == "rope" else [""])
+    expected = {(s, v, seed, n, m) for s in SCHEMES for v in (VARIANTS if s == "rope" else [""])
                 for seed in (1337, 1338) for n in LENGTHS for m in MODES}  # fmt: skip
     assert keys == expected
     for r in records:
@@ -106,7 +106,7 @@ def test_results_md_tables(quick: dict[str, Any]) -> None:
         assert lines[0] == "| scheme | L = 16 | L = 32 | L = 64 |"
         body = lines[2:]
         labels = [line.split("|")[1].strip() for line in body]
-        assert len(body) == len(SCHEMES) + len(ROPE_VARIANTS) - 1  # every scheme, plus four RoPE extensions
+        assert len(body) == len(SCHEMES) + len(VARIANTS) - 1  # every scheme, plus four RoPE extensions
         assert labels[:2] == ["learned", "sinusoidal"] and labels[2] == "rope"
         assert [label.split(" + ")[1].split(" (")[0] for label in labels[3:7]] == ["PI", "NTK-aware",
                                                                                   "dynamic NTK", "YaRN"]  # fmt: skip
@@ -125,7 +125,7 @@ def test_length_json_matches_web_schema(quick: dict[str, Any]) -> None:
     assert data["command"].startswith("octlm experiment length --quick")
     keys = {"scheme", "variant", "length", "bpb_mean", "bpb_std", "ppl_mean", "n_seeds", "status"}
     rows = data["rows"]
-    assert len(rows) == (len(SCHEMES) + len(ROPE_VARIANTS) - 1) * len(LENGTHS)
+    assert len(rows) == (len(SCHEMES) + len(VARIANTS) - 1) * len(LENGTHS)
     for row in rows:
         assert set(row) == keys
         assert row["n_seeds"] == 2 and row["status"] in ("ok", "no rows")
@@ -181,8 +181,8 @@ def test_score_counts_tokens_and_bytes() -> None:
     model = Decoder(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, position="alibi"))
     for mode in MODES:
         s = score(model, text, 32, mode, batch_tokens=64)
-        assert s["tokens"] == s["bytes"] == 256
-        assert 0 < s["nats"] / s["tokens"] < 2 * np.log(50)
+        assert s.tokens == s.bytes == 256
+        assert 0 < s.nats / s.tokens < 2 * np.log(50)
 
 
 def test_learned_past_its_table_reads_no_rows() -> None:
@@ -228,7 +228,7 @@ def test_table_marks_best_and_within_spread() -> None:
     summary = summarize(records, settings)
     alibi = next(s for s in summary if s["scheme"] == "alibi" and s["mode"] == "windows")
     assert alibi["bpb_mean"] == pytest.approx(1.02) and alibi["bpb_std"] == pytest.approx(0.02)
-    lines = markdown_table(summary, "windows", settings).splitlines()[2:]
+    lines = render_markdown([bpb_table(summary, "windows", settings)], Path()).splitlines()[2:]
     assert lines == ["| alibi | **1.020 ± 0.020** |", "| t5 | ≈ 1.050 ± 0.020 |", "| nope | 1.600 ± 0.100 |"]
 
 

@@ -35,6 +35,7 @@ from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
 import octlm.checkpoint
+import octlm.run
 from octlm.checkpoint import load_checkpoint, save_checkpoint, sha256_file
 from octlm.config import config_from_dict
 from octlm.errors import UserError
@@ -292,7 +293,7 @@ def _fsync_no_space(fd: int) -> None:
 
 
 def _second_rename_fails(self: Path, target: Any) -> Any:
-    if Path(target).name == octlm.checkpoint.CHECKPOINT:
+    if Path(target).name == octlm.run.CHECKPOINT:
         _no_space()
     return _REAL_RENAME(self, target)
 
@@ -302,7 +303,7 @@ _REAL_SAVE_FILE = safetensors.torch.save_file
 DISK_FULL = {
     "safetensors write": ("safetensors.torch.save_file", _half_then_no_space),
     "optimizer write": ("torch.save", _no_space),
-    "config.json write": ("octlm.checkpoint.json.dump", _no_space),
+    "config.json write": ("octlm.run.json.dump", _no_space),
     "fsync": ("octlm.checkpoint.os.fsync", _fsync_no_space),
     "rename into place": ("pathlib.Path.rename", _second_rename_fails),
 }

@@ -196,12 +196,13 @@ def test_training_counts_fall_back_when_the_data_is_gone(tmp_path: Path, tiny_to
 
 
 # ------------------------------------------------------------------------------------------------------------
-# A real (tiny) run: `octlm.train.train` writes it and calls write_report at the end
+# A real (tiny) run: `octlm.train.train` writes it and `octlm train` calls write_report at the end
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from octlm.train import train
+    from octlm.train_command import finish
 
     root = tmp_path_factory.mktemp("report-run")
     corpus = root / "corpus"
@@ -220,7 +221,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     torch.set_num_threads(1)
     result = train(config, root / "runs" / "tiny-learned", progress=False)
-    assert result.report_path == root / "runs" / "tiny-learned" / "report"
+    assert finish(config, result) == ("", root / "runs" / "tiny-learned" / "report")
     return root / "runs" / "tiny-learned"
 
 

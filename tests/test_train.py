@@ -15,12 +15,16 @@ import torch
 from safetensors.torch import load_file
 
 import octlm.data
+import octlm.train
 from octlm.checkpoint import load_checkpoint
 from octlm.cli import main
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.model import Decoder
-from octlm.train import RESUMABLE_FIELDS, config_differences, lr_at, param_groups, train
+from octlm.optim import lr_at, param_groups
+from octlm.resume import RESUMABLE_FIELDS, config_differences
+from octlm.train import train
+from octlm.train_command import finish
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for"]
 
@@ -125,7 +129,8 @@ def test_train_writes_the_run_folder(tmp_path: Path, corpus: Path) -> None:
     assert result.val_bpb == last["val_bpb"] and result.tokens_per_second > 0
     assert len(result.train_losses) == 20 and all(math.isfinite(x) for x in result.train_losses)
     assert result.train_losses[-1] < result.train_losses[0]
-    assert result.sample.startswith("The")  # the prompt for a non-stdlib corpus, then the continuation
+    sample, report = finish(config, result)  # what `octlm train` does once the loop returns
+    assert sample.startswith("The") and report is None  # the prompt for a non-stdlib corpus, then more
     ckpt = load_checkpoint(run_dir)
     assert ckpt.step == 20 and ckpt.config.to_dict() == config.to_dict()
     for key in (
@@ -172,7 +177,7 @@ def test_resume_after_crash_is_bit_identical(
     """A process killed between checkpoints resumes from the last one (step 20) and catches up exactly."""
     full = train(tiny_config(tmp_path, corpus, run_name="full", model={"position": "rope"}), progress=False)
     config = tiny_config(tmp_path, corpus, run_name="crash", model={"position": "rope"})
-    real, calls = octlm.data.random_blocks, []
+    real, calls = octlm.train.random_blocks, []
 
     def crashing(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -180,10 +185,10 @@ def test_resume_after_crash_is_bit_identical(
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.data, "random_blocks", crashing)
+    monkeypatch.setattr(octlm.train, "random_blocks", crashing)
     with pytest.raises(RuntimeError, match="killed"):
         train(config, progress=False)
-    monkeypatch.setattr(octlm.data, "random_blocks", real)
+    monkeypatch.setattr(octlm.train, "random_blocks", real)
     run_dir = tmp_path / "runs" / "crash"
     assert load_checkpoint(run_dir).step == 20
     resumed = train(config, run_dir, resume=True, progress=False)
@@ -257,7 +262,7 @@ def test_absurd_learning_rate_is_a_clear_error(tmp_path: Path, corpus: Path) -> 
 def test_sigint_finishes_the_step_and_checkpoints(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real, calls = octlm.data.random_blocks, []
+    real, calls = octlm.train.random_blocks, []
     # Whatever handler the test started with (SIG_IGN under nohup or a background job), training restores it.
     before = signal.getsignal(signal.SIGINT)
 
@@ -267,7 +272,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
             os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.data, "random_blocks", interrupting)
+    monkeypatch.setattr(octlm.train, "random_blocks", interrupting)
     toml = tmp_path / "tiny.toml"
     cfg = tiny_config(tmp_path, corpus).to_dict()
     toml.write_text(
@@ -284,7 +289,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
     assert load_checkpoint(run_dir).step == 7
     assert signal.getsignal(signal.SIGINT) is before
 
-    monkeypatch.setattr(octlm.data, "random_blocks", real)
+    monkeypatch.setattr(octlm.train, "random_blocks", real)
     assert main(["train", "--resume", str(run_dir), "--steps", "12", "--no-progress"]) == 0
     assert load_checkpoint(run_dir).step == 12
     assert "bits per byte" in capsys.readouterr().out

@@ -162,6 +162,7 @@ def _install_hook(hook: dict[str, Any] | None) -> None:
     import torch
 
     import octlm.checkpoint
+    import octlm.run
     import octlm.train
 
     point, nth, calls = hook["point"], int(hook.get("nth", 1)), {"n": 0}
@@ -219,12 +220,10 @@ def _install_hook(hook: dict[str, Any] | None) -> None:
             fp.flush()
             _die()
 
-        octlm.checkpoint.json.dump = dump
+        octlm.run.json.dump = dump
     elif point in ("between_renames", "after_swap"):
         real_rename = pathlib.Path.rename
-        target_name = (
-            octlm.checkpoint.OLD_CHECKPOINT if point == "between_renames" else octlm.checkpoint.CHECKPOINT
-        )
+        target_name = octlm.run.OLD_CHECKPOINT if point == "between_renames" else octlm.run.CHECKPOINT
 
         def rename(self: pathlib.Path, target: Any) -> Any:
             result = real_rename(self, target)
@@ -238,9 +237,9 @@ def _install_hook(hook: dict[str, Any] | None) -> None:
 
         def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
             path = pathlib.Path(path)
-            swapped = (path.parent / octlm.checkpoint.CHECKPOINT / octlm.checkpoint.META_FILE).is_file()
-            if path.name == octlm.checkpoint.OLD_CHECKPOINT and swapped and path.is_dir() and due():
-                (path / octlm.checkpoint.MODEL_FILE).unlink()
+            swapped = (path.parent / octlm.run.CHECKPOINT / octlm.run.META_FILE).is_file()
+            if path.name == octlm.run.OLD_CHECKPOINT and swapped and path.is_dir() and due():
+                (path / octlm.run.MODEL_FILE).unlink()
                 _die()
             real_rmtree(path, *args, **kwargs)
 

@@ -1,0 +1,221 @@
+"""The Markdown report of one benchmark run: one function per section, joined by `markdown`.
+
+Every function takes the run's results (as `bench.run_benchmarks` builds them and writes them to JSON) and
+returns its lines; nothing here measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from measure import CONFIGS, MFU_FORMULA, summary
+
+
+def fmt_range(values: list[float], digits: int = 0) -> str:
+    s = summary(values)
+    return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}–{s['max']:,.{digits}f})"
+
+
+def header(r: dict[str, Any]) -> list[str]:
+    m = r["machine"]
+    lines = [f"# octlm benchmarks — {m['device']}{' (quick)' if r['quick'] else ''}", ""]
+    lines += [
+        f"- CPU: {m['cpu']} ({m['cpu_capability']}), {m['cores']} cores, torch {m['torch']}, "
+        f"{m['threads']} threads, denormals flushed: {m['flush_denormal']}, Python {m['python']}; load average (1/5/15 min) at start "
+        f"{m['load_average_at_start']}, at end {m.get('load_average_at_end')}",
+        f"- Run: {r['started']}, {r['wall_s']:.0f} s in all; timings are median (min–max) over "
+        f"{r['reps']} repetitions after {r['warmup']} warm-up, models interleaved round by round",
+        "",
+    ]
+    return lines
+
+
+def peak_section(p: dict[str, Any]) -> list[str]:
+    lines = ["## Matmul peak (fp32 square matmul)", "", "| n | GFLOP/s |", "|---|---|"]
+    for n, s in p["gflops_by_size"].items():
+        lines.append(f"| {n} | {s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f}) |")
+    lines += [
+        "",
+        f"Peak used for MFU: **{p['peak_gflops']:.0f} GFLOP/s** (n = {p['best_size']}, median).",
+        "",
+    ]
+    return lines
+
+
+def ratio(rows: dict[str, Any], k: str, ref: str) -> str:
+    """Row `k`'s tokens/s over row `ref`'s: medians, and best against best."""
+    a, b = rows[k]["tokens_per_s"], rows[ref]["tokens_per_s"]
+    return f"{a['median'] / b['median']:.2f}× (best {a['max'] / b['max']:.2f}×)"
+
+
+def training_row(rows: dict[str, Any], k: str, peak: float) -> str:
+    """One model's line: tokens/s, MFU, against its HF counterpart, and its cost over octlm learned."""
+    row = rows[k]
+    tps = row["tokens_per_s"]["median"]
+    mfu = tps * row["flops_per_token"] / 1e9 / peak
+    vs = {
+        "octlm learned": "GPT-2 " + ratio(rows, k, "HF GPT2LMHeadModel"),
+        "octlm rope llama-shaped": "Llama " + ratio(rows, k, "HF LlamaForCausalLM"),
+        "octlm rope": "Llama " + ratio(rows, k, "HF LlamaForCausalLM") + ", shapes differ",
+    }.get(k, "")
+    cost = ""
+    if k.startswith("octlm") and "llama" not in k:
+        cost = f"{rows['octlm learned']['tokens_per_s']['median'] / tps - 1:+.0%}"
+    return f"| {k} | {fmt_range(row['samples'])} | {mfu:.0%} | {vs} | {cost} |"
+
+
+def training_config(name: str, t: dict[str, Any], peak: float) -> list[str]:
+    c = CONFIGS[name]
+    rows = t["rows"]
+    pp = t["peak_probe_gflops"]
+    lines = [
+        f"### Config {name}: V {c['vocab_size']:,}, C {c['d_model']}, {c['n_layers']} layers, "
+        f"{c['n_heads']} heads, T {c['context_length']}, batch {c['batch']}",
+        "",
+        f"matmul probe (n 1024) during these rounds: {pp['median']:.0f} "
+        f"({pp['min']:.0f}–{pp['max']:.0f}) "
+        "GFLOP/s",
+        "",
+        "| model | tokens/s | MFU (median) | octlm / HF, matching scheme | time cost over learned |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [training_row(rows, k, peak) for k in rows]
+    lines.append("")
+    return lines
+
+
+def training_section(training: dict[str, Any], peak: float) -> list[str]:
+    lines = ["## Training tokens/s (AdamW fused, fp32, dropout 0, tied head)", "", MFU_FORMULA, ""]
+    for name, t in training.items():
+        lines += training_config(name, t, peak)
+    return lines
+
+
+def compile_section(compiled: dict[str, Any] | None) -> list[str]:
+    if not compiled:
+        return []
+    lines = [
+        "## torch.compile (mode default), learned scheme",
+        "",
+        "| config | first step (compile) s | eager tokens/s | compiled tokens/s |",
+        "|---|---|---|---|",
+    ]
+    for name, cpl in compiled.items():
+        if "error" in cpl:
+            lines.append(f"| {name} | failed: {cpl['error']} | | |")
+        else:
+            e, cc = cpl["eager_tokens_per_s"], cpl["compiled_tokens_per_s"]
+            lines.append(
+                f"| {name} | {cpl['compile_first_step_s']:.1f} | {e['median']:,.0f} "
+                f"({e['min']:,.0f}–{e['max']:,.0f}) | {cc['median']:,.0f} "
+                f"({cc['min']:,.0f}–{cc['max']:,.0f}) |"
+            )
+    lines.append("")
+    return lines
+
+
+def context_section(ctx: dict[str, Any]) -> list[str]:
+    c = CONFIGS[ctx["config"]]
+    lines = [
+        f"## Forward latency and peak memory vs context length (config {ctx['config']} shape: "
+        f"C {c['d_model']}, "
+        f"{c['n_layers']} layers, learned table {c['context_length']} rows; batch 1, inference mode)",
+        "",
+        ctx["memory_method"],
+        "",
+        "| scheme | length | latency ms | peak memory MiB |",
+        "|---|---|---|---|",
+    ]
+    for row in ctx["rows"]:
+        if row.get("no_rows"):
+            lines.append(f"| {row['scheme']} | {row['length']:,} | no rows | no rows |")
+            continue
+        lat = row["latency_ms"]
+        mem = row["peak_memory_bytes"]
+        mem_s = f"{mem / 2**20:.1f}" if mem is not None else "n/a"
+        lines.append(
+            f"| {row['scheme']} | {row['length']:,} | {lat['median']:.2f} ({lat['min']:.2f}–{lat['max']:.2f})"
+            f" | {mem_s} |"
+        )
+    lines.append("")
+    return lines
+
+
+def generation_reference(g: dict[str, Any], k: str) -> float:
+    """The HF `generate` with cache that row `k` is compared with: same architecture, same threads."""
+    if k.endswith("1 thread"):
+        return g["rows"]["HF GPT-2 generate, cache, 1 thread"]["tokens_per_s"]["median"]
+    hf = "HF Llama generate, cache" if ("rope" in k or "Llama" in k) else "HF GPT-2 generate, cache"
+    return g["rows"][hf]["tokens_per_s"]["median"]
+
+
+def generation_section(g: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Generation (config {g['config']}, batch 1, greedy, prompt {g['prompt']}, {g['new_tokens']} new "
+        "tokens, random weights)",
+        "",
+        "| path | new tokens/s | vs HF generate with cache, same threads |",
+        "|---|---|---|",
+    ]
+    for k, row in g["rows"].items():
+        s = row["tokens_per_s"]
+        ref = generation_reference(g, k)
+        lines.append(
+            f"| {k} | {s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f}) | {s['median'] / ref:.2f}× |"
+        )
+    lines += [
+        "",
+        f"The floor row runs only the {g['weight_megabytes_per_token']:.1f} MB of weight matrix-vector products "
+        "that every cached decoding step must do (each `nn.Linear` of octlm's learned model, tied head "
+        "included, on one token), and nothing else: the most tokens/s fp32 decoding through torch's GEMV "
+        "can reach on this machine.",
+        "",
+    ]
+    return lines
+
+
+def embedding_section(e: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Embedding and position tables (forward, shape B×T×V×C = {'×'.join(map(str, e['shape']))})",
+        "",
+        "| operation | ms |",
+        "|---|---|",
+    ]
+    for k, row in e["rows"].items():
+        s = row["ms"]
+        lines.append(f"| {k} | {s['median']:.3f} ({s['min']:.3f}–{s['max']:.3f}) |")
+    lines += ["", "| ratio | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f}× |" for k, v in e["ratios"].items()]
+    lines.append("")
+    return lines
+
+
+def tokenizer_section(tk: dict[str, Any]) -> list[str]:
+    lines = [
+        f"## Tokenizer ({tk['implementation']}, {tk['documents']} stdlib documents, "
+        f"{tk['megabytes']:.1f} MB)",
+        "",
+        "| vocab | training s | encode MB/s (one call per document) | encode_batch MB/s |",
+        "|---|---|---|---|",
+    ]
+    for vocab, row in tk["rows"].items():
+        a, b, cc = row["train_s"], row["encode_mb_s"], row["encode_batch_mb_s"]
+        lines.append(
+            f"| {int(vocab):,} | {a['median']:.2f} ({a['min']:.2f}–{a['max']:.2f}) | {b['median']:.1f} "
+            f"({b['min']:.1f}–{b['max']:.1f}) | {cc['median']:.1f} ({cc['min']:.1f}–{cc['max']:.1f}) |"
+        )
+    lines.append("")
+    return lines
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The whole report: header, then every section in the order the run measures them."""
+    lines = header(r)
+    lines += peak_section(r["peak"])
+    lines += training_section(r["training"], r["peak"]["peak_gflops"])
+    lines += compile_section(r.get("compile"))
+    lines += context_section(r["context"])
+    lines += generation_section(r["generation"])
+    lines += embedding_section(r["embedding"])
+    lines += tokenizer_section(r["tokenizer"])
+    return "\n".join(lines)

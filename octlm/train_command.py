@@ -1,0 +1,108 @@
+"""`octlm train`: parse the flags, train (`octlm.train`), then print the figures, a sample and the report.
+
+The command owns what happens around the loop: which config (a new run's, or the run's own for `--resume`),
+how many threads, and what a user sees at the end. Sampling and the report come after `train()` returns, so
+the training loop imports neither generation nor the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
+from octlm.run import Run
+from octlm.runtime import torch_threads
+from octlm.train import TrainResult, train
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue the run in RUN_DIR (e.g. runs/day1-learned) from its last checkpoint; "
+        "its config is reused, and only bookkeeping such as --steps may change",
+    )
+    parser.add_argument("--name", default=None, help="run name: the run lives in <out_dir>/<name>/")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start again in a run folder that holds a run"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 is often fastest on a busy machine)",
+    )
+
+
+def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
+    """The config to train and its run folder: from the flags, or for `--resume` the run's own config."""
+    if args.name:
+        args.set.append(f"train.run_name={args.name}")
+    if args.resume:
+        run = Run.of(args.resume)
+        return run.config_for_resume(overrides_from_args(args), args.config), run
+    config = config_from_args(args)
+    return config, Run.default(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    with torch_threads(args.threads):
+        started = time.perf_counter()
+        config, folder = config_and_run(args)
+        result = train(
+            config,
+            folder.path,
+            resume=bool(args.resume),
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+        if result.rank != 0:
+            return 130 if result.interrupted else 0
+        if result.interrupted:
+            print(
+                f"stopped at step {result.step} of {config.train.steps}; checkpoint saved in {folder.checkpoint_dir}"
+            )
+            print(f"resume with: octlm train --resume {folder.path}")
+            return 130
+        sample, report = finish(config, result)
+        report_figures(result, time.perf_counter() - started, sample, report)
+        return 0
+
+
+def finish(config: Config, result: TrainResult) -> tuple[str, Path | None]:
+    """What follows a finished run: a sample from the final model and the embedding report (as configured)."""
+    from octlm.checkpoint import load_model
+    from octlm.generate import sample_prompt, sample_text
+
+    sample = ""
+    if config.train.sample_tokens > 0:
+        model, _, tokenizer = load_model(result.run_dir)
+        sample = sample_text(
+            model, tokenizer, sample_prompt(config), config.train.sample_tokens, config.train.seed
+        )
+    report = None
+    if config.train.report:
+        from octlm.report import write_report
+
+        report = Path(write_report(result.run_dir))
+    return sample, report
+
+
+def report_figures(result: TrainResult, seconds: float, sample: str, report: Path | None) -> None:
+    print(
+        f"validation   loss {result.val_loss:.4f}, perplexity {result.val_perplexity:.2f}, "
+        f"bits per byte {result.val_bpb:.4f} (step {result.step})"
+    )
+    print(f"speed        {result.tokens_per_second:,.0f} tokens/s, {seconds:.1f} s in all")
+    if sample:
+        print("sample       " + sample.replace("\n", "\n             "))
+    print(
+        f'run          {result.run_dir}  (generate: octlm generate --run {result.run_dir} --prompt "class")'
+    )
+    if report is not None:
+        print(f"report       {report}")
