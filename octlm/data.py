@@ -40,6 +40,8 @@ from octlm.errors import UserError
 from octlm.tokenizer import TOKENIZER_VERSION, Tokenizer, train_tokenizer
 
 META_FORMAT = 1
+META_FILE = "meta.json"  # the cache folder's files (a run folder's are octlm.run's)
+TOKENIZER_FILE = "tokenizer.json"
 ENCODE_CHUNK_BYTES = 4_000_000  # documents per encode_batch call add up to about this much text
 
 
@@ -87,7 +89,7 @@ class PreparedData:
 def _read_meta(folder: Path, corpus_sha: str) -> dict[str, Any] | None:
     """meta.json when it is readable and belongs to this corpus; None means "rebuild"."""
     try:
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
@@ -96,7 +98,7 @@ def _read_meta(folder: Path, corpus_sha: str) -> dict[str, Any] | None:
 
 
 def _write_meta(folder: Path, meta: dict[str, Any]) -> None:
-    write_atomic(folder / "meta.json", (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+    write_atomic(folder / META_FILE, (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
 
 
 def _new_meta(corpus: Corpus, vocab_size: int) -> dict[str, Any]:
@@ -132,7 +134,7 @@ def write_tokenizer_meta(
 
 def _cached_tokenizer(folder: Path, meta: dict[str, Any] | None) -> Tokenizer | None:
     """The saved tokenizer, if meta.json vouches for exactly these bytes."""
-    path = folder / "tokenizer.json"
+    path = folder / TOKENIZER_FILE
     expected = (meta or {}).get("tokenizer", {}).get("sha256")
     if not expected or not path.is_file():
         return None
@@ -258,7 +260,7 @@ def prepare_data(
         tokenizer = train_tokenizer(corpus.train, vocab_size)  # validation is never seen by training
         seconds = time.perf_counter() - start
         say(f"trained tokenizer: {tokenizer.vocab_size:,} entries in {seconds:.2f} s")
-        tokenizer.save(folder / "tokenizer.json")
+        tokenizer.save(folder / TOKENIZER_FILE)
         # A fresh meta.json: token files listed by an older one were made with some other tokenizer.
         _write_meta(folder, _new_meta(corpus, vocab_size))
         write_tokenizer_meta(cfg, corpus, tokenizer, vocab_size, seconds)
@@ -278,7 +280,7 @@ def prepare_data(
         train=train,
         val=val,
         tokenizer=tokenizer,
-        tokenizer_path=folder / "tokenizer.json",
+        tokenizer_path=folder / TOKENIZER_FILE,
         tokenizer_sha256=tokenizer.sha256,
         corpus_sha256=corpus.sha256,
         train_bytes=corpus.train_bytes,

@@ -13,16 +13,20 @@ import time
 
 from octlm.config import add_config_arguments, config_from_args
 from octlm.corpus import load_corpus
-from octlm.data import cache_folder, prepare_data, write_tokenizer_meta
+from octlm.data import TOKENIZER_FILE, cache_folder, prepare_data, write_tokenizer_meta
 from octlm.tokenizer import stream_tokens, train_tokenizer
 
 
-class TokenizerCommand:
-    """`octlm tokenizer`: train on the training split, save it where `octlm data` looks, print figures."""
+class _ConfigCommand:
+    """A command whose flags are the config's (`--config`, one flag per field, `--set`)."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_config_arguments(parser)
+
+
+class TokenizerCommand(_ConfigCommand):
+    """`octlm tokenizer`: train on the training split, save it where `octlm data` looks, print figures."""
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
@@ -31,7 +35,7 @@ class TokenizerCommand:
         start = time.perf_counter()
         tokenizer = train_tokenizer(corpus.train, cfg.model.vocab_size)
         seconds = time.perf_counter() - start
-        path = cache_folder(cfg.data, corpus, cfg.model.vocab_size) / "tokenizer.json"
+        path = cache_folder(cfg.data, corpus, cfg.model.vocab_size) / TOKENIZER_FILE
         tokenizer.save(path)
         write_tokenizer_meta(cfg.data, corpus, tokenizer, cfg.model.vocab_size, seconds)
         print(f"vocabulary       {tokenizer.vocab_size:,} (requested {cfg.model.vocab_size:,})")
@@ -43,12 +47,8 @@ class TokenizerCommand:
         return 0
 
 
-class DataCommand:
+class DataCommand(_ConfigCommand):
     """`octlm data`: prepare (or reuse) the token files and print their figures."""
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        add_config_arguments(parser)
 
     @staticmethod
     def run(args: argparse.Namespace) -> int:
