@@ -52,6 +52,13 @@ def _overview() -> str:
     return "\n".join(lines)
 
 
+def _group_overview(group: str, subs: list[str]) -> str:
+    lines = [f"usage: octlm {group} <subcommand> [options]", "", "subcommands:"]
+    lines += [f"  {name:<20} {COMMANDS[name][1]}" for name in subs]
+    lines += ["", f"Run `octlm {group} <subcommand> --help` for the options of one."]
+    return "\n".join(lines)
+
+
 def _find_command(argv: list[str]) -> tuple[str | None, list[str]]:
     """Split argv into the command words and the rest."""
     if argv and argv[0] in COMMANDS:
@@ -71,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         groups = sorted({name.split()[0] for name in COMMANDS if " " in name})
         if argv[0] in groups:
             subs = [name for name in COMMANDS if name.startswith(argv[0] + " ")]
+            if argv[1:2] and argv[1] in ("-h", "--help"):
+                print(_group_overview(argv[0], subs))
+                return 0
             sys.stderr.write(f"octlm: error: '{argv[0]}' needs one of: {', '.join(subs)}\n")
         else:
             sys.stderr.write(f"octlm: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}\n")

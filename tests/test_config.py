@@ -151,6 +151,29 @@ def test_cli_bad_width_is_one_line_naming_the_value(capsys: pytest.CaptureFixtur
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("group, subs", [("export", ["hf", "fixtures"]), ("experiment", ["length"])])
+def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--help", "-h"):
+        assert main([group, flag]) == 0
+        out = capsys.readouterr().out.splitlines()
+        listed = [line.split()[:2] for line in out if line.startswith(f"  {group} ")]
+        assert listed == [[group, sub] for sub in subs], out  # one line each, in the table's order
+    assert main([group]) == 2  # without a subcommand it is still a mistake
+    assert "needs one of" in capsys.readouterr().err
+
+
+def test_boolean_fields_are_switches_too() -> None:
+    import argparse
+
+    from octlm.config import add_config_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert config_from_args(parser.parse_args(["--compile", "--report", "false"])).train.compile is True
+    assert config_from_args(parser.parse_args(["--report", "false"])).train.report is False
+    assert config_from_args(parser.parse_args([])).train.compile is False
+
+
 def test_cli_set_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["model", "--set", "model.position=alibi", "--n-heads", "8"]) == 0
     assert "position=alibi" in capsys.readouterr().out
