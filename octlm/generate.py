@@ -108,7 +108,7 @@ def _stderr(message: str) -> None:
 
 
 def _silent(message: str) -> None:
-    pass
+    """Drop a notice (`generate(..., notice=None)`)."""
 
 
 def generate(
