@@ -2,14 +2,16 @@
 
 Pure functions on `[V, C]` token tables and `[T, C]` position tables (cosine neighbours, similarity maps,
 PCA, row norms, training counts), `position_section` for each scheme, and `analyze`, which gathers every
-number of the report into one JSON-able dict. Drawing and writing them is octlm/figures.py, octlm/document.py
-and octlm/report.py.
+number of the report into one JSON-able dict. What it looks at is a `Tables` value: an octlm Decoder's
+(`tables_of`) or a pretrained Hugging Face model's (octlm/hf_inspect.py). Drawing and writing them is
+octlm/figures.py, octlm/document.py and octlm/report.py.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +23,6 @@ from octlm.errors import UserError
 from octlm.positions import cosine_similarity_matrix, sinusoidal_table, t5_bucket
 
 if TYPE_CHECKING:
-    from octlm.config import ModelConfig
     from octlm.model import Decoder
     from octlm.tokenizer import Tokenizer
 
@@ -31,7 +32,12 @@ DEFAULT_FREQUENT = 12  # frequent tokens shown by default, besides token 0
 PCA_TOKENS = 60  # frequent tokens placed in the PCA figure
 REPORT_SCHEMA = 1
 DIGITS = 5
+# report["model"]: what the report says of a model's shape
+MODEL_FIELDS = ("vocab_size", "d_model", "context_length", "n_layers", "n_heads", "position",
+                "tie_embeddings")  # fmt: skip
+MAP_POSITIONS = 1024  # position x position maps cover at most this many positions (GPT-2's whole table)
 
+Array = Tensor | np.ndarray
 Neighbours = list[tuple[int, float]]  # (row index, cosine similarity), most similar first
 
 
@@ -39,13 +45,13 @@ Neighbours = list[tuple[int, float]]  # (row index, cosine similarity), most sim
 # Numbers: pure functions on arrays
 
 
-def _as_tensor(table: Tensor | np.ndarray) -> Tensor:
+def _as_tensor(table: Array) -> Tensor:
     if isinstance(table, np.ndarray):
         table = torch.from_numpy(table)
     return table.detach().to("cpu", torch.float64)
 
 
-def cosine_neighbours(table: Tensor | np.ndarray, rows: Sequence[int], k: int) -> list[Neighbours]:
+def cosine_neighbours(table: Array, rows: Sequence[int], k: int) -> list[Neighbours]:
     """For each index in `rows`, the `k` other rows of `table` `[N, C]` most similar by cosine, best first.
 
     A row is never its own neighbour; ties go to the lower index. Returns one list of (index, similarity)
@@ -66,26 +72,24 @@ def cosine_neighbours(table: Tensor | np.ndarray, rows: Sequence[int], k: int) -
     return [[(int(j), float(sims[i, j])) for j in order[i]] for i in range(len(index))]
 
 
-def nearest_tokens(table: Tensor | np.ndarray, ids: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
+def nearest_tokens(table: Array, ids: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
     """Nearest token ids to each of `ids` in a token table `[V, C]` (see `cosine_neighbours`)."""
     return cosine_neighbours(table, ids, k)
 
 
-def nearest_positions(
-    table: Tensor | np.ndarray, positions: Sequence[int], k: int = DEFAULT_TOP
-) -> list[Neighbours]:
+def nearest_positions(table: Array, positions: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
     """Nearest positions to each of `positions` in a position table `[T, C]` (see `cosine_neighbours`)."""
     return cosine_neighbours(table, positions, k)
 
 
-def partner_hits(table: Tensor | np.ndarray, partner: dict[int, int]) -> int:
+def partner_hits(table: Array, partner: dict[int, int]) -> int:
     """How many ids in `partner` have their partner as nearest neighbour in `table` `[V, C]`."""
     ids = sorted(partner)
     firsts = cosine_neighbours(table, ids, 1)
     return sum(1 for i, nb in zip(ids, firsts, strict=True) if nb and nb[0][0] == partner[i])
 
 
-def similarity_matrix(table: Tensor | np.ndarray) -> np.ndarray:
+def similarity_matrix(table: Array) -> np.ndarray:
     """Cosine similarity between every pair of rows of `table` `[N, C]`, `[N, N]` float64."""
     return cosine_similarity_matrix(_as_tensor(table)).numpy()
 
@@ -96,7 +100,7 @@ def similarity_by_distance(similarity: np.ndarray, distances: Sequence[int]) -> 
     return {int(d): float(np.diagonal(similarity, offset=int(d)).mean()) for d in distances if 0 <= d < n}
 
 
-def pca_2d(rows: Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pca_2d(rows: Array) -> tuple[np.ndarray, np.ndarray]:
     """Project `rows` `[N, C]` onto their first two principal components.
 
     Returns (coordinates `[N, 2]`, fraction of the variance each component explains `[2]`). Signs are fixed so
@@ -117,7 +121,7 @@ def pca_2d(rows: Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, explained
 
 
-def row_norms(table: Tensor | np.ndarray) -> np.ndarray:
+def row_norms(table: Array) -> np.ndarray:
     """Euclidean norm of each row of `table` `[N, C]`, `[N]`."""
     return _as_tensor(table).norm(dim=-1).numpy()
 
@@ -177,37 +181,84 @@ def unseen_rows(trained: np.ndarray, initial: np.ndarray, counts: np.ndarray) ->
 
 
 # ------------------------------------------------------------------------------------------------------------
+# What to inspect: the tables of a model, wherever it came from
+
+
+@dataclass
+class Tables:
+    """What `octlm inspect` looks at in one model: its tables and its description, as plain arrays.
+
+    `model`: the report's description (MODEL_FIELDS). `scheme`: what ALiBi (slopes `[H]`) and T5 (bias
+    `[buckets, H]`, buckets, max_distance) have instead of position vectors. `source`: where a pretrained model
+    came from (None for an octlm run). Token labels come from the tokenizer `analyze` is given beside it.
+    """
+
+    token_table: np.ndarray  # [V, C] float64
+    model: dict[str, Any]
+    position_table: np.ndarray | None = None  # [T, C] learned position rows
+    rope: dict[str, Any] | None = None  # inv_freq [P], head_dim, base, layout (+ more, and a note, from HF)
+    scheme: dict[str, Any] = field(default_factory=dict)
+    sinusoidal_base: float = 10000.0  # of the sinusoidal reference map
+    source: dict[str, Any] | None = None
+
+
+def _array(t: Tensor) -> np.ndarray:
+    return t.detach().double().cpu().numpy()
+
+
+def tables_of(model: Decoder | Tables) -> Tables:
+    """The tables of an octlm Decoder (a `Tables` is returned as it is)."""
+    if isinstance(model, Tables):
+        return model
+    cfg, pos = model.config, model.positions
+    description = {name: getattr(cfg, name) for name in MODEL_FIELDS}
+    tables = Tables(_array(model.token_embedding.weight), description, sinusoidal_base=cfg.sinusoidal_base)
+    if cfg.position == "learned":
+        tables.position_table = _array(pos.table.weight)
+    elif cfg.position == "rope":
+        tables.rope = {"inv_freq": _array(pos.inv_freq), "head_dim": cfg.head_dim, "base": cfg.rope_base,
+                       "layout": cfg.rope_layout}  # fmt: skip
+    elif cfg.position == "alibi":
+        tables.scheme = {"slopes": _array(pos.slopes)}
+    elif cfg.position == "t5":
+        tables.scheme = {"bias": _array(pos.table.weight), "buckets": cfg.t5_buckets,
+                         "max_distance": cfg.t5_max_distance}  # fmt: skip
+    return tables
+
+
+# ------------------------------------------------------------------------------------------------------------
 # Position schemes: vectors where a scheme has them, what it has instead where it does not
 
 
-def position_section(model: Decoder, initial: Decoder, k: int = DEFAULT_TOP) -> dict[str, Any]:
+def position_section(model: Tables, initial: Tables, k: int = DEFAULT_TOP) -> dict[str, Any]:
     """Everything the report says about the position scheme of `model`, with `initial` (untrained) beside it.
 
     Learned and sinusoidal: probe positions' neighbours, the `[T, T]` similarity map, mean similarity by
     distance. RoPE: rotation frequency and wavelength per channel pair. ALiBi: slope per head and the bias
     at a few distances. T5: the learned bias per head and bucket. NoPE: nothing but the causal mask.
-    The sinusoidal map of the same width is always included as a reference.
+    The sinusoidal map of the same width is always included as a reference. Maps cover at most the first
+    MAP_POSITIONS positions.
     """
-    cfg: ModelConfig = model.config
-    length, width = cfg.context_length, cfg.d_model
-    probes, distances = probe_positions(length), probe_distances(length)
-    sinusoidal = sinusoidal_table(length, width + width % 2, cfg.sinusoidal_base)[:, :width]
-    section: dict[str, Any] = {
-        "scheme": cfg.position,
-        "context_length": length,
-        "probe_positions": probes,
-        "distances": distances,
-        "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
-        "has_vectors": cfg.position in ("learned", "sinusoidal"),
-    }
-    SCHEME_SECTIONS[cfg.position](model, initial, section, k)
+    length, width, scheme = (model.model[key] for key in ("context_length", "d_model", "position"))
+    mapped = min(length, MAP_POSITIONS)
+    probes, distances = probe_positions(mapped), probe_distances(mapped)
+    sinusoidal = sinusoidal_table(mapped, width + width % 2, model.sinusoidal_base)[:, :width]
+    section: dict[str, Any] = {"scheme": scheme, "context_length": length, "probe_positions": probes,
+                               "distances": distances,
+                               "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
+                               "has_vectors": scheme in ("learned", "sinusoidal")}  # fmt: skip
+    if mapped < length:
+        section["map_positions"] = mapped
+    SCHEME_SECTIONS[scheme](model, initial, section, k)
+    if mapped < length:
+        section["summary"] += f" Position x position maps cover the first {mapped:,} positions."
     return section
 
 
-def _learned_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
-    probes, distances = section["probe_positions"], section["distances"]
-    section["trained"] = _vector_positions(model.positions.table.weight, probes, distances, k)
-    section["untrained"] = _vector_positions(initial.positions.table.weight, probes, distances, k)
+def _learned_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
+    probes, distances, rows = section["probe_positions"], section["distances"], MAP_POSITIONS
+    for name, tables in (("trained", model), ("untrained", initial)):
+        section[name] = _vector_positions(tables.position_table[:rows], probes, distances, k)
     section["summary"] = (
         f"A learned table of {section['context_length']} rows, one vector per position, added to the token "
         "vectors. Its similarity map is compared with the untrained table (random: no structure) and with the "
@@ -215,43 +266,36 @@ def _learned_section(model: Decoder, initial: Decoder, section: dict[str, Any], 
     )
 
 
-def _sinusoidal_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+def _sinusoidal_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
     section["trained"] = section["sinusoidal_reference"]
     section["summary"] = (
-        f"The fixed sinusoidal table (base {model.config.sinusoidal_base:g}): nothing here is learned, so the "
+        f"The fixed sinusoidal table (base {model.sinusoidal_base:g}): nothing here is learned, so the "
         "trained and untrained models have the same position vectors. Similarity depends only on the "
         "distance t - s."
     )
 
 
-def _rope_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
-    cfg, length = model.config, section["context_length"]
-    theta = model.positions.inv_freq.double().cpu().numpy()  # [D/2]
+def _rope_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
+    rope, length = dict(model.rope or {}), section["context_length"]
+    theta, note = rope.pop("inv_freq"), rope.pop("note", "")  # [P]; what a pretrained model adds
     wavelength = 2 * math.pi / theta
-    section["rope"] = {
-        "head_dim": cfg.head_dim,
-        "base": cfg.rope_base,
-        "layout": cfg.rope_layout,
-        "theta": theta,
-        "wavelength": wavelength,
-        "turns_in_context": length / wavelength,
-        "pairs_slower_than_context": int((wavelength > length).sum()),
-    }
+    slow = int((wavelength > length).sum())
+    section["rope"] = {key: rope.pop(key) for key in ("head_dim", "base", "layout")}
+    section["rope"] |= {"theta": theta, "wavelength": wavelength, "turns_in_context": length / wavelength,
+                        "pairs_slower_than_context": slow} | rope  # fmt: skip
     section["summary"] = (
         "RoPE has no position vectors: every attention layer rotates each of the "
         f"{len(theta)} channel pairs of a head's queries and keys by position x θ_i. The fastest pair "
         f"turns once every {wavelength[0]:.1f} positions, the slowest once every {wavelength[-1]:,.0f}; "
-        f"{int((wavelength > length).sum())} of {len(theta)} pairs do not complete one turn within the "
-        f"{length}-token context. Nothing here is learned (base {cfg.rope_base:g})."
+        f"{slow} of {len(theta)} pairs do not complete one turn within the "
+        f"{length}-token context. Nothing here is learned (base {section['rope']['base']:g}).{note}"
     )
 
 
-def _alibi_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
-    slopes = model.positions.slopes.double().cpu().numpy()  # [H]
-    section["alibi"] = {
-        "slopes": slopes,
-        "bias_at_distance": {int(d): (-slopes * d) for d in section["distances"]},
-    }
+def _alibi_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
+    slopes = model.scheme["slopes"]  # [H]
+    bias = {int(d): (-slopes * d) for d in section["distances"]}
+    section["alibi"] = {"slopes": slopes, "bias_at_distance": bias}
     section["summary"] = (
         f"ALiBi has no position vectors: each of the {len(slopes)} heads subtracts slope x distance "
         f"from every attention score. Slopes run from {slopes[0]:g} to {slopes[-1]:g}; nothing here is "
@@ -259,34 +303,27 @@ def _alibi_section(model: Decoder, initial: Decoder, section: dict[str, Any], k:
     )
 
 
-def _t5_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
-    cfg, length = model.config, section["context_length"]
-    buckets = t5_bucket(-torch.arange(length), cfg.t5_buckets, cfg.t5_max_distance).numpy()  # [T]
-    trained = model.positions.table.weight.detach().double().cpu().numpy()  # [buckets, H]
-    untrained = initial.positions.table.weight.detach().double().cpu().numpy()
+def _t5_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
+    length, n_buckets = section["context_length"], model.scheme["buckets"]
+    buckets = t5_bucket(-torch.arange(length), n_buckets, model.scheme["max_distance"]).numpy()  # [T]
+    trained, untrained = model.scheme["bias"], initial.scheme["bias"]  # [buckets, H]
     reached = sorted(set(int(b) for b in buckets))
-    section["t5"] = {
-        "buckets": cfg.t5_buckets,
-        "max_distance": cfg.t5_max_distance,
-        "bucket_of_distance": buckets,
-        "bucket_distances": {
-            b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
-            for b in reached
-        },
-        "bias": trained,
-        "untrained_bias": untrained,
-        "bias_at_distance": {int(d): trained[buckets[d]] for d in section["distances"]},
-    }
+    spans = {b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
+             for b in reached}  # fmt: skip
+    section["t5"] = {"buckets": n_buckets, "max_distance": model.scheme["max_distance"],
+                     "bucket_of_distance": buckets, "bucket_distances": spans, "bias": trained,
+                     "untrained_bias": untrained,
+                     "bias_at_distance": {int(d): trained[buckets[d]] for d in section["distances"]}}  # fmt: skip
     section["summary"] = (
-        f"T5 has no position vectors: it learns one number per head ({cfg.n_heads}) and distance bucket "
-        f"({cfg.t5_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
+        f"T5 has no position vectors: it learns one number per head ({model.model['n_heads']}) and distance "
+        f"bucket ({n_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
         "scores. "
         f"Trained biases span {trained.min():.3f} to {trained.max():.3f}; untrained ones "
         f"{untrained.min():.3f} to {untrained.max():.3f}."
     )
 
 
-def _nope_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: int) -> None:
+def _nope_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
     section["summary"] = (
         "NoPE has no position parameters at all. The causal mask is its only source of order: a token "
         "sees how many tokens came before it only through what attention over them adds up to."
@@ -294,7 +331,7 @@ def _nope_section(model: Decoder, initial: Decoder, section: dict[str, Any], k: 
 
 
 # What `octlm inspect` shows of each scheme: fills in the section `position_section` started.
-SCHEME_SECTIONS: dict[str, Callable[[Decoder, Decoder, dict[str, Any], int], None]] = {
+SCHEME_SECTIONS: dict[str, Callable[[Tables, Tables, dict[str, Any], int], None]] = {
     "learned": _learned_section,
     "sinusoidal": _sinusoidal_section,
     "rope": _rope_section,
@@ -304,7 +341,7 @@ SCHEME_SECTIONS: dict[str, Callable[[Decoder, Decoder, dict[str, Any], int], Non
 }
 
 
-def _vector_positions(table: Tensor, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:
+def _vector_positions(table: Array, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:
     """Neighbours of the probe positions, the similarity map `[T, T]`, and its mean by distance."""
     similarity = similarity_matrix(table)
     return {
@@ -332,8 +369,10 @@ def token_label(tokenizer: Tokenizer | None, token_id: int) -> str:
         return repr(raw)
 
 
-def resolve_tokens(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+def resolve_tokens(tokenizer: Tokenizer | None, texts: Sequence[str]) -> list[int]:
     """The id of each text; each must encode to exactly one token (UserError otherwise, saying what it is)."""
+    if texts and tokenizer is None:
+        raise UserError("--tokens needs the model's tokenizer, and there is none; name the tokens with --ids")
     ids = []
     for text in texts:
         encoded = tokenizer.encode(text)
@@ -348,8 +387,8 @@ def resolve_tokens(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
 
 
 def analyze(
-    model: Decoder,
-    initial: Decoder,
+    model: Decoder | Tables,
+    initial: Decoder | Tables,
     tokenizer: Tokenizer | None,
     counts: np.ndarray | None,
     ids: Sequence[int] | None = None,
@@ -360,15 +399,14 @@ def analyze(
 ) -> dict[str, Any]:
     """All the numbers of the report for `model` and `initial` (same config, untrained, same seed).
 
-    `counts` `[V]`: training count of each token, or None when the training data could not be found (the
-    frequent tokens are then the lowest ids, and the report says so). `ids`: the tokens whose neighbours are
-    listed (default: token 0 and the `frequent` most frequent).
+    Either may be a Decoder or its `Tables`. `counts` `[V]`: training count of each token, or None when the
+    training data could not be found (the frequent tokens are then the lowest ids, and the report says so).
+    `ids`: the tokens whose neighbours are listed (default: token 0 and the `frequent` most frequent).
     """
-    cfg: ModelConfig = model.config
-    vocab = cfg.vocab_size
+    model, initial = tables_of(model), tables_of(initial)
+    vocab = model.model["vocab_size"]
     notes = list(notes)
-    trained_table = model.token_embedding.weight.detach().double().cpu().numpy()  # [V, C]
-    initial_table = initial.token_embedding.weight.detach().double().cpu().numpy()
+    trained_table, initial_table = model.token_table, initial.token_table  # [V, C]
     if counts is not None:
         ranked = most_frequent(counts, vocab)
     else:
@@ -385,35 +423,18 @@ def analyze(
         pca_ids = ranked[:PCA_TOKENS]
         coords, explained = pca_2d(table[pca_ids])
         neighbours = nearest_tokens(table, ids, k)
-        return {
-            "neighbours": {i: nb for i, nb in zip(ids, neighbours, strict=True)},
-            "mean_top1_similarity": float(np.mean([nb[0][1] for nb in neighbours])) if k else None,
-            "pca": {"ids": pca_ids, "coords": coords, "explained": explained},
-            "norms": row_norms(table),
-        }
+        return {"neighbours": {i: nb for i, nb in zip(ids, neighbours, strict=True)},
+                "mean_top1_similarity": float(np.mean([nb[0][1] for nb in neighbours])) if k else None,
+                "pca": {"ids": pca_ids, "coords": coords, "explained": explained},
+                "norms": row_norms(table)}  # fmt: skip
 
     labels_needed = set(ids) | set(ranked[:PCA_TOKENS])
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA,
-        "run": run,
-        "model": {
-            "vocab_size": vocab,
-            "d_model": cfg.d_model,
-            "context_length": cfg.context_length,
-            "n_layers": cfg.n_layers,
-            "n_heads": cfg.n_heads,
-            "position": cfg.position,
-            "tie_embeddings": cfg.tie_embeddings,
-        },
-        "counts_available": counts is not None,
-        "counts": counts,
-        "tokens": ids,
-        "k": k,
-        "trained": view(trained_table),
-        "untrained": view(initial_table),
-        "positions": position_section(model, initial, k),
-        "notes": notes,
-    }
+    report: dict[str, Any] = {"schema": REPORT_SCHEMA, "run": run, "model": dict(model.model)}
+    if model.source is not None:
+        report["source"] = model.source  # a pretrained model: where it came from
+    report |= {"counts_available": counts is not None, "counts": counts, "tokens": ids, "k": k,
+               "trained": view(trained_table), "untrained": view(initial_table),
+               "positions": position_section(model, initial, k), "notes": notes}  # fmt: skip
     for table_view in (report["trained"], report["untrained"]):
         for nb in table_view["neighbours"].values():
             labels_needed |= {j for j, _ in nb}

@@ -33,7 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("octlm.report", "report what the embedding and position tables learned"),
     "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
     "export fixtures": ("octlm.fixtures", "write the JSON fixtures the web site's math is tested against"),
-    "experiment length": ("octlm.length", "train short, test long: every position scheme past its length"),
+    "experiment length": (
+        "octlm.length_command",
+        "train short, test long: every position scheme past its length",
+    ),
 }
 
 

@@ -14,6 +14,8 @@ import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
+LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
 
 
 @dataclass
@@ -164,6 +167,7 @@ class TrainConfig:
     run_name: str = ""  # empty: derived from the config name and position scheme
     sample_tokens: int = 120
     report: bool = True
+    log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.tracking)
 
     def problems(self) -> list[str]:
         p: list[str] = []
@@ -186,6 +190,8 @@ class TrainConfig:
             p.append(f"train.grad_clip = {self.grad_clip} must not be negative (0 turns clipping off)")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             p.append(f"train.device = {self.device!r} is unknown; choose auto, cpu or cuda")
+        if self.log not in LOGS:
+            p.append(f"train.log = {self.log!r} is unknown; choose one of {', '.join(LOGS)}")
         return p
 
 
@@ -216,7 +222,7 @@ class Config:
     def hash(self) -> str:
         """SHA-256 of what determines the trained weights (bookkeeping fields such as steps excluded)."""
         d = self.to_dict()
-        for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens"):
+        for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens", "log"):
             d["train"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
@@ -351,12 +357,12 @@ def config_from_dict(
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a TOML config (default: the built-in configs/day1.toml), apply overrides, validate."""
-    path = Path(path) if path is not None else default_config_path()
+    """Read a TOML config (default: the built-in octlm/configs/day1.toml), apply overrides, validate."""
+    path: Path | Traversable = Path(path) if path is not None else default_config_path()
     if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
         path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.toml")))
+        known = ", ".join(builtin_config_names())
         raise UserError(f"config file {str(path)!r} does not exist; built-in configs: {known}")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -364,13 +370,21 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise UserError(f"config file {str(path)!r} is nested too deeply to be a config") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"config file {str(path)!r} is not valid TOML: {error}") from None
-    return config_from_dict(raw, name=path.stem, overrides=overrides)
+    return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
 
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# The built-in configs are package data (octlm/configs/*.toml), found through importlib.resources so that an
+# installed wheel finds them too, whatever the working directory.
+CONFIG_DIR: Traversable = files("octlm") / "configs"
 
 
-def default_config_path() -> Path:
+def builtin_config_names() -> list[str]:
+    if not CONFIG_DIR.is_dir():  # an install without its package data
+        return []
+    return sorted(p.name.removesuffix(".toml") for p in CONFIG_DIR.iterdir() if p.name.endswith(".toml"))
+
+
+def default_config_path() -> Traversable:
     return CONFIG_DIR / "day1.toml"
 
 

@@ -22,6 +22,7 @@ every call). `SlidingWindowDataset` is the textbook windowing with a stride, for
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -169,7 +170,7 @@ def _encode_split(
 ) -> int:
     """Write `doc EOT doc EOT ...` for `docs` to `path` atomically; returns the token count."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two may build one cache at once
     eot = np.array([tokenizer.eot_id], dtype=dtype)
     count = 0
     try:

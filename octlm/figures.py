@@ -1,6 +1,7 @@
 """The report's figures, drawn from an `analyze` result (octlm/analysis.py), and the length experiment's.
 
-matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed.
+matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed. Also the
+web site's data (`web_export`, embeddings.json): the rows of the report's model that its playground draws.
 """
 
 from __future__ import annotations
@@ -9,11 +10,18 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from octlm.analysis import INIT_STD
+from octlm.analysis import INIT_STD, Tables, most_frequent, tables_of, to_json
+
+if TYPE_CHECKING:
+    from octlm.model import Decoder
+    from octlm.tokenizer import Tokenizer
+
+WEB_TOKENS = 300  # rows exported to embeddings.json
+WEB_SCHEMA = 1
 
 
 def _figure(width: float, height: float) -> Any:
@@ -178,10 +186,52 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
     figures["norms"] = plot_norms(
         [(f"{name} token table", report[name]["norms"]) for name in ("trained", "untrained")],
         report["counts"],
-        INIT_STD * math.sqrt(width),
+        report.get("source", {}).get("init_std", INIT_STD) * math.sqrt(width),
         folder / "norms.png",
     )
     return figures
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The web site's data
+
+
+def web_export(
+    report: dict[str, Any], model: Decoder | Tables, tokenizer: Tokenizer | None, n: int = WEB_TOKENS
+) -> dict[str, Any]:
+    """`embeddings.json` for the web site: the most frequent tokens' rows and the position similarity map.
+
+    Schema 1, as web/DATA.md defines it: {schema, run, position, d_model, tokens: [{id, text, count}],
+    token_table: rows `[N, C]` rounded to 5 decimals, position_similarity: `[T, T]` or null (schemes without
+    position vectors)}. Without training counts the tokens are the lowest ids and every count is 0 (the web
+    page's check wants a number).
+    """
+    counts, tables = report["counts"], tables_of(model)
+    table = tables.token_table  # [V, C]
+    ranked = most_frequent(counts, n) if counts is not None else list(range(min(n, len(table))))
+    pos = report["positions"]
+    return {
+        "schema": WEB_SCHEMA,
+        "run": report["run"],
+        "position": pos["scheme"],
+        "d_model": table.shape[1],
+        "tokens": [
+            {
+                "id": i,
+                "text": _token_text(tokenizer, i),
+                "count": int(counts[i]) if counts is not None else 0,
+            }
+            for i in ranked
+        ],
+        "token_table": to_json(table[ranked]),
+        "position_similarity": to_json(pos["trained"]["similarity"]) if pos["has_vectors"] else None,
+    }
+
+
+def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
+    if tokenizer is None or token_id >= tokenizer.vocab_size:
+        return f"<id {token_id}>"
+    return tokenizer.token_str(token_id)
 
 
 @dataclass

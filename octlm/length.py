@@ -14,20 +14,20 @@ the scored tokens, EOT 0 bytes) compare down a column and along a row.
   fixed factor s = max(eval lengths) / train length (`--rope-factor`; a deployed model is configured once, so
   short lengths pay for over-scaling), and `dynamic`, whose NTK factor is L / train length per length L.
 
-Outputs in `runs/length-<date>/` (or `--out`): `runs/<scheme>-seed<k>/` (reused when a finished run with the
-same config is there), `results.jsonl` (one record per scheme/variant, seed, length and mode), and from
-`octlm.length_results`: `results.md`, `length.png` and `length.json` (web/DATA.md; `--export-web` copies it).
+The grid (scheme × seed) is independent cells: `run_cells` trains and scores some or all of them, writing each
+to its own file (`octlm.length_cells`), and `collect` builds the outputs from whatever cells are there; the
+one-command `run_experiment` is exactly both. Outputs in `runs/length-<date>/` (or `--out`):
+`runs/<scheme>-seed<k>/` (reused when a finished run with the same config is there), `cells/<scheme>-seed<k>.json`,
+`results.jsonl` (one record per scheme/variant, seed, length and mode), and from `octlm.length_results`:
+`results.md`, `length.png` and `length.json` (web/DATA.md). The command line is `octlm.length_command`.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
+import hashlib
 import json
 import multiprocessing
 import os
-import shlex
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -38,15 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from octlm import length_results
-from octlm.config import (
-    POSITIONS,
-    Config,
-    add_config_arguments,
-    config_from_dict,
-    load_config,
-    overrides_from_args,
-)
+from octlm import length_cells, length_results
+from octlm.config import POSITIONS, Config, config_from_dict
 from octlm.errors import UserError
 from octlm.positions import rope_frequencies
 from octlm.rope_scaling import VARIANTS, scaled_frequencies
@@ -56,7 +49,9 @@ from octlm.scoring import Score, summed_loss
 
 SCHEMES = POSITIONS  # learned, sinusoidal, rope, alibi, t5, nope
 MODES = ("windows", "sliding")
-RECORDS_FILE = "results.jsonl"  # the output folder's other files are length_results' (see the docstring)
+RECORDS_FILE = (
+    "results.jsonl"  # the output folder's other files: length_cells' and length_results' (docstring)
+)
 
 # The default experiment: the day1 shape at context 64, sized to train 18 models and evaluate them in
 # under 30 minutes on 2 CPU cores (see docs/LOG.md, "Length experiment").
@@ -238,7 +233,7 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
     """One training's config: `base` with this scheme, seed and short context; one evaluation at the end."""
     steps = base.train.steps
     overrides = {"model.position": scheme, "model.context_length": settings.train_length, "train.seed": seed,
-                 "train.out_dir": str(runs_dir), "train.run_name": f"{scheme}-seed{seed}",
+                 "train.out_dir": str(runs_dir), "train.run_name": length_cells.cell_name(scheme, seed),
                  "train.eval_interval": steps, "train.checkpoint_interval": steps, "train.sample_tokens": 0,
                  "train.report": False}  # fmt: skip
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
@@ -303,18 +298,114 @@ def scored_runs(
 
 
 # ----------------------------------------------------------------------------------------------------
-# The experiment
+# The experiment: cells of the grid, each written to its file (octlm.length_cells), then collected
+
+
+def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
+    """The settings that define the grid (length_cells.GRID_KEYS), recorded with every cell."""
+    normal = run_config(config, SCHEMES[0], 0, settings, Path("runs"))  # nothing of any one cell
+    tokens = hashlib.sha256(text.tokens.tobytes() + text.token_bytes.tobytes()).hexdigest()
+    return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
+            "eval_windows": settings.eval_windows, "modes": list(settings.modes), "rope_factor": settings.factor,
+            "schemes": [s for s in SCHEMES if s in settings.schemes], "seeds": seeds,
+            "config_sha256": normal.hash(), "eval_sha256": tokens}  # fmt: skip
+
+
+@dataclass
+class CellsRun:
+    """What `run_cells` did: the cells it wrote, with how many workers, from when (perf_counter)."""
+
+    names: list[str]
+    workers: int
+    started: float
+
+
+def run_cells(
+    config: Config,
+    settings: Settings,
+    out_dir: Path,
+    command: str = "octlm experiment length",
+    progress: bool = True,
+    only: Sequence[str] = (),
+) -> CellsRun:
+    """Train and score the grid's cells (every scheme × seed, or the `--only SCHEME:SEED` ones) at the short
+    length, each written to `out_dir/cells/` as it finishes.
+
+    `config` is the base training config (model shape, data, optimisation); position, context length, seed and
+    run folder are set here per training. `command` (the whole experiment's) is recorded with each cell.
+    """
+    from octlm.data import prepare_data
+
+    problems = settings.problems()
+    if problems:
+        raise UserError("; ".join(problems))
+    started = time.perf_counter()
+    say = print if progress else (lambda *a, **k: None)
+    seeds = [config.train.seed + i for i in range(settings.seeds)]
+    schemes = [s for s in SCHEMES if s in settings.schemes]
+    jobs = length_cells.parse_only(only, schemes, seeds) if only else length_cells.grid_cells(schemes, seeds)
+    with length_cells.locked(out_dir):  # cells started together: the first builds the token cache
+        data = prepare_data(config.data, config.model.vocab_size, progress=progress)
+    text = make_eval_text(data.val, data.tokenizer, settings.eval_lengths, settings.eval_windows)
+    grid = grid_of(config, settings, seeds, text)
+    say(f"length experiment: {len(jobs)} of {len(schemes) * len(seeds)} trainings ({len(schemes)} schemes × "
+        f"{len(seeds)} seeds) at length {settings.train_length}, {config.train.steps} steps each; scoring "
+        f"{text.count:,} tokens at lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
+
+    configs = [run_config(config, scheme, seed, settings, out_dir / "runs") for scheme, seed in jobs]
+    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    say(f"{workers} worker process(es), {settings.threads} torch thread(s) each")
+    scored_bytes = text.bytes_of(text.tokens[text.start + 1 : text.start + text.count + 1])
+    facts = {"command": command, "config": config.to_dict(), "config_name": config.name,
+             "scored_tokens": text.count, "scored_bytes": scored_bytes}  # fmt: skip
+    for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
+        scheme, seed = records[0]["scheme"], records[0]["seed"]
+        length_cells.write_cell(out_dir, scheme, seed, grid, {**facts, "info": info}, records)
+        say(length_results.progress_line(done, len(jobs), records, info))
+    return CellsRun([length_cells.cell_name(s, k) for s, k in jobs], workers, started)
 
 
 @dataclass
 class LengthResult:
-    """What `run_experiment` wrote and measured."""
+    """What `collect` wrote and measured."""
 
     out_dir: Path
     records: list[dict]
     summary: list[dict]
     wall_seconds: float
     markdown: str
+    missing: list[str] = field(default_factory=list)  # the grid's cells with no file, as scheme:seed
+
+
+def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> LengthResult:
+    """results.jsonl, results.md, length.png and length.json from the cells in `out_dir/cells/`: whichever are
+    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
+    results.md and `missing`), and a scheme with no cell has no rows.
+    """
+    cells = length_cells.read_cells(out_dir, ran.names if ran else None)
+    grid = length_cells.agreed_grid(cells)
+    cells = length_cells.in_grid_order(grid, cells)
+    missing = length_cells.missing(grid, cells)
+    present = {cell.scheme for cell in cells}
+    settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
+                        seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
+                        eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
+                        rope_factor=grid["rope_factor"])  # fmt: skip
+    first = cells[0].facts
+    config = config_from_dict(first["config"], name=first["config_name"])
+    records = [record for cell in cells for record in cell.records]
+    (out_dir / RECORDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    workers = ran.workers if ran else None  # None: cells run separately, and `wall` is their time in all
+    seconds = sum(c.facts["info"]["train_wall"] + c.facts["info"]["eval_seconds"] for c in cells)
+    wall = time.perf_counter() - ran.started if ran else seconds
+    summary = length_results.summarize(records, settings)
+    facts = length_results.RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
+                                    first["scored_bytes"], workers, wall, missing)  # fmt: skip
+    markdown = length_results.write_results(out_dir, summary, records, settings, config, facts)
+    if progress:
+        files = [length_results.MD_FILE, RECORDS_FILE, length_results.FIGURE_FILE, length_results.WEB_FILE]
+        print(f"wrote {out_dir}/{', '.join(files)} from {len(cells)} cell(s) in {wall / 60:.1f} min")
+    return LengthResult(out_dir, records, summary, wall, markdown, missing)
 
 
 def run_experiment(
@@ -324,125 +415,6 @@ def run_experiment(
     command: str = "octlm experiment length",
     progress: bool = True,
 ) -> LengthResult:
-    """Train every scheme × seed at the short length, score each at every length and mode, write the outputs.
-
-    `config` is the base training config (model shape, data, optimisation); position, context length, seed and
-    run folder are set here per training.
-    """
-    from octlm.data import prepare_data
-
-    problems = settings.problems()
-    if problems:
-        raise UserError("; ".join(problems))
-    started = time.perf_counter()
-    say = print if progress else (lambda *a, **k: None)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    data = prepare_data(config.data, config.model.vocab_size, progress=progress)
-    text = make_eval_text(data.val, data.tokenizer, settings.eval_lengths, settings.eval_windows)
-    seeds = [config.train.seed + i for i in range(settings.seeds)]
-    jobs = [(scheme, seed) for seed in seeds for scheme in SCHEMES if scheme in settings.schemes]
-    say(f"length experiment: {len(jobs)} trainings ({len(settings.schemes)} schemes × {len(seeds)} seeds) at "
-        f"length {settings.train_length}, {config.train.steps} steps each; scoring {text.count:,} tokens at "
-        f"lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
-
-    configs = [run_config(config, scheme, seed, settings, out_dir / "runs") for scheme, seed in jobs]
-    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
-    say(f"{workers} worker process(es), {settings.threads} torch thread(s) each")
-    records: list[dict] = []
-    results_path = out_dir / RECORDS_FILE
-    results_path.write_text("", encoding="utf-8")
-    for done, (run_records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
-        records.extend(run_records)
-        with open(results_path, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in run_records)
-        say(length_results.progress_line(done, len(jobs), run_records, info))
-    order = {job: i for i, job in enumerate(jobs)}
-    records.sort(key=lambda r: order[(r["scheme"], r["seed"])])  # the same order however the workers finished
-
-    summary = length_results.summarize(records, settings)
-    wall = time.perf_counter() - started
-    scored_bytes = text.bytes_of(text.tokens[text.start + 1 : text.start + text.count + 1])
-    facts = length_results.RunFacts(command, seeds, text.count, scored_bytes, workers, wall)
-    markdown = length_results.write_results(out_dir, summary, records, settings, config, facts)
-    files = [length_results.MD_FILE, RECORDS_FILE, length_results.FIGURE_FILE, length_results.WEB_FILE]
-    say(f"wrote {out_dir}/{', '.join(files)} in {wall / 60:.1f} min")
-    return LengthResult(out_dir, records, summary, wall, markdown)
-
-
-# ----------------------------------------------------------------------------------------------------
-# `octlm experiment length`
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)  # --steps, --d-model, --text, --data-dir, --seed (the first seed), ...
-    parser.add_argument("--train-length", type=int, default=None, help="training context length (default 64)")
-    parser.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="L",
-                        help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
-    parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
-                        help=f"position schemes (default all: {' '.join(SCHEMES)})")  # fmt: skip
-    parser.add_argument("--eval-windows", type=int, default=None,
-                        help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
-    parser.add_argument("--rope-factor", type=float, default=None,
-                        help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)")  # fmt: skip
-    parser.add_argument("--quick", action="store_true",
-                        help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=0,
-                        help="trainings run at once, in worker processes (default: one per CPU core)")  # fmt: skip
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
-    parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
-    parser.add_argument("--out", default=None, help="output folder (default runs/length-<YYYY-MM-DD>)")
-    parser.add_argument("--export-web", default=None, metavar="PATH",
-                        help="also copy length.json here, e.g. web/public/data/length.json")  # fmt: skip
-    parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The --quick or full defaults, overridden by the options given."""
-    keys = ("train_length", "eval_lengths", "seeds", "eval_windows")
-    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    chosen = {**(QUICK if args.quick else FULL), **given}
-    return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
-                    seeds=chosen["seeds"], schemes=args.schemes or list(SCHEMES),
-                    eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
-                    jobs=args.jobs, threads=args.threads)  # fmt: skip
-
-
-def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any]) -> str:
-    """A command that reproduces this experiment: every experiment option spelled out, config as --set."""
-    parts = ["octlm", "experiment", "length"]
-    if args.quick:
-        parts.append("--quick")
-    if args.config:
-        parts += ["--config", args.config]
-    parts += ["--train-length", str(settings.train_length),
-              "--eval-lengths", *map(str, settings.eval_lengths),
-              "--seeds", str(settings.seeds), "--eval-windows", str(settings.eval_windows)]  # fmt: skip
-    if settings.schemes != list(SCHEMES):
-        parts += ["--schemes", *settings.schemes]
-    if settings.rope_factor is not None:
-        parts += ["--rope-factor", f"{settings.rope_factor:g}"]
-    for key, value in overrides.items():
-        value = " ".join(value) if isinstance(value, list) else value
-        parts += ["--set", f"{key}={value}"]
-    return shlex.join(parts)
-
-
-def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    overrides = overrides_from_args(args)
-    defaults = QUICK_DEFAULTS if args.quick else FULL_DEFAULTS
-    config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
-    out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
-    command = command_line(args, settings, overrides)
-    result = run_experiment(config, settings, out, command, progress=not args.no_progress)
-    if args.export_web:
-        target = Path(args.export_web)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / length_results.WEB_FILE, target)
-        if not args.no_progress:
-            print(f"copied {length_results.WEB_FILE} to {target}")
-    if not args.no_progress:
-        print()
-        print(result.markdown)
-    return 0
+    """The whole grid in one command: `run_cells` for every scheme × seed, then `collect` of those cells."""
+    ran = run_cells(config, settings, out_dir, command, progress)
+    return collect(out_dir, progress, ran)

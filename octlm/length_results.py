@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from octlm.figures import Curve, plot_length
 from octlm.jsonable import to_json
 from octlm.rope_scaling import LABELS, VARIANTS
 
-if TYPE_CHECKING:  # octlm.length imports this module to write its results
+if TYPE_CHECKING:  # octlm.length imports this module to write its results (annotations only here)
     from octlm.config import Config
     from octlm.length import Settings
 
@@ -37,8 +37,9 @@ class RunFacts:
     seeds: list[int]
     scored_tokens: int
     scored_bytes: int
-    workers: int
+    workers: int | None  # None: collected from cells run separately (wall_seconds: their time in all)
     wall_seconds: float
+    missing: list[str] = field(default_factory=list)  # cells of the grid left out, as scheme:seed
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -163,6 +164,11 @@ def results_blocks(
         f"vocabulary {mc.vocab_size}), seeds {seeds}; corpus "
     )
     wall = f". Wall time {facts.wall_seconds / 60:.1f} min ({facts.workers} worker process(es))."
+    if facts.workers is None:
+        minutes = facts.wall_seconds / 60
+        wall = f". Collected from cells run separately ({minutes:.1f} min of training and scoring in all)."
+    if facts.missing:
+        wall += f" Missing cells, left out: {', '.join(facts.missing)}."
     cells = (
         f"Every cell scores the same {facts.scored_tokens:,} validation tokens ({facts.scored_bytes:,} "
         "bytes). Cells: bits per byte, mean ± sample standard deviation over seeds. "

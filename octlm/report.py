@@ -1,7 +1,9 @@
-"""`octlm inspect runs/<name>`: what the token table and the position scheme learned.
+"""`octlm inspect runs/<name>` (or `--hf NAME_OR_PATH`): what the token table and the position scheme learned.
 
 A trained run is compared with an untrained model of the same config and seed (its starting point), because an
-embedding space only means something next to one that has not learned anything. The report holds:
+embedding space only means something next to one that has not learned anything. A pretrained Hugging Face
+model (GPT-2, Llama, GPT-NeoX; loaded by octlm/hf_inspect.py) gets the same report, beside a freshly
+initialised model of its config and without training counts. The report holds:
 
 - nearest neighbours by cosine similarity of chosen tokens (default: token 0 and the most frequent training
   tokens), trained and untrained;
@@ -13,9 +15,9 @@ embedding space only means something next to one that has not learned anything. 
 
 The stage is four modules: octlm/analysis.py computes every number (`analyze`, one JSON-able dict),
 octlm/figures.py draws them, octlm/document.py renders blocks to Markdown and HTML, and this module writes
-the report's text, the web site's embeddings.json, the files (`write_report`) and the CLI.
+the report's text, the files (`write_report`, `write_pretrained_report`) and the CLI.
 
-    runs/<name>/report/
+    runs/<name>/report/ (--hf: reports/<name>/)
         report.md  report.html  report.json  embeddings.json  positions.png  tokens_pca.png  norms.png
         [position_scheme.png for RoPE, ALiBi and T5]
 """
@@ -36,24 +38,21 @@ from octlm.analysis import (
     DEFAULT_TOP,
     INIT_STD,
     Neighbours,
+    Tables,
     analyze,
-    most_frequent,
     resolve_tokens,
     to_json,
     token_counts,
 )
 from octlm.document import Block, Code, Heading, Image, Inline, Paragraph, Table, render_html, render_markdown
 from octlm.errors import UserError
-from octlm.figures import draw_figures
+from octlm.figures import draw_figures, web_export
 from octlm.run import Run
 
 if TYPE_CHECKING:
     from octlm.config import Config
     from octlm.model import Decoder
     from octlm.tokenizer import Tokenizer
-
-WEB_TOKENS = 300  # rows exported to embeddings.json
-WEB_SCHEMA = 1
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -69,29 +68,40 @@ def _neighbour_cells(nb: Neighbours, labels: dict[int, str]) -> list[str | Code]
 
 def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
     """The report as blocks, in reading order."""
-    m = report["model"]
+    m, source = report["model"], report.get("source")
+    shape = (
+        f"Position scheme {m['position']}, vocabulary V = {m['vocab_size']:,}, width C = {m['d_model']}, "
+        f"context T = {m['context_length']}, layers {m['n_layers']}, heads {m['n_heads']}"
+        f"{', output head tied to the token table' if m['tie_embeddings'] else ''}."
+    )
+    if source is None:
+        intro = (f"After {report['step']:,} training steps. " if report.get("step") is not None else "") + (
+            shape + " Every table compares the trained model with an untrained one of the same config and "
+            "seed: its starting point."
+        )
+    else:
+        intro = f"{source['summary']} {shape}"
     blocks: list[Block] = [
         Heading(f"What the embeddings learned: {report['run'] or 'model'}", 1),
-        Paragraph(
-            (f"After {report['step']:,} training steps. " if report.get("step") is not None else "")
-            + f"Position scheme {m['position']}, vocabulary V = {m['vocab_size']:,}, "
-            f"width C = {m['d_model']}, context T = {m['context_length']}, layers {m['n_layers']}, "
-            f"heads {m['n_heads']}"
-            f"{', output head tied to the token table' if m['tie_embeddings'] else ''}. Every table compares "
-            "the trained model with an untrained one of the same config and seed: its starting point."
-        ),
+        Paragraph(intro),
     ]
     blocks += [Paragraph(note) for note in report["notes"]]
     blocks += _token_blocks(report) + _position_blocks(report, figures)
+    pca = f"The {len(report['trained']['pca']['ids'])} most frequent tokens' rows"
+    norms = "Row norm against training count"
+    if source is not None:  # no training counts: the lowest ids, norms by id
+        pca, norms = (
+            f"The rows of the first {len(report['trained']['pca']['ids'])} token ids",
+            "Row norm by token id",
+        )
     blocks.append(Heading("The token table"))
     blocks.append(
         Image(
             figures["tokens_pca"],
-            f"The {len(report['trained']['pca']['ids'])} most frequent tokens' rows projected on their first "
-            "two principal components, trained and untrained.",
+            f"{pca} projected on their first two principal components, trained and untrained.",
         )
     )
-    blocks.append(Image(figures["norms"], "Row norm against training count, trained and untrained."))
+    blocks.append(Image(figures["norms"], f"{norms}, trained and untrained."))
     if "unseen" in report:
         blocks += _unseen_blocks(report["unseen"], m)
     return blocks
@@ -231,48 +241,6 @@ def _unseen_blocks(unseen: dict[str, Any], m: dict[str, Any]) -> list[Block]:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The web site's data
-
-
-def web_export(
-    report: dict[str, Any], model: Decoder, tokenizer: Tokenizer | None, n: int = WEB_TOKENS
-) -> dict[str, Any]:
-    """`embeddings.json` for the web site: the most frequent tokens' rows and the position similarity map.
-
-    Schema 1, as web/DATA.md defines it: {schema, run, position, d_model, tokens: [{id, text, count}],
-    token_table: rows `[N, C]` rounded to 5 decimals, position_similarity: `[T, T]` or null (schemes without
-    position vectors)}. Without training counts the tokens are the lowest ids and every count is 0 (the web
-    page's check wants a number).
-    """
-    counts = report["counts"]
-    ranked = most_frequent(counts, n) if counts is not None else list(range(min(n, model.config.vocab_size)))
-    table = model.token_embedding.weight.detach().double().cpu().numpy()
-    pos = report["positions"]
-    return {
-        "schema": WEB_SCHEMA,
-        "run": report["run"],
-        "position": pos["scheme"],
-        "d_model": model.config.d_model,
-        "tokens": [
-            {
-                "id": i,
-                "text": _token_text(tokenizer, i),
-                "count": int(counts[i]) if counts is not None else 0,
-            }
-            for i in ranked
-        ],
-        "token_table": to_json(table[ranked]),
-        "position_similarity": to_json(pos["trained"]["similarity"]) if pos["has_vectors"] else None,
-    }
-
-
-def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
-    if tokenizer is None or token_id >= tokenizer.vocab_size:
-        return f"<id {token_id}>"
-    return tokenizer.token_str(token_id)
-
-
-# ------------------------------------------------------------------------------------------------------------
 # Putting it together
 
 
@@ -354,9 +322,34 @@ def write_report(
     return write_files(report, model, tokenizer, folder, export_web)
 
 
+def write_pretrained_report(
+    name: str,
+    tokens: list[str] | None = None,
+    ids: list[int] | None = None,
+    top: int = DEFAULT_TOP,
+    frequent: int = DEFAULT_FREQUENT,
+    out: str | Path | None = None,
+    export_web: str | Path | None = None,
+) -> Path:
+    """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default reports/<name>/).
+
+    `name`: a local folder or a Hub name (see octlm/hf_inspect.py); UserError when it is refused.
+    """
+    from octlm.hf_inspect import default_out, load_pretrained
+
+    loaded = load_pretrained(name)
+    chosen = resolve_tokens(loaded.tokenizer, tokens or []) + list(ids or []) if tokens or ids else None
+    report = analyze(
+        loaded.trained, loaded.initial, loaded.tokenizer, None, chosen, top, frequent, name, loaded.notes
+    )
+    report["step"] = None
+    folder = Path(out) if out is not None else default_out(name)
+    return write_files(report, loaded.trained, loaded.tokenizer, folder, export_web)
+
+
 def write_files(
     report: dict[str, Any],
-    model: Decoder,
+    model: Decoder | Tables,
     tokenizer: Tokenizer | None,
     folder: Path,
     export_web: str | Path | None = None,
@@ -386,39 +379,21 @@ def write_files(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a run folder made by `octlm train`, e.g. runs/day1-learned")
-    parser.add_argument(
-        "--tokens",
-        nargs="+",
-        metavar="TEXT",
-        default=None,
-        help="tokens to inspect, by text (each must be one token), e.g. --tokens ' def' ' self'; "
-        "in bash, $'\\n    ' gives a newline",
-    )
-    parser.add_argument(
-        "--ids", nargs="+", type=int, metavar="ID", default=None, help="tokens to inspect, by id"
-    )
-    parser.add_argument(
-        "--top",
-        type=int,
-        default=DEFAULT_TOP,
-        metavar="N",
-        help=f"neighbours listed per token and position (default {DEFAULT_TOP})",
-    )
-    parser.add_argument(
-        "--frequent",
-        type=int,
-        default=DEFAULT_FREQUENT,
-        metavar="N",
-        help=f"without --tokens/--ids: token 0 and the N most frequent (default {DEFAULT_FREQUENT})",
-    )
-    parser.add_argument("--out", default=None, help="report folder (default: RUN/report)")
-    parser.add_argument(
-        "--export-web",
-        default=None,
-        metavar="PATH",
-        help="also copy embeddings.json here, e.g. web/public/data/embeddings.json",
-    )
+    parser.add_argument("run", nargs="?", help="a run folder made by `octlm train`, e.g. runs/day1-learned")
+    parser.add_argument("--hf", metavar="NAME_OR_PATH",
+                        help="instead of RUN: a pretrained GPT-2, Llama or GPT-NeoX model of Hugging Face "
+                        "transformers, a local folder or a Hub name (e.g. gpt2); safetensors weights only")  # fmt: skip
+    parser.add_argument("--tokens", nargs="+", metavar="TEXT",
+                        help="tokens to inspect, by text (each must be one token), e.g. --tokens ' def' ' self'; "
+                        "in bash, $'\\n    ' gives a newline")  # fmt: skip
+    parser.add_argument("--ids", nargs="+", type=int, metavar="ID", help="tokens to inspect, by id")
+    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
+                        help=f"neighbours listed per token and position (default {DEFAULT_TOP})")  # fmt: skip
+    parser.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, metavar="N",
+                        help=f"without --tokens/--ids: token 0 and the N most frequent (default {DEFAULT_FREQUENT})")  # fmt: skip
+    parser.add_argument("--out", help="report folder (default: RUN/report; with --hf: reports/NAME)")
+    parser.add_argument("--export-web", metavar="PATH",
+                        help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -426,10 +401,18 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--top {args.top} must be at least 1")
     if args.frequent < 0:
         raise UserError(f"--frequent {args.frequent} must not be negative")
-    folder = write_report(args.run, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web)
+    if (args.run is None) == (args.hf is None):
+        raise UserError(
+            "give exactly one of RUN (an octlm run folder) and --hf NAME_OR_PATH (a pretrained model)"
+        )
+    write = write_report if args.hf is None else write_pretrained_report
+    folder = write(
+        args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
+    )
     numbers = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     labels = numbers["labels"]
-    print(f"nearest tokens by cosine similarity (trained; run {numbers['run']}):")
+    what = f"trained; run {numbers['run']}" if args.hf is None else f"pretrained; model {numbers['run']}"
+    print(f"nearest tokens by cosine similarity ({what}):")
     for i in numbers["tokens"]:
         nb = numbers["trained"]["neighbours"][str(i)]
         listed = ", ".join(f"{labels[str(j)]} {s:.2f}" for j, s in nb)

@@ -28,6 +28,7 @@ RESUMABLE_FIELDS = frozenset(
         "train.compile",
         "train.report",
         "train.sample_tokens",
+        "train.log",
         "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
     }
 )

@@ -10,6 +10,7 @@
         .checkpoint-old/           the previous checkpoint, only for the moment of a swap (or after a crash)
         .checkpoint-tmp-<pid>/     a checkpoint being written
         report/                    what `octlm inspect` writes
+        tensorboard/               TensorBoard event files, with `--log tensorboard` (octlm.tracking)
 
 Every other module asks a `Run` for a path or a record instead of spelling a file name. Reading never executes
 code: config.json and metrics.jsonl are JSON, and every problem is a UserError naming the file.
@@ -36,6 +37,7 @@ META_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 REPORT_DIR = "report"
+TENSORBOARD_DIR = "tensorboard"
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,10 @@ class Run:
     @property
     def report_dir(self) -> Path:
         return self.path / REPORT_DIR
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / TENSORBOARD_DIR
 
     def has_checkpoint(self) -> bool:
         """A checkpoint folder (complete or not) is there: a new run must not start over it by accident."""

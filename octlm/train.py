@@ -10,7 +10,7 @@ Choices, and why (the optimizer's and the schedule's are in `octlm.optim`):
   `torch.Generator` whose state is checkpointed together with the global RNG. A CPU run that is stopped and
   resumed ends bit-identical to an uninterrupted one (tests check this).
 - Resume may change only bookkeeping (`octlm.resume.RESUMABLE_FIELDS`: steps, evaluation and checkpoint intervals, devices,
-  out_dir, run name, report, sample length, data_dir). Extending `steps` stretches the cosine from the resume
+  out_dir, run name, report, sample length, log, data_dir). Extending `steps` stretches the cosine from the resume
   point on; the tokenizer, the corpus and the token files must hash the same as when the run started.
 - DDP: `torchrun --nproc_per_node=N -m octlm train ...`. Every rank draws the same global batch of N·B offsets
   from the shared generator and takes its own slice, so N processes with batch B follow the same trajectory as
@@ -51,6 +51,7 @@ from octlm.runtime import (
     rng_state,
 )
 from octlm.scoring import evaluate
+from octlm.tracking import make_tracker
 
 
 @dataclass
@@ -169,7 +170,7 @@ def prepare_folder(run: Run, ckpt: Checkpoint | None, data: PreparedData) -> Non
     if ckpt:
         run.truncate_metrics(ckpt.step)
     else:
-        for stale in (run.checkpoint_dir, run.old_checkpoint_dir):  # --overwrite
+        for stale in (run.checkpoint_dir, run.old_checkpoint_dir, run.tensorboard_dir):  # --overwrite
             if stale.is_dir():
                 shutil.rmtree(stale)
         run.reset_metrics()
@@ -304,6 +305,7 @@ def train(
     show = progress and dist.main
     say = tqdm.write if show else (lambda *a, **k: None)
     try:
+        tracker = make_tracker(config, run, dist)  # before any work: a missing package fails here
         ckpt = checkpoint_to_resume(config, run, resume, overwrite)
         data, hashes = data_for_run(config, ckpt, dist, show)
         state = build_state(config, ckpt, data, hashes, device, dist)
@@ -318,7 +320,11 @@ def train(
         tc, tokens_per_step = config.train, config.train.batch_size * config.model.context_length * dist.world
         interrupted = False
         state.model.train()
-        with StopRequest(say) as stop, _progress_bar(config, run, state, show) as bar:
+        with (
+            StopRequest(say) as stop,
+            _progress_bar(config, run, state, show) as bar,
+            tracker.writing(state.start_step) as track,
+        ):
             while state.step < tc.steps:
                 t0 = time.perf_counter()
                 loss = train_step(state, config, device, dist, run)
@@ -331,6 +337,7 @@ def train(
                 )
                 if state.step % tc.eval_interval == 0 or state.step == tc.steps:
                     record = evaluate_and_record(state, config, device, dist, run, started)
+                    track.record(record, state.model)
                     say(
                         f"step {state.step}: train loss {record['train_loss']:.4f}, "
                         f"val loss {record['val_loss']:.4f}, bits/byte {record['val_bpb']:.4f}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,26 @@ def test_missing_and_malformed_files_are_user_errors(tmp_path: Path) -> None:
     good.write_text('[model]\nposition = "alibi"\nn_heads = 8\n', encoding="utf-8")
     config = load_config(good)
     assert (config.name, config.model.position, config.model.n_heads) == ("mine", "alibi", 8)
+
+
+def test_builtin_configs_are_package_data_found_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The built-in configs ship inside the package (octlm/configs/, importlib.resources), so an installed wheel
+    finds them whatever the working directory; scripts/wheel-check checks the wheel itself."""
+    monkeypatch.chdir(tmp_path)  # nowhere near the repository
+    configs = files("octlm") / "configs"
+    names = sorted(p.name for p in configs.iterdir() if p.name.endswith(".toml"))
+    assert names == ["day1.toml", "modern.toml"]
+    assert load_config().name == "day1" and load_config("day1").name == "day1"
+    assert load_config("modern").model.position == "rope"
+    with pytest.raises(UserError, match=r"'nope' does not exist; built-in configs: day1, modern$"):
+        load_config("nope")
+    assert main(["model", "--config", "modern", "--dry-run"]) == 0
+    assert "parameters: 526,976 " in capsys.readouterr().out
+    # a relative path to the user's own file still works
+    (tmp_path / "mine.toml").write_text('[model]\nposition = "t5"\n', encoding="utf-8")
+    assert load_config("mine.toml").model.position == "t5"
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -28,13 +28,13 @@ from octlm.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 TOL = 1e-4
 
 SMALL_GPT2 = ModelConfig(vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=256)
-DAY1 = ModelConfig()  # configs/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
+DAY1 = ModelConfig()  # octlm/configs/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
 SMALL_LLAMA = ModelConfig(
     vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=172,
     position="rope", norm="rmsnorm", mlp="swiglu", bias=False, rope_base=500.0, norm_eps=1e-6,
 )  # fmt: skip
 MODERN = dataclasses.replace(SMALL_LLAMA, vocab_size=1024, d_model=128, context_length=128, d_ff=344,
-                             rope_base=10000.0, norm_eps=1e-5)  # configs/modern.toml  # fmt: skip
+                             rope_base=10000.0, norm_eps=1e-5)  # octlm/configs/modern.toml  # fmt: skip
 
 
 def random_model(config: ModelConfig, seed: int = 0) -> Decoder:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,7 @@ from octlm.length import (
     sliding_part,
     windows_for,
 )
+from octlm.length_cells import GRID_KEYS
 from octlm.length_results import bpb_table, summarize
 from octlm.model import Decoder
 from octlm.positions import rope_frequencies
@@ -152,6 +156,107 @@ def test_a_second_run_reuses_the_trained_models(quick: dict[str, Any], capsys: p
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The grid in cells: --only in separate processes, --collect
+
+
+def bpb_tables(out: Path) -> list[str]:
+    return [
+        block
+        for block in (out / "results.md").read_text().split("\n\n")
+        if block.startswith("| scheme | L = ")
+    ]
+
+
+def timeless(out: Path) -> list[dict]:
+    """results.jsonl without its wall-time field."""
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "train_seconds"} for r in records]
+
+
+def test_cells_in_separate_processes_collect_to_the_one_command_run(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "text")
+    grid = ["experiment", "length", "--quick", "--schemes", "learned", "rope", "alibi", "--seeds", "1",
+            "--text", str(corpus), "--data-dir", str(tmp_path / "data"), "--no-progress"]  # fmt: skip
+    cells, one = tmp_path / "cells-out", tmp_path / "one-out"
+    started = time.perf_counter()
+    # Three processes at once into one folder, on a fresh token cache (the first to get the lock builds it).
+    procs = [subprocess.Popen([tiny.PYTHON, "-m", "octlm", *grid, "--out", str(cells), "--only", cell],
+                              cwd=tmp_path, env=tiny.quiet_env(), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for cell in ("rope:1337", "alibi:1337", "learned:1337")]  # fmt: skip
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    spread = time.perf_counter() - started
+    assert sorted(p.name for p in (cells / "cells").iterdir()) == [
+        ".lock", "alibi-seed1337.json", "learned-seed1337.json", "rope-seed1337.json"]  # fmt: skip
+    assert not (cells / "results.md").exists()  # --only writes cells, nothing else
+    code, _, err = tiny.run_cli(["experiment", "length", "--collect", "--out", str(cells), "--no-progress"])
+    assert code == 0 and err == ""  # nothing missing
+    started = time.perf_counter()
+    assert main(grid + ["--out", str(one)]) == 0
+    print(
+        f"3 cells as 3 processes: {spread:.1f} s; the one-command run: {time.perf_counter() - started:.1f} s"
+    )
+
+    # learned, five RoPE rows and alibi × three lengths × two modes; wall time is the one field that may differ
+    assert timeless(cells) == timeless(one) and len(timeless(one)) == (1 + 5 + 1) * 3 * 2
+    assert bpb_tables(cells) == bpb_tables(one) and len(bpb_tables(one)) == 2
+    assert (cells / "length.json").read_bytes() == (one / "length.json").read_bytes()
+    assert "Collected from cells run separately" in (cells / "results.md").read_text()
+    assert "worker process(es)" in (one / "results.md").read_text()
+
+
+def test_collect_names_the_missing_cells(quick: dict[str, Any], tmp_path: Path) -> None:
+    shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
+    (tmp_path / "cells" / "rope-seed1338.json").unlink()
+    (tmp_path / "cells" / "learned-seed1337.json").unlink()
+    code, out, err = tiny.run_cli(["experiment", "length", "--collect", "--out", str(tmp_path)])
+    assert code == 0
+    assert err.splitlines() == [
+        "octlm experiment length: 2 cell(s) of the grid missing, collected without them: learned:1337 rope:1338"
+    ]
+    assert "Missing cells, left out: learned:1337, rope:1338." in (tmp_path / "results.md").read_text()
+    assert "from 10 cell(s)" in out
+    records = timeless(tmp_path)
+    assert {(r["scheme"], r["seed"]) for r in records} == {
+        (s, k) for s in SCHEMES for k in (1337, 1338) if (s, k) not in (("rope", 1338), ("learned", 1337))}  # fmt: skip
+    assert records == [r for r in timeless(quick["out"]) if r in records]  # the same, in the same order
+    rows = json.loads((tmp_path / "length.json").read_text())["rows"]
+    assert {r["n_seeds"] for r in rows if r["scheme"] in ("rope", "learned")} == {1}
+
+
+def collect_error(out: Path) -> str:
+    """`--collect` of `out`, which must fail with one line on stderr and write no results; that line."""
+    code, _, err = tiny.run_cli(["experiment", "length", "--collect", "--out", str(out)])
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert not (out / "results.md").exists()
+    return err
+
+
+def test_collect_refuses_a_cell_made_with_other_settings(quick: dict[str, Any], tmp_path: Path) -> None:
+    shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
+    (tmp_path / "runs").symlink_to(quick["out"] / "runs")  # the trained models are reused: only scoring runs
+    argv = [a for a in quick["argv"] if a != "--export-web" and a != str(quick["web"])]
+    argv[argv.index("--out") + 1] = str(tmp_path)
+    assert main(argv + ["--only", "alibi:1337", "--eval-windows", "2"]) == 0
+    err = collect_error(tmp_path)
+    assert "alibi-seed1337.json was made with a different --eval-windows (2) from" in err
+
+
+@pytest.mark.parametrize("key, value", [("train_length", 32), ("config_sha256", "0" * 64)])
+def test_collect_names_the_cell_and_the_setting_that_differ(
+    key: str, value: Any, quick: dict[str, Any], tmp_path: Path
+) -> None:
+    (tmp_path / "cells").mkdir()
+    shutil.copy(quick["out"] / "cells" / "alibi-seed1337.json", tmp_path / "cells")
+    cell = json.loads((quick["out"] / "cells" / "t5-seed1338.json").read_text())
+    cell["grid"][key] = value
+    (tmp_path / "cells" / "t5-seed1338.json").write_text(json.dumps(cell))
+    err = collect_error(tmp_path)
+    assert "t5-seed1338.json" in err and GRID_KEYS[key] in err and "alibi-seed1337.json" in err
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The pieces
 
 
@@ -235,7 +340,9 @@ def test_table_marks_best_and_within_spread() -> None:
 @pytest.mark.parametrize(
     "flags, message",
     [(["--schemes", "rope", "xpos"], "xpos"), (["--seeds", "0"], "--seeds 0"), (["--train-length", "1"], "--train-length 1"),
-     (["--eval-lengths", "0", "16"], "--eval-lengths"), (["--rope-factor", "0.5"], "--rope-factor")],
+     (["--eval-lengths", "0", "16"], "--eval-lengths"), (["--rope-factor", "0.5"], "--rope-factor"),
+     (["--only", "rope"], "must look like SCHEME:SEED"), (["--only", "rope:1339"], "rope:1339 is not a cell"),
+     (["--schemes", "alibi", "--only", "rope:1337"], "rope:1337 is not a cell")],
 )  # fmt: skip
 def test_bad_options_are_user_errors(
     flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
