@@ -34,7 +34,7 @@ import torch
 
 from octlm.analysis import MODEL_FIELDS, Tables
 from octlm.errors import UserError
-from octlm.tokenizer import _byte_of_char
+from octlm.tokenizer import byte_of_char
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -229,7 +229,7 @@ class PretrainedTokenizer:
         token = self._tokenizer.convert_ids_to_tokens(int(token_id))
         if token is None:
             return f"<id {token_id}>".encode()
-        byte_of = _byte_of_char()
+        byte_of = byte_of_char()
         if self._byte_level and all(c in byte_of for c in token):
             return bytes(byte_of[c] for c in token)
         if match := re.fullmatch(r"<0x([0-9A-Fa-f]{2})>", token):

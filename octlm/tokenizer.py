@@ -37,7 +37,7 @@ TOKENIZER_VERSION = 1
 
 
 @cache  # built once: token_bytes runs per streamed token
-def _byte_of_char() -> dict[str, int]:
+def byte_of_char() -> dict[str, int]:
     """ByteLevel's stand-in character -> the byte it stands for (GPT-2's bytes_to_unicode inverted)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
     printable += list(range(ord("®"), ord("ÿ") + 1))
@@ -88,7 +88,7 @@ class Tokenizer:
             raise UserError(f"token id {token_id} is out of range; the vocabulary has {self.vocab_size} ids")
         if token == EOT:
             return EOT.encode("utf-8")
-        byte_of = _byte_of_char()
+        byte_of = byte_of_char()
         return bytes(byte_of[c] for c in token)
 
     def token_str(self, token_id: int) -> str:
