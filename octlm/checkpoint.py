@@ -8,34 +8,42 @@ SHA-256 of everything), written last.
 Everything is written inside a temporary folder; after every file is fsynced the folder is swapped in by
 renames (checkpoint -> previous, temporary -> checkpoint, previous removed). A crash at any point leaves a
 complete current or a complete previous checkpoint, and the loader falls back to the latter when the former is
-missing.
+missing. A failed write is one UserError naming the file, the cause (by its errno, found by writing the bytes
+again where a library hides it) and the fix; the checkpoint folders are never symbolic links (nothing is
+renamed or deleted outside the run).
 
 Loading is safe with untrusted files: safetensors holds raw tensors only, `torch.load(weights_only=True)`
 refuses pickled objects other than tensors and plain containers, and the description is JSON. RNG states,
-which are byte tensors, travel inside it as base64.
+which are byte tensors, travel inside it as base64 (`octlm.checkpoint_meta` checks every entry).
 """
 
 from __future__ import annotations
 
-import base64
+import contextlib
+import functools
 import hashlib
+import io
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
+from octlm.checkpoint_meta import decode, encode, seal
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
+from octlm.os_errors import WriteFailed, explain, first_line, stage
 from octlm.run import META_FILE, MODEL_FILE, OPTIMIZER_FILE, SCHEMA_VERSION, Run, read_meta, write_meta
 
 if TYPE_CHECKING:
     from octlm.model import Decoder
     from octlm.tokenizer import Tokenizer
 
+T = TypeVar("T")  # what a read returns
 TIED_KEY = "head.weight"  # stored once as token_embedding.weight when the head is tied
 TABLE_KEY = "token_embedding.weight"
 
@@ -72,41 +80,6 @@ def sha256_array(array: Any) -> str:
     import numpy as np
 
     return hashlib.sha256(memoryview(np.ascontiguousarray(array)).cast("B")).hexdigest()
-
-
-def _encode(value: Any) -> Any:
-    """JSON-able form of `value`: tensors become {"__tensor__": dtype, "shape", "base64"}."""
-    if isinstance(value, Tensor):
-        t = value.detach().cpu().contiguous()
-        raw = t.view(torch.uint8) if t.dtype != torch.uint8 else t
-        data = raw.numpy().tobytes()
-        return {
-            "__tensor__": str(t.dtype).removeprefix("torch."),
-            "shape": list(t.shape),
-            "base64": base64.b64encode(data).decode("ascii"),
-        }
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        if "__tensor__" in value:
-            dtype = getattr(torch, str(value["__tensor__"]), None)
-            if not isinstance(dtype, torch.dtype):
-                raise UserError(f"checkpoint state names an unknown tensor type {value['__tensor__']!r}")
-            data = bytearray(base64.b64decode(value["base64"]))
-            flat = torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-            return flat.view(dtype).reshape(value["shape"]).clone()
-        return {k: _decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
 
 
 def _fsync(path: Path) -> None:
@@ -157,6 +130,113 @@ def weights_for_saving(model: nn.Module) -> dict[str, Tensor]:
 # Save
 
 
+def _torch_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def check_checkpoint_layout(run_dir: str | Path) -> None:
+    """Refuse, before anything is written, what a checkpoint swap would write through or trip over.
+
+    The run folder may itself be a link (runs/ on another disk is fine), but its checkpoint folders may not:
+    renaming or deleting them would act on a folder outside the run.
+    """
+    run = Run.of(run_dir)
+    if run.path.exists() and not run.path.is_dir():
+        raise UserError(
+            f"{str(run.path)!r} is a file, not a run folder; move it away or choose another --name"
+        )
+    for path in (run.checkpoint_dir, run.old_checkpoint_dir):
+        if path.is_symlink():
+            raise UserError(
+                f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); octlm writes checkpoints only "
+                "inside the run folder, never through a link: replace the link by the folder it points to "
+                "(rm the link, then mv that folder here), or make the whole run folder the link instead"
+            )
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{str(path)!r} is a file, not a checkpoint folder; move it out of the way")
+
+
+def _remove_stale(run: Run) -> None:
+    """Temporary folders left by a crash mid-save (never a complete checkpoint); a link is unlinked, not
+    followed."""
+    for stale in run.stale_tmp_dirs():
+        try:
+            if stale.is_symlink() or not stale.is_dir():
+                stale.unlink()
+            else:
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:
+            pass  # whatever blocks it blocks our own mkdir too, which names it
+
+
+def _write_files(
+    tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, meta: dict[str, Any]
+) -> None:
+    """Weights, optimizer state and (last) config.json into `tmp`, each fsynced."""
+    from safetensors.torch import save, save_file  # looked up per call: tests hook save_file
+
+    weights, header = weights_for_saving(model), {"format": "pt"}
+    model_path, opt_path = tmp / MODEL_FILE, tmp / OPTIMIZER_FILE
+    stage(model_path, lambda: save_file(weights, str(model_path), metadata=header),
+           lambda: save(weights, metadata=header))  # fmt: skip
+    meta["sha256"][MODEL_FILE] = stage(model_path, lambda: sha256_file(model_path))
+    if optimizer is not None:
+        opt_state = optimizer.state_dict()
+        stage(opt_path, lambda: torch.save(opt_state, opt_path), lambda: _torch_bytes(opt_state))
+        meta["sha256"][OPTIMIZER_FILE] = stage(opt_path, lambda: sha256_file(opt_path))
+    sealed = seal(meta)
+    stage(tmp / META_FILE, lambda: write_meta(tmp, sealed))
+    for path in (model_path, opt_path, tmp / META_FILE):
+        if path.exists():
+            stage(path, functools.partial(_fsync, path))
+    _fsync_dir(tmp)
+
+
+def _swap(run: Run, tmp: Path) -> None:
+    """checkpoint -> .checkpoint-old, tmp -> checkpoint, old removed; a failure keeps the previous one."""
+    final, old = run.checkpoint_dir, run.old_checkpoint_dir
+    if final.exists():
+        if old.exists():  # `final` is complete, so an older fallback is no longer needed
+            stage(old, lambda: shutil.rmtree(old), folder=old)
+        stage(final, lambda: final.rename(old), folder=final)
+    try:
+        tmp.rename(final)
+    except OSError as error:
+        if old.is_dir() and not final.exists():
+            with contextlib.suppress(OSError):
+                old.rename(final)  # put the previous checkpoint back where readers look first
+        raise WriteFailed(final, error, folder=run.path) from None
+    _fsync_dir(run.path)
+    shutil.rmtree(old, ignore_errors=True)
+    _fsync_dir(run.path)
+
+
+def _kept(run: Run) -> str:
+    try:
+        folder = run.find_checkpoint()
+        step = read_meta(folder)["step"]
+    except UserError:
+        return "no earlier checkpoint exists"
+    return f"the checkpoint of step {step} in {str(folder)!r} is kept; resume from it with `octlm train --resume {run.path}`"
+
+
+def _write_error(run: Run, step: int, failed: WriteFailed) -> UserError:
+    """One line: which file, why (by errno), the fix, and which checkpoint is kept."""
+    what = failed.path.name if failed.path != run.path else "the run folder"
+    if failed.error is not None:
+        folder = failed.folder or run.path
+        if failed.path == run.path and failed.error.filename:
+            folder = Path(failed.error.filename).parent
+        why = explain(failed.error, folder)
+    else:
+        why = f"{failed.detail}, yet writing the same bytes again worked: the disk may be failing; check it"
+    return UserError(
+        f"could not write the checkpoint of step {step} in {str(run.path)!r} ({what}): {why}; {_kept(run)}"
+    )
+
+
 def save_checkpoint(
     run_dir: str | Path,
     model: nn.Module,
@@ -169,56 +249,44 @@ def save_checkpoint(
 
     `state` is anything JSON-able plus tensors (RNG states); its `sha256` entry (a dict of name -> hex digest,
     e.g. tokenizer and token files) is merged into config.json's `sha256` table; the rest is kept under
-    `state`.
+    `state`. A failed write (full disk, file-size limit, read-only or immutable folder) is a UserError naming
+    the file, the cause found from its errno and the fix; the previous checkpoint stays, and no temporary
+    folder is left.
     """
-    from safetensors.torch import save_file
-
     run = Run.of(run_dir)
-    run.path.mkdir(parents=True, exist_ok=True)
+    check_checkpoint_layout(run.path)
     state = dict(state or {})
-    extra_hashes = dict(state.pop("sha256", {}) or {})
-    for stale in run.stale_tmp_dirs():  # left by a crash mid-save; never a complete checkpoint
-        shutil.rmtree(stale, ignore_errors=True)
+    hashes = {"config": config.hash(), **dict(state.pop("sha256", {}) or {})}
+    meta = {"schema_version": SCHEMA_VERSION, "step": int(step), "config_name": config.name,
+            "config": config.to_dict(), "sha256": hashes, "state": encode(state)}  # fmt: skip
     tmp = run.tmp_checkpoint_dir(os.getpid())
-    tmp.mkdir()
     try:
-        save_file(weights_for_saving(model), str(tmp / MODEL_FILE), metadata={"format": "pt"})
-        hashes = {"config": config.hash(), MODEL_FILE: sha256_file(tmp / MODEL_FILE)}
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-            hashes[OPTIMIZER_FILE] = sha256_file(tmp / OPTIMIZER_FILE)
-        hashes.update(extra_hashes)
-        meta = {
-            "schema_version": SCHEMA_VERSION,
-            "step": int(step),
-            "config_name": config.name,
-            "config": config.to_dict(),
-            "sha256": hashes,
-            "state": _encode(state),
-        }
-        write_meta(tmp, meta)
-        for name in (MODEL_FILE, OPTIMIZER_FILE, META_FILE):
-            if (tmp / name).exists():
-                _fsync(tmp / name)
-        _fsync_dir(tmp)
-
-        final, old = run.checkpoint_dir, run.old_checkpoint_dir
-        if final.exists():
-            if old.exists():  # `final` is complete, so an older fallback is no longer needed
-                shutil.rmtree(old)
-            final.rename(old)
-        tmp.rename(final)
-        _fsync_dir(run.path)
-        shutil.rmtree(old, ignore_errors=True)
-        _fsync_dir(run.path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+        stage(run.path, lambda: run.path.mkdir(parents=True, exist_ok=True))
+        _remove_stale(run)
+        stage(tmp, tmp.mkdir)
+        try:
+            _write_files(tmp, model, optimizer, meta)
+            _swap(run, tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    except WriteFailed as failed:
+        raise _write_error(run, int(step), failed) from None
+    return run.checkpoint_dir
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Load
+
+
+def _read(path: Path, read: Callable[[], T]) -> T:
+    """`read()`, its OSError (permission, I/O error, a folder in the way) as one line naming `path`."""
+    try:
+        return read()
+    except OSError as error:
+        raise UserError(
+            f"could not read {str(path)!r}: {explain(error, path.parent, reading=True)}"
+        ) from None
 
 
 def _check_hash(path: Path, meta: dict[str, Any]) -> None:
@@ -227,7 +295,7 @@ def _check_hash(path: Path, meta: dict[str, Any]) -> None:
         raise UserError(
             f"{str(path.parent / META_FILE)!r} records no SHA-256 for {path.name}; the checkpoint is corrupt"
         )
-    actual = sha256_file(path)
+    actual = _read(path, lambda: sha256_file(path))
     if actual != expected:
         raise UserError(
             f"{str(path)!r} was modified or corrupted: SHA-256 {actual[:16]}... does not match {META_FILE} "
@@ -235,30 +303,68 @@ def _check_hash(path: Path, meta: dict[str, Any]) -> None:
         )
 
 
+def _check_weights_fit(weights: dict[str, Tensor], config: Config, path: Path) -> None:
+    """The stored tensors are the ones the config's model has, with its shapes; else name the first that
+    is not (a state-dict error names nothing useful)."""
+    from octlm.model import Decoder
+
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        expected = {k: list(v.shape) for k, v in Decoder(config.model).state_dict().items()}
+    problem = next(
+        (f"it has no tensor {k!r} (shape {s})" for k, s in expected.items() if k not in weights), None
+    )
+    for key, shape in expected.items():
+        if problem is None and key in weights and list(weights[key].shape) != shape:
+            problem = f"tensor {key!r} has shape {list(weights[key].shape)}, the config's model needs {shape}"
+    extra = [k for k in weights if k not in expected]
+    problem = problem or (f"it has a tensor {extra[0]!r} the config's model does not" if extra else None)
+    if problem:
+        raise UserError(
+            f"{str(path)!r} holds the weights of another model: {problem}; restore the run's own weights and "
+            f"{META_FILE}, or train again"
+        )
+
+
+def _load_optimizer(opt_path: Path, meta: dict[str, Any], map_location: str | torch.device) -> dict[str, Any]:
+    _check_hash(opt_path, meta)
+    try:
+        optimizer_state = torch.load(opt_path, map_location=map_location, weights_only=True)
+    except OSError as error:
+        raise UserError(
+            f"could not read {str(opt_path)!r}: {explain(error, opt_path.parent, reading=True)}"
+        ) from None
+    except Exception as error:  # UnpicklingError for planted objects, others for truncation
+        raise UserError(
+            f"{str(opt_path)!r} was refused: it is not a plain tensor file that loads with "
+            f"weights_only=True ({type(error).__name__}: {first_line(error)})"
+        ) from None
+    if not isinstance(optimizer_state, dict):
+        raise UserError(f"{str(opt_path)!r} does not hold an optimizer state (a dict)")
+    return optimizer_state
+
+
 def load_checkpoint(
     run_dir: str | Path, map_location: str | torch.device = "cpu", load_optimizer: bool = True
 ) -> Checkpoint:
     """Read and verify the last complete checkpoint of `run_dir`. Every problem is a UserError.
 
-    Checks, in order: the folder is a run with a checkpoint, config.json parses and its schema is not from
-    the future, the config is valid and matches its recorded hash, model.safetensors parses (a pickle or any
-    other file planted there does not) and matches its SHA-256, and optimizer.pt (when asked for) matches
-    its SHA-256 and loads with weights_only=True.
+    Checks, in order: the folder is a run with a checkpoint, config.json parses, its schema is not from
+    the future and every entry is valid and unedited (`octlm.checkpoint_meta`), model.safetensors parses
+    (a pickle or any other file planted there does not), matches its SHA-256 and holds the tensors of the
+    config's model with their shapes, and optimizer.pt (when asked for) matches its SHA-256 and loads with
+    weights_only=True.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Run.of(run_dir).find_checkpoint()
-    meta = read_meta(folder)
+    meta = read_meta(folder)  # validated, config included
     config = config_from_dict(meta["config"], name=str(meta.get("config_name", "custom")))
-    if meta["sha256"].get("config") != config.hash():
-        raise UserError(
-            f"{str(folder / META_FILE)!r} was modified: its config does not match its recorded config hash"
-        )
 
     model_path = folder / MODEL_FILE
     if not model_path.is_file():
         raise UserError(f"{str(model_path)!r} is missing; the checkpoint is incomplete")
+    _read(model_path, lambda: open(model_path, "rb").close())  # a permission problem is not corruption
     try:
         weights = load_file(str(model_path), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
@@ -269,36 +375,22 @@ def load_checkpoint(
     _check_hash(model_path, meta)
     if config.model.tie_embeddings and TABLE_KEY in weights and TIED_KEY not in weights:
         weights[TIED_KEY] = weights[TABLE_KEY]  # re-tie: the head reads the token table
+    _check_weights_fit(weights, config, model_path)
     weights = {k: v.to(map_location) for k, v in weights.items()}
 
     optimizer_state = None
     opt_path = folder / OPTIMIZER_FILE
     if load_optimizer and opt_path.is_file():
-        _check_hash(opt_path, meta)
-        try:
-            optimizer_state = torch.load(opt_path, map_location=map_location, weights_only=True)
-        except Exception as error:  # UnpicklingError for planted objects, others for truncation
-            first = (str(error).strip().splitlines() or [""])[0][:200]
-            raise UserError(
-                f"{str(opt_path)!r} was refused: it is not a plain tensor file that loads with "
-                f"weights_only=True ({type(error).__name__}: {first})"
-            ) from None
-        if not isinstance(optimizer_state, dict):
-            raise UserError(f"{str(opt_path)!r} does not hold an optimizer state (a dict)")
+        optimizer_state = _load_optimizer(opt_path, meta, map_location)
     elif load_optimizer and OPTIMIZER_FILE in meta["sha256"]:
         raise UserError(f"{str(opt_path)!r} is missing; the checkpoint is incomplete")
-
-    try:
-        state = _decode(meta.get("state", {}))
-    except (ValueError, TypeError, KeyError, RecursionError, RuntimeError) as error:
-        raise UserError(f"{str(folder / META_FILE)!r} has an unreadable `state` entry ({error})") from None
     return Checkpoint(
         config=config,
         model_state=weights,
         optimizer_state=optimizer_state,
         step=int(meta["step"]),
         meta=meta,
-        state=state,
+        state=decode(meta.get("state", {})),
         path=folder,
     )
 
@@ -319,8 +411,15 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple
             f"the weights in {str(run_dir)!r} do not fit the model its config describes ({first})"
         ) from None
     tokenizer_path = Run.of(run_dir).tokenizer_path
-    tokenizer = Tokenizer.load(tokenizer_path)
     expected = ckpt.meta["sha256"].get("tokenizer")
+    if not tokenizer_path.exists() and not tokenizer_path.is_symlink():
+        corpus, data = str(ckpt.meta["sha256"].get("corpus", "?"))[:12], ckpt.config.data.data_dir
+        raise UserError(  # `octlm tokenizer` would train another one: the run needs the very one it used
+            f"{str(tokenizer_path)!r} is missing; copy back the tokenizer the run was trained with (SHA-256 "
+            f"{str(expected)[:16]}...), from {data}/{corpus}-v{ckpt.config.model.vocab_size}-*/tokenizer.json "
+            "or a backup"
+        )
+    tokenizer = Tokenizer.load(tokenizer_path)
     if expected and tokenizer.sha256 != expected:
         raise UserError(
             f"{str(tokenizer_path)!r} was modified: SHA-256 {tokenizer.sha256[:16]}... does not match "

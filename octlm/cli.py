@@ -5,16 +5,32 @@ a module that holds several commands) with `add_arguments(parser)` and `run(args
 functions underneath directly. Only the module of the command being run is imported, so `octlm --help` stays
 fast and one command's dependencies never break another.
 
-User mistakes raise `octlm.errors.UserError`; they are printed as one line on stderr with exit status 2.
+The one error boundary (`run_command`) turns what a user can act on into one line on stderr:
+
+- `UserError` (a mistake the user can fix): its message, exit status 2.
+- An expected `OSError` (a full disk, a read-only folder, a path through a file, ...; `errors.OS_ERRORS`): the
+  path, what happened and the fix for that errno, exit status 2. So is running out of memory (`MemoryError`,
+  torch's "can't allocate memory"): the size asked for and what to shrink.
+- Ctrl-C: "interrupted", exit status 130.
+- A closed standard output (`octlm corpus | head -1`): nothing at all, exit status 141 = 128 + SIGPIPE, what
+  a shell reports for any Unix tool the signal ends (`yes | head -1`). octlm returns the number rather than
+  dying by the signal, so in-process callers get a status back; standard output then points at /dev/null
+  (the recipe of Python's `signal` docs), so no "Exception ignored" message follows at exit.
+
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
+import signal
 import sys
+from collections.abc import Callable
 
-from octlm.errors import UserError
+from octlm.errors import STDOUT, UserError, describe_memory_error, describe_os_error
 
 # Command words -> (module, one-line help). Two-word commands ("export hf") nest under their first word.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,12 +48,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("octlm.generate", "generate text from a trained run, streaming"),
     "inspect": ("octlm.report", "report what the embedding and position tables learned"),
     "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
+    "export onnx": (
+        "octlm.onnx_export",
+        "export a run as one ONNX graph (logits and every layer's attention) for onnxruntime",
+    ),
     "export fixtures": ("octlm.fixtures", "write the JSON fixtures the web site's math is tested against"),
     "experiment length": (
         "octlm.length_command",
         "train short, test long: every position scheme past its length",
     ),
 }
+
+
+# The exit status after standard output was closed by its reader: 128 + SIGPIPE, as a shell shows a tool it ended.
+CLOSED_PIPE = 128 + signal.SIGPIPE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +98,11 @@ def _find_command(argv: list[str]) -> tuple[str | None, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = _find_command(argv)
+    return run_command(command, lambda: _dispatch(command, rest, argv))
+
+
+def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
+    """Parse the command's flags and run it (or print the overview, or refuse an unknown command)."""
     if command is None:
         if not argv or argv[0] in ("-h", "--help", "help"):
             print(_overview())
@@ -96,16 +125,87 @@ def main(argv: list[str] | None = None) -> int:
         module = getattr(module, attribute)
     parser = _Parser(prog=f"octlm {command}", description=help_)
     module.add_arguments(parser)
-    args = parser.parse_args(rest)
     try:
-        result = module.run(args)
+        args = parser.parse_args(rest)
+    except SystemExit as exit_:  # --help, or a usage mistake already on stderr
+        sys.stdout.flush()  # so a full or closed stdout under --help is met inside the boundary too
+        return exit_.code if isinstance(exit_.code, int) else 2
+    return int(module.run(args) or 0)
+
+
+class _StdoutFile(io.FileIO):
+    """The process's standard output (fd 1), whose write errors name it: writes to an open file name none."""
+
+    def write(self, data: bytes) -> int | None:  # type: ignore[override]
+        try:
+            return super().write(data)
+        except OSError as error:
+            error.filename = STDOUT
+            raise
+
+
+def _named_stdout() -> io.TextIOWrapper | None:
+    """A stand-in for `sys.stdout` whose errors say "standard output", or None where stdout is no real fd."""
+    if sys.stdout is not sys.__stdout__ or sys.stdout is None:
+        return None  # redirected in this process (tests, contextlib.redirect_stdout): leave it alone
+    try:
+        sys.stdout.flush()
+        raw = _StdoutFile(sys.stdout.fileno(), "w", closefd=False)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    old = sys.stdout
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=old.encoding, errors=old.errors,
+                            line_buffering=old.line_buffering)  # fmt: skip
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so the interpreter's flush at exit cannot fail again on a dead stdout."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno())
+    os.close(devnull)
+
+
+def run_command(command: str | None, call: Callable[[], object]) -> int:
+    """Run one command's `call` inside the one error boundary (see the module docstring); its exit status.
+
+    `command` names it in the messages ("octlm generate: error: ..."); None for octlm itself.
+    """
+    prefix = f"octlm {command}" if command else "octlm"
+    named = _named_stdout()
+    before = sys.stdout
+    if named is not None:
+        sys.stdout = named
+    try:
+        result = call()
+        sys.stdout.flush()  # a buffered stdout fails here, inside the boundary, not at interpreter exit
+        return int(result or 0)
     except UserError as error:
-        sys.stderr.write(f"octlm {command}: error: {error}\n")
-        return 2
+        line = str(error)
     except KeyboardInterrupt:
-        sys.stderr.write(f"octlm {command}: interrupted\n")
+        sys.stderr.write(f"{prefix}: interrupted\n")
         return 130
-    return int(result or 0)
+    except OSError as error:
+        on_stdout = error.filename == STDOUT
+        if on_stdout:
+            _silence_stdout()
+            if isinstance(error, BrokenPipeError):
+                return CLOSED_PIPE  # the reader has all it wanted: end quietly, like any Unix tool
+        line = describe_os_error(error)
+        if line is None:
+            raise
+    except (MemoryError, RuntimeError) as error:
+        line = describe_memory_error(error)
+        if line is None:
+            raise
+    finally:
+        if named is not None:
+            sys.stdout = before
+            try:
+                named.flush()  # what a failing command printed before it failed
+            except OSError:
+                _silence_stdout()  # its reader is gone or its device full: nothing more can reach it
+    sys.stderr.write(f"{prefix}: error: {line}\n")
+    return 2
 
 
 if __name__ == "__main__":

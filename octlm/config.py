@@ -2,7 +2,8 @@
 
 A config file has three tables, `[model]`, `[data]` and `[train]`, each a dataclass below. `load_config` reads a
 file, applies `section.field=value` overrides (the CLI turns `--position rope` into `model.position=rope`), and
-checks everything at once: every unknown key, wrong type and inconsistent value is listed in one `UserError`.
+checks everything at once: every unknown key, wrong type, number outside its range (`octlm.ranges`) and
+inconsistent value is listed in one `UserError`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -20,12 +22,28 @@ from pathlib import Path
 from typing import Any
 
 from octlm.errors import UserError
+from octlm.ranges import SPANS, show
 
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
+
+
+def _span_problems(section: str, obj: Any) -> list[str]:
+    """Every number of one section outside its span (see SPANS)."""
+    found = []
+    for f in dataclasses.fields(obj):
+        span = SPANS.get(f"{section}.{f.name}")
+        if span is not None and (problem := span.problem(f"{section}.{f.name}", getattr(obj, f.name))):
+            found.append(problem)
+    return found
+
+
+def _path_problems(where: str, value: str) -> list[str]:
+    """A path field must name something: an empty string would silently mean the current folder."""
+    return [f"{where} is empty; give a folder or file path"] if not value.strip() else []
 
 
 @dataclass
@@ -63,20 +81,17 @@ class ModelConfig:
 
     def problems(self) -> list[str]:
         """Every inconsistency in this config, as readable lines (empty when valid)."""
-        p: list[str] = []
-        for name in ("vocab_size", "d_model", "context_length", "n_layers", "n_heads", "d_ff"):
-            if getattr(self, name) < 1:
-                p.append(f"model.{name} = {getattr(self, name)} must be at least 1")
-        if self.n_kv_heads < 0:
-            p.append(f"model.n_kv_heads = {self.n_kv_heads} must be 0 (same as n_heads) or positive")
+        p = _span_problems("model", self)
+        if self.n_heads >= 1 and self.n_kv_heads > self.n_heads:
+            p.append(f"model.n_kv_heads = {self.n_kv_heads} must be at most model.n_heads = {self.n_heads}")
+        elif self.n_heads >= 1 and self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
+            p.append(
+                f"model.n_heads = {self.n_heads} is not a multiple of model.n_kv_heads = {self.n_kv_heads}"
+            )
         if self.n_heads >= 1 and self.d_model % self.n_heads:
             p.append(
                 f"model.d_model = {self.d_model} is not divisible by model.n_heads = {self.n_heads}; "
                 "pick a width that is a multiple of the head count"
-            )
-        if self.n_heads >= 1 and self.n_kv_heads > 0 and self.n_heads % self.n_kv_heads:
-            p.append(
-                f"model.n_heads = {self.n_heads} is not a multiple of model.n_kv_heads = {self.n_kv_heads}"
             )
         for name, allowed in (
             ("position", POSITIONS),
@@ -86,7 +101,7 @@ class ModelConfig:
         ):
             if getattr(self, name) not in allowed:
                 p.append(
-                    f"model.{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}"
+                    f"model.{name} = {show(getattr(self, name))} is unknown; choose one of {', '.join(allowed)}"
                 )
         if (
             self.position == "rope"
@@ -100,14 +115,7 @@ class ModelConfig:
             )
         if self.position == "sinusoidal" and self.d_model % 2:
             p.append(f"model.position = 'sinusoidal' needs an even d_model, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            p.append(f"model.dropout = {self.dropout} must be in [0, 1)")
-        for name in ("rope_base", "sinusoidal_base", "sinusoidal_scale", "norm_eps"):
-            if getattr(self, name) <= 0:
-                p.append(f"model.{name} = {getattr(self, name)} must be positive")
-        if self.t5_buckets < 2:
-            p.append(f"model.t5_buckets = {self.t5_buckets} must be at least 2")
-        if self.t5_max_distance <= self.t5_buckets // 2:
+        if self.t5_buckets >= 2 and self.t5_max_distance <= self.t5_buckets // 2:
             # Below this the log-spaced buckets divide by log(max_distance / exact range) <= 0.
             p.append(
                 f"model.t5_max_distance = {self.t5_max_distance} must be larger than half of "
@@ -130,18 +138,16 @@ class DataConfig:
     data_dir: str = "data"
 
     def problems(self) -> list[str]:
-        p: list[str] = []
+        p = _span_problems("data", self)
         if self.source not in ("stdlib", "text", "hub"):
-            p.append(f"data.source = {self.source!r} is unknown; choose one of stdlib, text, hub")
+            p.append(f"data.source = {show(self.source)} is unknown; choose one of stdlib, text, hub")
         if self.source == "text" and not self.text:
             p.append("data.source = 'text' needs at least one path in data.text (or pass --text PATH)")
+        for index, path in enumerate(self.text):
+            p += _path_problems(f"data.text[{index}]", path)
         if self.source == "hub" and not self.hub_dataset:
             p.append("data.source = 'hub' needs data.hub_dataset, e.g. 'roneneldan/TinyStories'")
-        if not 0.0 < self.val_fraction < 1.0:
-            p.append(f"data.val_fraction = {self.val_fraction} must be strictly between 0 and 1")
-        if self.hub_max_documents < 1:
-            p.append(f"data.hub_max_documents = {self.hub_max_documents} must be at least 1")
-        return p
+        return p + _path_problems("data.data_dir", self.data_dir)
 
 
 @dataclass
@@ -170,28 +176,25 @@ class TrainConfig:
     log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.tracking)
 
     def problems(self) -> list[str]:
-        p: list[str] = []
-        for name in ("steps", "batch_size", "eval_interval", "eval_batches", "checkpoint_interval"):
-            if getattr(self, name) < 1:
-                p.append(f"train.{name} = {getattr(self, name)} must be at least 1")
-        for name in ("warmup_steps", "sample_tokens"):
-            if getattr(self, name) < 0:
-                p.append(f"train.{name} = {getattr(self, name)} must not be negative")
-        if self.lr <= 0:
-            p.append(f"train.lr = {self.lr} must be positive")
-        if not 0 <= self.min_lr <= self.lr:
-            p.append(f"train.min_lr = {self.min_lr} must be between 0 and train.lr = {self.lr}")
-        if self.weight_decay < 0:
-            p.append(f"train.weight_decay = {self.weight_decay} must not be negative")
-        for name in ("beta1", "beta2"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                p.append(f"train.{name} = {getattr(self, name)} must be in [0, 1)")
-        if self.grad_clip < 0:
-            p.append(f"train.grad_clip = {self.grad_clip} must not be negative (0 turns clipping off)")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            p.append(f"train.device = {self.device!r} is unknown; choose auto, cpu or cuda")
+        p = _span_problems("train", self)
+        if self.min_lr > self.lr > 0:
+            p.append(f"train.min_lr = {self.min_lr:g} must be at most train.lr = {self.lr:g}")
+        if self.lr * self.weight_decay >= 1:
+            # AdamW multiplies every decayed weight by 1 - lr * weight_decay each step.
+            p.append(
+                f"train.lr * train.weight_decay = {self.lr:g} * {self.weight_decay:g} must be below 1, or "
+                "each step zeroes or flips the sign of every decayed weight"
+            )
+        if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
+            p.append(
+                f"train.run_name = {show(self.run_name)} must be one folder name (no '/'); "
+                "use --out-dir for the folder that holds runs"
+            )
+        p += _path_problems("train.out_dir", self.out_dir)
+        if not re.fullmatch(r"auto|cpu|cuda(:\d{1,4})?", self.device):
+            p.append(f"train.device = {show(self.device)} is unknown; choose auto, cpu, cuda or cuda:N")
         if self.log not in LOGS:
-            p.append(f"train.log = {self.log!r} is unknown; choose one of {', '.join(LOGS)}")
+            p.append(f"train.log = {show(self.log)} is unknown; choose one of {', '.join(LOGS)}")
         return p
 
 
@@ -244,22 +247,28 @@ def _coerce(value: Any, kind: Any, where: str, problems: list[str], parse_string
         if isinstance(value, str) and parse_strings:
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            problems.append(f"{where} = {value!r} must be a list of strings")
+            problems.append(f"{where} = {show(value)} must be a list of strings")
+            return None
+        if any("\0" in v for v in value):
+            problems.append(f"{where} = {show(value)} holds a NUL character, which no path can contain")
             return None
         return value
     if kind is bool:
         if not isinstance(value, bool):
-            problems.append(f"{where} = {value!r} must be true or false")
+            problems.append(f"{where} = {show(value)} must be true or false")
             return None
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{where} = {value!r} must be a whole number")
+            problems.append(f"{where} = {show(value)} must be a whole number")
+            return None
+        if value.bit_length() > 64:  # TOML and Python integers have no size; torch's and JSON readers' do
+            problems.append(f"{where} = {show(value)} does not fit in 64 bits")
             return None
         return value
     if kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problems.append(f"{where} = {value!r} must be a number")
+            problems.append(f"{where} = {show(value)} must be a number")
             return None
         try:
             number = float(value)
@@ -267,11 +276,14 @@ def _coerce(value: Any, kind: Any, where: str, problems: list[str], parse_string
             number = math.inf
         # NaN passes every `<` check silently and turns every logit into NaN: refuse it here.
         if not math.isfinite(number):
-            problems.append(f"{where} = {value!r} must be a finite number")
+            problems.append(f"{where} = {show(value)} must be a finite number")
             return None
         return number
     if not isinstance(value, str):
-        problems.append(f"{where} = {value!r} must be a string")
+        problems.append(f"{where} = {show(value)} must be a string")
+        return None
+    if "\0" in value:  # the OS refuses it in a path, and Python raises ValueError rather than OSError
+        problems.append(f"{where} = {show(value)} holds a NUL character")
         return None
     return value
 
@@ -368,8 +380,11 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
         raise UserError(f"config file {str(path)!r} is nested too deeply to be a config") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise UserError(f"config file {str(path)!r} is not valid TOML: {error}") from None
+    except OSError as error:
+        raise UserError(f"could not read config file {str(path)!r}: {error.strerror or error}") from None
+    except ValueError as error:  # TOMLDecodeError, UnicodeDecodeError, an integer past 4,300 digits
+        reason = (str(error).splitlines() or [""])[0][:300]
+        raise UserError(f"config file {str(path)!r} is not valid TOML: {reason}") from None
     return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
 
 

@@ -8,10 +8,11 @@ Three sources (`DataConfig.source`):
   test files (`test_*.py`), because test code is mostly repetitive fixtures rather than the library itself.
   The rare stdlib file that is not UTF-8 is skipped silently (pass a list to `stdlib_documents` to get names).
 - `text`: files and folders you name. Folders are walked recursively in sorted order; hidden files and folders
-  are skipped. A document is named by its path relative to the parent of the path you gave, so the same files
-  get the same names (and the same split) wherever they live. Policy: every file must be UTF-8 text. A binary
-  file (one with a NUL byte) or a file that is not valid UTF-8 is an error naming the file, the offending byte
-  and the fix; nothing is skipped silently, because silently dropping your data is worse than stopping.
+  are skipped. A document is named by its path relative to the parent of the path you gave (a link by its own
+  name), so the same files get the same names (and the same split) wherever they live. Policy: every file is
+  UTF-8 text with a UTF-8 name, and nothing is skipped silently (dropping your data is worse than stopping):
+  a binary or non-UTF-8 file, a broken link, a link to a folder inside a folder, or a FIFO, socket or device
+  (refused unopened, so never a hang) is an error naming the file and the fix.
 - `hub`: a Hugging Face data set through `datasets.load_dataset`, or a local file or folder it understands.
 
 Text is read as bytes and decoded strictly, with no newline translation, so a document's text is exactly its
@@ -28,10 +29,12 @@ is built, so that the commands and `octlm.data` pass one value around instead of
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
 import platform
+import stat
 import sysconfig
 import tempfile
 import time
@@ -41,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config import DataConfig, add_config_arguments, config_from_args
-from octlm.errors import UserError
+from octlm.errors import UserError, writing
+from octlm.os_errors import explain
 
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
 # Extensions `datasets` has a builder for, for a single local file passed as the hub data set.
@@ -63,7 +67,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; token files and manifests are not secrets
-        with os.fdopen(fd, "wb") as f:
+        with writing(path), os.fdopen(fd, "wb") as f:  # a failed write names no file: name the target
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
@@ -71,15 +75,20 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         raise
 
 
+def data_dir_error(error: OSError, folder: Path) -> UserError:
+    """A failed write in the data folder as one line: where, the cause, and the fix for that cause."""
+    return UserError(
+        f"could not write in data folder {str(folder)!r}: {explain(error, folder)} (or pass --data-dir another folder)"
+    )
+
+
 def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
 def stdlib_documents(skipped: list[str] | None = None) -> list[Document]:
-    """The standard library's `.py` sources in sorted name order (the module docstring says what is skipped).
-
-    Names of files that are not UTF-8 are appended to `skipped` when given.
-    """
+    """The standard library's `.py` sources in sorted name order (the module docstring says what is skipped);
+    names of files that are not UTF-8 are appended to `skipped` when given."""
     root = stdlib_root()
     docs: list[Document] = []
     for folder, dirs, files in os.walk(root):
@@ -101,7 +110,7 @@ def stdlib_documents(skipped: list[str] | None = None) -> list[Document]:
 
 def _decode_file(path: Path) -> str:
     """A file's exact text, or a UserError saying why it is not UTF-8 text and what to do."""
-    data = path.read_bytes()
+    data = _read_regular(path)
     nul = data.find(b"\0")
     if nul >= 0:
         raise UserError(
@@ -117,13 +126,84 @@ def _decode_file(path: Path) -> str:
         ) from None
 
 
+SPECIAL_FILES = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
+                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+
+
+def _not_regular(path: Path, mode: int) -> UserError:
+    kind = SPECIAL_FILES.get(stat.S_IFMT(mode), "not a regular file")
+    return UserError(f"{str(path)!r} is {kind}; octlm reads only files and folders: remove it from --text")
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a regular file. Opened non-blocking and checked again once open, so that a FIFO swapped in
+    after `_text_file` looked can never hang the read."""
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if not stat.S_ISREG(mode := os.fstat(f.fileno()).st_mode):
+                raise _not_regular(path, mode)
+            return f.read()
+    except OSError as error:
+        denied = error.errno in (errno.EACCES, errno.EPERM)
+        raise UserError(
+            f"could not read {str(path)!r}: {error.strerror} ({errno.errorcode.get(error.errno or 0, '?')}); "
+            f"{'check its permissions (ls -l)' if denied else 'check the disk'}, or leave it out of --text"
+        ) from None
+
+
+def _utf8_name(path: Path) -> None:
+    """A name that is not UTF-8 bytes (Python holds it with surrogates) cannot name a document."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(
+            f"the file name {os.fsencode(path)!r} is not UTF-8; rename it to UTF-8 "
+            "(e.g. convmv -f latin1 -t utf-8 --notest) or move it out of the --text paths"
+        ) from None
+
+
+def _text_file(path: Path, inside: bool) -> bool:
+    """True for a regular file (or a link to one), False for a folder; anything else is refused unopened. Walks
+    follow no link to a folder (a loop would never end), so one inside a folder is refused, not skipped."""
+    _utf8_name(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        if path.is_symlink():
+            loop = error.errno == errno.ELOOP
+            what = "a symbolic link loop" if loop else f"a broken symbolic link (to {os.readlink(path)!r})"
+            raise UserError(f"{str(path)!r} is {what}; remove it or point it at a file") from None
+        if error.errno == errno.ENOENT and not inside:
+            raise UserError(
+                f"text path {str(path)!r} does not exist; check the path passed to --text"
+            ) from None
+        raise UserError(f"could not read {str(path)!r}: {error.strerror or error}; check the path") from None
+    if stat.S_ISDIR(mode):
+        if inside and path.is_symlink():
+            raise UserError(
+                f"{str(path)!r} is a symbolic link to a folder, which a --text folder walk does not follow; "
+                f"pass its target ({os.readlink(path)!r}) to --text as well, or remove the link"
+            )
+        return False
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    return True
+
+
 def _walk_files(folder: Path) -> list[Path]:
-    """Every non-hidden file under `folder`, recursively, in sorted order."""
+    """Every non-hidden file under `folder`, recursively, in sorted order (each checked by `_text_file`)."""
+
+    def unreadable(error: OSError) -> None:
+        raise UserError(f"could not read folder {str(error.filename)!r}: {error.strerror or error}; check its "
+                        "permissions (ls -ld) or leave it out of --text")  # fmt: skip
+
     found: list[Path] = []
-    for parent, dirs, files in os.walk(folder):
+    for parent, dirs, files in os.walk(folder, onerror=unreadable):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for d in list(dirs):
+            _text_file(Path(parent) / d, inside=True)  # a non-UTF-8 folder name or a link to a folder
         found += [Path(parent) / f for f in sorted(files) if not f.startswith(".")]
-    return found
+    return [file for file in found if _text_file(file, inside=True)]
 
 
 def text_documents(paths: list[str]) -> list[Document]:
@@ -132,12 +212,13 @@ def text_documents(paths: list[str]) -> list[Document]:
     seen: dict[str, str] = {}
     for given in paths:
         path = Path(given)
-        if not path.exists():
-            raise UserError(f"text path {given!r} does not exist; check the path passed to --text")
-        base = path.resolve().parent
-        files = _walk_files(path) if path.is_dir() else [path]
-        for file in files:
-            name = file.resolve().relative_to(base).as_posix()
+        if _text_file(path, inside=False):
+            files, names = [path], [path.resolve().name]
+        else:
+            # Named from the folder's own name down, as walked: a link inside names itself, not its target.
+            files = _walk_files(path)
+            names = [(Path(path.resolve().name) / f.relative_to(path)).as_posix() for f in files]
+        for file, name in zip(files, names, strict=True):
             if name in seen:
                 raise UserError(
                     f"two text inputs are both named {name!r} ({seen[name]!r} and {str(file)!r}); "
@@ -245,13 +326,8 @@ def total_bytes(docs: Sequence[Document]) -> int:
 
 
 def _manifest(source: str, documents: int, size: int, sha: str) -> dict[str, Any]:
-    return {
-        "python": platform.python_version(),
-        "source": source,
-        "documents": documents,
-        "bytes": size,
-        "sha256": sha,
-    }
+    return {"python": platform.python_version(), "source": source, "documents": documents, "bytes": size,
+            "sha256": sha}  # fmt: skip
 
 
 def manifest(docs: Sequence[Document], source: str) -> dict[str, Any]:
@@ -287,12 +363,10 @@ def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Doc
 
 @dataclass(frozen=True)
 class Corpus:
-    """A loaded corpus: its documents, their train/validation split and its figures.
+    """A loaded corpus: its documents, their train/validation split and its figures (see `load_corpus`).
 
-    Build one with `load_corpus` (or `Corpus(documents, val_fraction, source)`). The split, the byte counts
-    and the SHA-256 are computed once, at construction: hashing a large corpus takes seconds, and every
-    consumer (cache folder, meta.json, a resume check) needs the same value.
-    """
+    Split, byte counts and SHA-256 are computed once, at construction: hashing a large corpus takes seconds,
+    and every consumer (cache folder, meta.json, a resume check) needs the same value."""
 
     documents: tuple[Document, ...]
     val_fraction: float
@@ -352,7 +426,10 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     info["split"] = split = corpus.split_figures()
     path = Path(cfg.data_dir) / f"corpus-{corpus.sha256[:12]}" / "manifest.json"
-    write_atomic(path, (json.dumps(info, indent=2) + "\n").encode("utf-8"))
+    try:
+        write_atomic(path, (json.dumps(info, indent=2) + "\n").encode("utf-8"))
+    except OSError as error:
+        raise data_dir_error(error, path.parent) from None
     print(f"source      {info['source']}")
     print(f"documents   {info['documents']:,} ({info['bytes'] / 1e6:.2f} MB)")
     print(f"train       {split['train_documents']:,} documents, {split['train_bytes'] / 1e6:.2f} MB")

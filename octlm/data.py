@@ -12,7 +12,9 @@ vocabulary size):
 
 A second call with the same settings trains nothing and encodes nothing. A cache whose meta.json is missing or
 disagrees with the files (wrong size, changed tokenizer) is rebuilt rather than trusted. The corpus is loaded
-and hashed once per call, or not at all when the caller passes the `Corpus` it already loaded.
+and hashed once per call, or not at all when the caller passes the `Corpus` it already loaded. What can fail is
+checked before work (`check_vocab_size`, `check_streams` against the context, `check_writable`), and a write
+that fails anyway is a UserError naming the cache folder and the fix for its cause.
 
 Batches come two ways: `random_blocks` samples packed blocks at random offsets (training; every position of
 the context sees text) and `eval_blocks` gives a fixed set of non-overlapping blocks (evaluation, identical
@@ -24,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -36,9 +39,9 @@ from torch import Tensor
 from tqdm import tqdm
 
 from octlm.config import DataConfig
-from octlm.corpus import Corpus, Document, describe_source, load_corpus, write_atomic
+from octlm.corpus import Corpus, Document, data_dir_error, describe_source, load_corpus, write_atomic
 from octlm.errors import UserError
-from octlm.tokenizer import TOKENIZER_VERSION, Tokenizer, train_tokenizer
+from octlm.tokenizer import TOKENIZER_VERSION, Tokenizer, check_vocab_size, train_tokenizer
 
 META_FORMAT = 1
 META_FILE = "meta.json"  # the cache folder's files (a run folder's are octlm.run's)
@@ -121,6 +124,15 @@ def write_tokenizer_meta(
     Existing token files stay listed; `prepare_data` re-encodes them only if the tokenizer's hash changed.
     """
     folder = cache_folder(cfg, corpus, vocab_size)
+    try:
+        _record_tokenizer(folder, corpus, tokenizer, vocab_size, seconds)
+    except OSError as error:
+        raise data_dir_error(error, folder) from None
+
+
+def _record_tokenizer(
+    folder: Path, corpus: Corpus, tokenizer: Tokenizer, vocab_size: int, seconds: float
+) -> None:
     meta = _read_meta(folder, corpus.sha256) or _new_meta(corpus, vocab_size)
     meta["tokenizer"] = {
         "sha256": tokenizer.sha256,
@@ -160,7 +172,7 @@ def _cached_tokens(folder: Path, meta: dict[str, Any], tokenizer: Tokenizer) -> 
             if count < 1 or not path.is_file() or path.stat().st_size != count * dtype.itemsize:
                 return None
             arrays.append(np.memmap(path, dtype=dtype, mode="r", shape=(count,)))
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OSError):  # OSError: unreadable, so rebuilt
         return None
     return tuple(arrays)
 
@@ -239,43 +251,39 @@ def _encode_corpus(
 
 
 def prepare_data(
-    cfg: DataConfig, vocab_size: int, progress: bool = True, corpus: Corpus | None = None
+    cfg: DataConfig,
+    vocab_size: int,
+    progress: bool = True,
+    corpus: Corpus | None = None,
+    block: int | None = None,
 ) -> PreparedData:
     """Load, split, tokenize and encode the corpus, or reuse the cache folder when complete and intact.
 
     Pass `corpus` when the caller has already loaded it from `cfg` (e.g. to check its hash first); it is used
     as is. Otherwise it is loaded here. Either way its documents are hashed once, when the Corpus is built.
+    Pass `block` (the context length) to have both streams checked to hold one block (`check_streams`):
+    before any tokenizer training when the text cannot be long enough, exactly once encoded. Everything that
+    can fail is checked before work: the vocabulary size, the text's length, a cache folder that cannot be
+    written (a file on its path, read-only); a write that still fails is a UserError naming the folder.
     """
     say = print if progress else (lambda *a, **k: None)
+    check_vocab_size(vocab_size)
     if corpus is None:
         corpus = load_corpus(cfg)
     else:
         _check_corpus(cfg, corpus)
+    if block is not None:  # a token is at least one byte: bytes + one EOT per document bound the count
+        check_streams(
+            corpus, block, len(corpus.train) + corpus.train_bytes, len(corpus.val) + corpus.val_bytes
+        )
     folder = cache_folder(cfg, corpus, vocab_size)
-    meta = _read_meta(folder, corpus.sha256)
-
-    tokenizer = _cached_tokenizer(folder, meta)
-    reused = tokenizer is not None
-    if tokenizer is None:
-        start = time.perf_counter()
-        tokenizer = train_tokenizer(corpus.train, vocab_size)  # validation is never seen by training
-        seconds = time.perf_counter() - start
-        say(f"trained tokenizer: {tokenizer.vocab_size:,} entries in {seconds:.2f} s")
-        tokenizer.save(folder / TOKENIZER_FILE)
-        # A fresh meta.json: token files listed by an older one were made with some other tokenizer.
-        _write_meta(folder, _new_meta(corpus, vocab_size))
-        write_tokenizer_meta(cfg, corpus, tokenizer, vocab_size, seconds)
-        meta = _read_meta(folder, corpus.sha256)
-    assert meta is not None
-
-    arrays = _cached_tokens(folder, meta, tokenizer)
-    mb_per_s = None
-    if arrays is None:
-        reused = False
-        mb_per_s = _encode_corpus(corpus, tokenizer, folder, meta, say, progress)
-        arrays = _cached_tokens(folder, meta, tokenizer)
-        assert arrays is not None
+    try:
+        tokenizer, meta, arrays, mb_per_s, reused = _build(corpus, folder, vocab_size, say, progress)
+    except OSError as error:
+        raise data_dir_error(error, folder) from None
     train, val = arrays
+    if block is not None:
+        check_streams(corpus, block, len(train), len(val), exact=True)
     return PreparedData(
         folder=folder,
         train=train,
@@ -293,6 +301,77 @@ def prepare_data(
         encode_mb_per_s=mb_per_s,
         meta=meta,
     )
+
+
+def _build(
+    corpus: Corpus, folder: Path, vocab_size: int, say: Callable[..., object], progress: bool
+) -> tuple[Tokenizer, dict[str, Any], tuple[np.ndarray, ...], float | None, bool]:
+    """The tokenizer, meta.json, token memmaps, encoding speed (None: nothing encoded) and whether all was
+    reused from `folder`; what is missing is made there, the folder checked writable first."""
+    meta = _read_meta(folder, corpus.sha256)
+    tokenizer = _cached_tokenizer(folder, meta)
+    trained = tokenizer is None
+    if tokenizer is None:
+        check_writable(folder)
+        start = time.perf_counter()
+        tokenizer = train_tokenizer(corpus.train, vocab_size)  # validation is never seen by training
+        seconds = time.perf_counter() - start
+        say(f"trained tokenizer: {tokenizer.vocab_size:,} entries in {seconds:.2f} s")
+        tokenizer.save(folder / TOKENIZER_FILE)
+        # A fresh meta.json: token files listed by an older one were made with some other tokenizer.
+        _write_meta(folder, _new_meta(corpus, vocab_size))
+        _record_tokenizer(folder, corpus, tokenizer, vocab_size, seconds)
+        meta = _read_meta(folder, corpus.sha256)
+    assert meta is not None
+    arrays = _cached_tokens(folder, meta, tokenizer)
+    mb_per_s = None
+    if arrays is None:
+        check_writable(folder)
+        mb_per_s = _encode_corpus(corpus, tokenizer, folder, meta, say, progress)
+        arrays = _cached_tokens(folder, meta, tokenizer)
+        assert arrays is not None
+    return tokenizer, meta, arrays, mb_per_s, not trained and mb_per_s is None
+
+
+def check_writable(folder: Path) -> None:
+    """Refuse, before any work, a cache folder that cannot be written: a file on its path, or a folder that is
+    read-only (permissions, `chattr +i`, a read-only mount; a probe file finds all of them, even as root)."""
+    for part in (folder, *folder.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                what = "a broken symbolic link" if not part.exists() else "a file, not a folder"
+                raise UserError(
+                    f"data folder {str(folder)!r} cannot be made: {str(part)!r} is {what}; "
+                    "pass --data-dir a folder"
+                )
+            break
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise data_dir_error(error, folder) from None
+
+
+def check_streams(
+    corpus: Corpus, block: int, train_tokens: int, val_tokens: int, exact: bool = False
+) -> None:
+    """Both token streams hold one block of `block` tokens plus its target (`block + 1`), or a UserError
+    naming the stream, its size and the fix. With `exact=False` the counts are upper bounds (before encoding)."""
+    count = "" if exact else "at most "
+    for name, tokens, docs, size, fix in (
+        ("training", train_tokens, corpus.train, corpus.train_bytes, "add text"),
+        ("validation", val_tokens, corpus.val, corpus.val_bytes,
+         f"add text, raise --val-fraction (now {corpus.val_fraction:g})"),
+    ):  # fmt: skip
+        if tokens < block + 1:
+            raise UserError(
+                f"the {name} stream has {count}{tokens:,} tokens ({len(docs):,} document"
+                f"{'s' * (len(docs) != 1)}, {size:,} bytes), too few for one block of model.context_length = "
+                f"{block:,} (needs {block + 1:,}); "
+                f"{fix} or lower --context-length"
+            )
 
 
 def _check_length(tokens: Sequence[int] | np.ndarray, block: int, what: str) -> None:

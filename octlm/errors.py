@@ -1,10 +1,193 @@
-"""The one exception type for user mistakes.
+"""User mistakes and ordinary faults, each described in one line that names the value and the fix.
 
 Anything a user can fix (a bad flag, a missing file, a token id out of range, a corrupt checkpoint) raises
-`UserError` (a ValueError) with a message that names the bad value and the fix. The CLI prints that message on one line and
-exits with status 2; library callers get an ordinary exception they can catch.
+`UserError` (a ValueError) with a message that names the bad value and the fix. The CLI prints that message on
+one line and exits with status 2; library callers get an ordinary exception they can catch.
+
+Faults the operating system reports (a full disk, a read-only folder, a path through a file) stay `OSError`s
+in the library; the CLI's one boundary turns them into one line with `describe_os_error`, which names the
+path and the fix for that errno. `writing(path)` attaches the path to a write error that lacks one (a write
+to an open file reports none), and `check_output` refuses an output path before any work is done.
 """
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 
 class UserError(ValueError):
     """A mistake the user can fix. The message is one readable line."""
+
+
+# errno -> (what happened, the fix). Each fix is the one for that cause: a permission problem is not "free space".
+OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on the device", "free some space there or write somewhere else"),
+    errno.EDQUOT: ("disk quota exceeded", "free some of your quota (`quota -s`) or write somewhere else"),
+    errno.EFBIG: (
+        "file too large for the file-size limit or the file system",
+        "raise the limit (`ulimit -f unlimited`) or write to another file system",
+    ),  # fmt: skip
+    errno.EACCES: ("permission denied", "fix its permissions (`ls -ld`) or choose a path you can write to"),
+    errno.EPERM: (
+        "operation not permitted (an immutable or append-only attribute, or a protected path)",
+        "check it with `lsattr -d` and remove the attribute, or choose another path",
+    ),  # fmt: skip
+    errno.EROFS: ("the file system is read-only", "choose a path on a writable file system"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path through folders only"),
+    errno.EISDIR: ("it is a folder, not a file", "give the path of a file"),
+    errno.EEXIST: ("it already exists", "remove it or choose another path"),
+    errno.ENOTEMPTY: ("the folder is not empty", "empty or remove it, or choose another path"),
+    errno.ELOOP: ("too many levels of symbolic links (a loop)", "fix or remove the link"),
+    errno.ENAMETOOLONG: ("the name is too long", "use shorter names (at most 255 bytes a part)"),
+    errno.ENOENT: ("it does not exist (or a symbolic link on the way is broken)", "check the path"),
+    errno.ENXIO: ("no such device or address (a FIFO with no reader?)", "give a regular file"),
+    errno.EMFILE: ("too many open files", "raise the limit (`ulimit -n`)"),
+    errno.ENFILE: ("too many open files in the system", "close other programs or raise the system limit"),
+    errno.EIO: ("input/output error from the device", "check the disk or network mount (`dmesg`)"),
+    errno.EBUSY: ("the device or resource is busy", "try again when it is free, or choose another path"),
+    errno.ETXTBSY: ("the file is busy (a running program)", "choose another path"),
+    errno.EPIPE: ("broken pipe: the reader went away", "keep the reader open until the command ends"),
+}
+
+
+# The file name the CLI gives an error writing to its standard output (a write to an open file names none).
+STDOUT = "<stdout>"
+
+
+def describe_os_error(error: OSError, where: str | None = None) -> str | None:
+    """One line for an expected OSError: the path, what happened, the fix; None for an unexpected errno.
+
+    `where` names the target when the error carries no file name (a write to stdout reports none).
+    """
+    known = OS_ERRORS.get(error.errno or 0)
+    if known is None:
+        return None
+    what, fix = known
+    name = errno.errorcode.get(error.errno or 0, "?")
+    if error.filename is None:
+        subject = where or "an input/output operation"
+    elif error.filename == STDOUT:
+        subject = "standard output"
+    elif error.filename2 is not None:
+        subject = f"{str(error.filename)!r} -> {str(error.filename2)!r}"
+    else:
+        subject = repr(str(error.filename))
+    return f"{subject}: {what} ({name}); {fix}"
+
+
+def describe_memory_error(error: BaseException) -> str | None:
+    """One line for running out of memory (MemoryError, torch's allocator), naming the size; else None."""
+    text = str(error)
+    cpu = re.search(r"can't allocate memory: you tried to allocate (\d+) bytes", text)
+    gpu = re.search(r"out of memory\. Tried to allocate ([\d.]+ [KMGTP]?i?B)", text)
+    if not (isinstance(error, MemoryError) or cpu or gpu):
+        return None
+    size = f"{_bytes(int(cpu.group(1)))} at once" if cpu else f"{gpu.group(1)} on the GPU" if gpu else None
+    asked = f"tried to allocate {size}" if size else "an allocation failed"
+    return (
+        f"out of memory: {asked}; use a smaller model (--d-model, --n-layers, --vocab-size, --d-ff), a "
+        "smaller --batch-size or --max-new-tokens, or a machine with more memory"
+    )
+
+
+def _bytes(count: int) -> str:
+    size, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
+            break
+        size /= 1024
+    return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Attach `path` to an OSError raised inside that has no file name (a failed write or flush)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None:
+            error.filename = str(path)
+        raise
+
+
+def check_output(path: str | Path, flag: str, *, folder: bool) -> Path:
+    """Refuse, before any work, an output `path` (given as `flag`) that cannot be written; return it.
+
+    Refused: a broken symbolic link, a file where a folder is wanted (or the reverse, or something that is no
+    regular file: a FIFO, a device), a path through a file, and a place that is not writable (permissions, an
+    immutable attribute, a read-only file system: `os.access` sees all three, even for root).
+    """
+    path = Path(path)
+    shown = f"{flag} {str(path)!r}"
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{shown} is a broken symbolic link (to {os.readlink(path)!r}); remove it or choose another path")  # fmt: skip
+    if path.exists():
+        if folder and not path.is_dir():
+            raise UserError(f"{shown} is a file, not a folder; choose another path")
+        if not folder and path.is_dir():
+            raise UserError(f"{shown} is a folder; give the path of a file")
+        if not folder and not path.is_file():
+            raise UserError(f"{shown} is not a regular file (a FIFO or a device); give the path of a file")
+    parent = path.parent
+    while not parent.exists():
+        if parent.is_symlink():
+            raise UserError(f"{shown}: {str(parent)!r} is a broken symbolic link; fix it or choose another path")  # fmt: skip
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{shown}: {str(parent)!r} is a file, not a folder; choose another path")
+    for place in [parent, *([path] if path.is_dir() else [])]:
+        if not os.access(place, os.W_OK | os.X_OK):
+            why = "is on a read-only file system" if _read_only_fs(place) else "is not writable"
+            raise UserError(
+                f"{shown}: {str(place)!r} {why} (check `ls -ld` and `lsattr -d`); choose another path"
+            )
+    return path
+
+
+def _read_only_fs(place: Path) -> bool:
+    try:
+        return bool(os.statvfs(place).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def check_text(text: str, flag: str) -> str:
+    """UserError for a text flag that is not UTF-8: argv bytes that are not arrive as lone surrogates."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(text[error.start])
+        # surrogateescape: the undecodable byte b arrived as the character U+DC00 + b
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
+        raise UserError(
+            f"{flag} is not valid UTF-8 text ({shown} at character {error.start}); pass UTF-8, e.g. "
+            "convert it with `iconv -t UTF-8`"
+        ) from None
+    return text
+
+
+def int_in_range(low: int, high: int) -> Callable[[str], int]:
+    """An argparse `type` for an integer flag in [low, high]: a wider one is refused where it enters."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is outside [{low}, {high}]")
+        return value
+
+    return parse
+
+
+# Seeds: torch and numpy take unsigned 64-bit seeds; anything wider (or negative) is refused.
+SEED_RANGE = (0, 2**64 - 1)
+# Threads: one more than a machine has only adds contention, and OpenMP fails in odd ways on absurd counts.
+THREADS_RANGE = (1, 4096)

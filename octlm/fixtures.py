@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from octlm.errors import UserError
+from octlm.corpus import write_atomic
+from octlm.errors import UserError, check_output, writing
 from octlm.jsonable import to_json
 
 DEFAULT_OUT = Path("web") / "fixtures"
@@ -141,13 +142,12 @@ def render(fixture: dict[str, Any]) -> str:
 
 def write_fixtures(out: Path) -> list[Path]:
     """Write every fixture file into `out` (created if needed) and return the paths written."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {str(out)!r} is a file; give a folder for the fixtures")
-    out.mkdir(parents=True, exist_ok=True)
+    check_output(out, "--out", folder=True)
     written = []
     for name, fixture in build_fixtures().items():
         path = out / name
-        path.write_text(render(fixture), encoding="utf-8")
+        with writing(path):  # atomic: a failed write leaves the old file, and a symlink is replaced
+            write_atomic(path, render(fixture).encode("utf-8"))
         written.append(path)
     return written
 

@@ -1,7 +1,8 @@
 """`octlm generate`: stream text from a trained run, one token at a time, with the KV cache.
 
 The prompt is run once through the model, filling the cache; after that each new token is a single-position
-forward pass that reads the cached keys and values. Schemes with no maximum length (sinusoidal, rope, alibi,
+forward pass that reads the cached keys and values. The cache starts with room for `INITIAL_NEW_TOKENS` new
+tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up front. Schemes with no maximum length (sinusoidal, rope, alibi,
 t5, nope) keep using the cache past the trained context. A learned position table has no row past its last
 one, so once the sequence outgrows it the window slides: every new token re-reads the last `context_length`
 tokens without the cache (slower, and said once on stderr).
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from octlm.errors import UserError
+from octlm.errors import SEED_RANGE, THREADS_RANGE, UserError, check_text, int_in_range
 from octlm.runtime import resolve_device, torch_threads
 
 if TYPE_CHECKING:
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 # The sample a training run writes into its results: low temperature, top-k, so it reads as the model's best.
 SAMPLE_TEMPERATURE = 0.7
 SAMPLE_TOP_K = 40
+# The KV cache starts with room for the prompt and this many new tokens, then doubles as decoding needs: a
+# huge --max-new-tokens costs nothing up front, and growth copies each cached entry about once on average.
+INITIAL_NEW_TOKENS = 256
+DEVICES = "auto, cpu, cuda or cuda:N"
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
@@ -191,7 +196,7 @@ def _generate(
     try:
         with torch.inference_mode():
             if use_cache and (limit is None or len(ids) <= limit):
-                capacity = len(ids) + max_new_tokens
+                capacity = len(ids) + min(max_new_tokens, INITIAL_NEW_TOKENS)
                 cache = model.new_cache(1, capacity if limit is None else min(limit, capacity))
                 window = ids
             else:
@@ -286,17 +291,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--top-p", type=float, default=1.0, help="nucleus sampling: keep tokens up to this mass"
     )
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--seed", type=int_in_range(*SEED_RANGE), default=0, help="sampling seed (default 0)")
+    parser.add_argument("--device", type=device_name, default="auto", help=DEVICES + " (default auto)")
     parser.add_argument("--no-cache", action="store_true", help="re-run the whole sequence for every token")
     parser.add_argument("--keep-going", action="store_true", help="do not stop at the end-of-text token")
     # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
     # 2-core machine two threads measured 15x slower), so one is the default.
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
+                        help="torch CPU threads (default 1)")  # fmt: skip
+
+
+def device_name(text: str) -> str:
+    """An argparse `type`: a device octlm can run on (whether it is present is checked when it is used)."""
+    index = text[5:] if text.startswith("cuda:") else "0"
+    if text not in ("auto", "cpu", "cuda") and not (text.startswith("cuda:") and index.isdecimal()):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; choose {DEVICES}")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
     check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
+    check_text(args.prompt, "--prompt")
     with torch_threads(args.threads):
         return _run(args)
 
@@ -304,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from octlm.checkpoint import load_model
 
-    model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device))
+    model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device, "--device"))
     prompt_ids = encode_prompt(tokenizer, args.prompt)
     out = sys.stdout
     out.write(args.prompt)

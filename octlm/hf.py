@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,10 @@ import torch
 from torch import Tensor
 
 from octlm.config import ModelConfig
-from octlm.errors import UserError
+from octlm.errors import UserError, check_output, writing
 from octlm.model import Decoder
 from octlm.positions import rope_frequencies
+from octlm.run import Run
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -284,22 +286,58 @@ def _replace_folder(tmp: Path, out: Path, force: bool) -> None:
     os.replace(tmp, out)
 
 
-def _check_out(out: Path, force: bool) -> None:
-    """Fail before the (slow) export rather than after it."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{str(out)!r} exists and is not a folder; choose another output path")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"{str(out)!r} already exists and is not empty; pass --force to replace it")
+def _is_run(folder: Path) -> bool:
+    run = Run.of(folder)
+    return run.has_checkpoint() or run.metrics_path.is_file()
+
+
+def _check_out(out: Path, force: bool, run_dir: Path | None = None) -> None:
+    """Fail before the (slow) export rather than after it; never write into or over a run folder."""
+    check_output(out, "OUT", folder=True)
+    shown = f"OUT {str(out)!r}"
+    if out.is_symlink():
+        raise UserError(f"{shown} is a symbolic link (to {os.readlink(out)!r}); give the folder itself")
+    where = out.resolve()
+    if run_dir is not None and Path(run_dir).resolve().is_relative_to(where):
+        raise UserError(f"{shown} is or holds the run folder {str(run_dir)!r}; an export never replaces "
+                        f"a run: choose a new folder, e.g. {str(Path(run_dir)) + '-hf'!r}")  # fmt: skip
+    for folder in (where, *where.parents):
+        if _is_run(folder):
+            raise UserError(f"{shown} is inside the run folder {str(folder)!r}; an export never writes "
+                            "into a run: choose a folder outside it")  # fmt: skip
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not force:
+        raise UserError(f"{shown} already exists and is not empty; pass --force to replace it")
+    # An export is a transformers model folder, files only: anything else is not --force's to delete.
+    from transformers.utils import CONFIG_NAME
+
+    inner = sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    if inner:
+        what = "the run folder" if _is_run(inner[0]) else "the folder"
+        raise UserError(f"{shown} holds {what} {str(inner[0])!r}, so it is no earlier export (an export "
+                        "holds files only); --force replaces only an export: choose a new folder")  # fmt: skip
+    if not (out / CONFIG_NAME).is_file():
+        raise UserError(f"{shown} is no earlier export (it has no {CONFIG_NAME} of a transformers model); "
+                        "--force replaces only an export: choose a new folder")  # fmt: skip
+
+
+def _save_error(error: Exception, folder: Path) -> Exception:
+    """safetensors reports a failed write as its own error type; make it the OSError it wraps, if one."""
+    found = re.search(r"(?:Os \{ code: |os error )(\d+)", str(error))  # Rust's io::Error, as text
+    if isinstance(error, OSError) or found is None:
+        return error
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(folder))
 
 
 def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force: bool = False) -> Path:
     """Write `model` and `tokenizer` to the folder `out` as a `transformers` model, atomically.
 
     The folder loads with `AutoModelForCausalLM.from_pretrained(out)` and
-    `AutoTokenizer.from_pretrained(out)`; nothing is left behind when anything fails.
+    `AutoTokenizer.from_pretrained(out)`; nothing is left behind when anything fails, and with `force` an
+    earlier export is replaced only once the new one is complete (it stays when anything fails).
     """
-    from transformers import PreTrainedTokenizerFast
-
     out = Path(out)
     _check_out(out, force)
     hf_model = to_hf(model, eos_token_id=tokenizer.eot_id)
@@ -307,19 +345,8 @@ def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force
     tmp = _fresh_path(out, "tmp")
     tmp.mkdir()  # mkdir, not mkdtemp: the folder gets the usual permissions, not 0700
     try:
-        hf_model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save(tmp / "octlm_tokenizer.json")
-        # A learned table has no row past context_length; other schemes have no maximum.
-        learned = model.config.position == "learned"
-        max_length = {"model_max_length": model.config.context_length} if learned else {}
-        hf_tokenizer = PreTrainedTokenizerFast(
-            tokenizer_file=str(tmp / "octlm_tokenizer.json"), bos_token=EOT, eos_token=EOT,
-            clean_up_tokenization_spaces=False,  # else decode drops spaces before punctuation (tokenizer.py)
-            split_special_tokens=True,  # literal "<|endoftext|>" in text is plain text, as in octlm's encode
-            **max_length,
-        )  # fmt: skip
-        hf_tokenizer.save_pretrained(tmp)
-        (tmp / "octlm_tokenizer.json").unlink()
+        with writing(out):  # the export's path, not its hidden temporary sibling's
+            _write_export(hf_model, model, tokenizer, tmp, out)
         _replace_folder(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -327,11 +354,41 @@ def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force
     return out
 
 
+def _write_export(
+    hf_model: PreTrainedModel, model: Decoder, tokenizer: Tokenizer, tmp: Path, out: Path
+) -> None:
+    """The model folder's files, written into `tmp` (a failed write names `out`)."""
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import logging
+
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # "Writing model shards" bars: stderr is for one line on failure
+    try:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+    except Exception as error:
+        raise _save_error(error, out) from None
+    finally:
+        if bars:
+            logging.enable_progress_bar()
+    tokenizer.save(tmp / "octlm_tokenizer.json")
+    # A learned table has no row past context_length; other schemes have no maximum.
+    learned = model.config.position == "learned"
+    max_length = {"model_max_length": model.config.context_length} if learned else {}
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp / "octlm_tokenizer.json"), bos_token=EOT, eos_token=EOT,
+        clean_up_tokenization_spaces=False,  # else decode drops spaces before punctuation (tokenizer.py)
+        split_special_tokens=True,  # literal "<|endoftext|>" in text is plain text, as in octlm's encode
+        **max_length,
+    )  # fmt: skip
+    hf_tokenizer.save_pretrained(tmp)
+    (tmp / "octlm_tokenizer.json").unlink()
+
+
 def export_hf(run_dir: str | Path, out: str | Path, force: bool = False) -> Path:
     """Export the trained run in `run_dir` (see `octlm.checkpoint.load_model`) to the folder `out`."""
     from octlm.checkpoint import load_model
 
-    _check_out(Path(out), force)  # before the load, so a mistake costs nothing
+    _check_out(Path(out), force, Path(run_dir))  # before the load, so a mistake costs nothing
     model, _config, tokenizer = load_model(Path(run_dir))
     return export_hf_model(model, tokenizer, out, force)
 

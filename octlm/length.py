@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import time
@@ -62,6 +63,8 @@ QUICK_DEFAULTS: dict[str, Any] = {"model.d_model": 32, "model.n_layers": 1, "mod
                                   "model.d_ff": 64, "train.steps": 15, "train.batch_size": 8,
                                   "train.warmup_steps": 3, "train.eval_batches": 2}  # fmt: skip
 QUICK = {"train_length": 16, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4}
+# Upper bounds where the numbers enter: past them a run would exhaust memory rather than finish.
+MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
 FULL = {"train_length": 64, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3, "eval_windows": 16}
 
 
@@ -84,16 +87,18 @@ class Settings:
     def problems(self) -> list[str]:
         unknown, known = [s for s in self.schemes if s not in SCHEMES], ", ".join(SCHEMES)
         checks = [
-            (self.train_length < 2, f"--train-length {self.train_length} must be at least 2"),
-            (not self.eval_lengths or min(self.eval_lengths) < 2,
-             f"--eval-lengths {self.eval_lengths} must be lengths of at least 2 tokens"),
+            (not 2 <= self.train_length <= MAX_LENGTH,
+             f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}"),
+            (not self.eval_lengths or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= MAX_LENGTH,
+             f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {MAX_LENGTH:,} tokens"),
             (self.seeds < 1, f"--seeds {self.seeds} must be at least 1"),
             (unknown or not self.schemes, f"--schemes {' '.join(unknown)} unknown; choose from {known}"),
-            (self.eval_windows < 1, f"--eval-windows {self.eval_windows} must be at least 1"),
+            (not 1 <= self.eval_windows <= MAX_WINDOWS,
+             f"--eval-windows {self.eval_windows} must be from 1 to {MAX_WINDOWS:,}"),
             (self.jobs < 0 or self.threads < 1,
              f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1"),
-            (self.rope_factor is not None and self.rope_factor < 1,
-             f"--rope-factor {self.rope_factor} must be at least 1"),
+            (self.rope_factor is not None and not 1 <= self.rope_factor < math.inf,
+             f"--rope-factor {self.rope_factor} must be a finite number of at least 1"),
         ]  # fmt: skip
         return [message for failed, message in checks if failed]
 
@@ -345,7 +350,9 @@ def run_cells(
     schemes = [s for s in SCHEMES if s in settings.schemes]
     jobs = length_cells.parse_only(only, schemes, seeds) if only else length_cells.grid_cells(schemes, seeds)
     with length_cells.locked(out_dir):  # cells started together: the first builds the token cache
-        data = prepare_data(config.data, config.model.vocab_size, progress=progress)
+        data = prepare_data(
+            config.data, config.model.vocab_size, progress=progress, block=settings.train_length
+        )
     text = make_eval_text(data.val, data.tokenizer, settings.eval_lengths, settings.eval_windows)
     grid = grid_of(config, settings, seeds, text)
     say(f"length experiment: {len(jobs)} of {len(schemes) * len(seeds)} trainings ({len(schemes)} schemes × "

@@ -11,14 +11,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from octlm import length, length_results
 from octlm.config import add_config_arguments, load_config, overrides_from_args
+from octlm.corpus import write_atomic
+from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
 from octlm.length import SCHEMES, Settings
+
+# Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
+MAX_JOBS = 4096
+MAX_SEEDS = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,9 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=0,
+    parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
                         help="trainings run at once, in worker processes (default: one per CPU core)")  # fmt: skip
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
+    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
+                        help="torch threads per worker (default 1)")  # fmt: skip
     parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
     parser.add_argument("--out", default=None, help="output folder (default runs/length-<YYYY-MM-DD>)")
     parser.add_argument("--export-web", default=None, metavar="PATH",
@@ -83,12 +89,22 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
     return shlex.join(parts)
 
 
+def _check_args(args: argparse.Namespace, out: Path) -> None:
+    """What can be refused before any training: too many seeds, outputs that cannot be written."""
+    if args.seeds is not None and args.seeds > MAX_SEEDS:
+        raise UserError(f"--seeds {args.seeds} is more than {MAX_SEEDS} seeds per scheme; pass fewer")
+    check_output(out, "--out", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     overrides = overrides_from_args(args)
     defaults = length.QUICK_DEFAULTS if args.quick else length.FULL_DEFAULTS
     config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
     out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
+    _check_args(args, out)
     progress = not args.no_progress
     if args.only:
         ran = length.run_cells(
@@ -109,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
                          f"collected without them: {' '.join(result.missing)}\n")  # fmt: skip
     if args.export_web:
         target = Path(args.export_web)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / length_results.WEB_FILE, target)
+        with writing(target):  # atomic: a failed copy leaves the old file, and a symlink is replaced
+            write_atomic(target, (out / length_results.WEB_FILE).read_bytes())
         if progress:
             print(f"copied {length_results.WEB_FILE} to {target}")
     if progress:

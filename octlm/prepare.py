@@ -14,6 +14,7 @@ import time
 from octlm.config import add_config_arguments, config_from_args
 from octlm.corpus import load_corpus
 from octlm.data import TOKENIZER_FILE, cache_folder, prepare_data, write_tokenizer_meta
+from octlm.errors import check_output, writing
 from octlm.tokenizer import stream_tokens, train_tokenizer
 
 
@@ -32,12 +33,14 @@ class TokenizerCommand(_ConfigCommand):
     def run(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         corpus = load_corpus(cfg.data)
+        path = cache_folder(cfg.data, corpus, cfg.model.vocab_size) / TOKENIZER_FILE
+        check_output(path, "the tokenizer file", folder=False)  # before the training, not after it
         start = time.perf_counter()
         tokenizer = train_tokenizer(corpus.train, cfg.model.vocab_size)
         seconds = time.perf_counter() - start
-        path = cache_folder(cfg.data, corpus, cfg.model.vocab_size) / TOKENIZER_FILE
-        tokenizer.save(path)
-        write_tokenizer_meta(cfg.data, corpus, tokenizer, cfg.model.vocab_size, seconds)
+        with writing(path.parent):
+            tokenizer.save(path)
+            write_tokenizer_meta(cfg.data, corpus, tokenizer, cfg.model.vocab_size, seconds)
         print(f"vocabulary       {tokenizer.vocab_size:,} (requested {cfg.model.vocab_size:,})")
         train_mb = corpus.train_bytes / 1e6
         print(f"trained on       {len(corpus.train):,} documents, {train_mb:.2f} MB (not validation)")

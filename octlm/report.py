@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +43,9 @@ from octlm.analysis import (
     to_json,
     token_counts,
 )
+from octlm.corpus import write_atomic
 from octlm.document import Block, Code, Heading, Image, Inline, Paragraph, Table, render_html, render_markdown
-from octlm.errors import UserError
+from octlm.errors import UserError, check_output, check_text, writing
 from octlm.figures import draw_figures, web_export
 from octlm.run import Run
 
@@ -355,22 +355,22 @@ def write_files(
     export_web: str | Path | None = None,
 ) -> Path:
     """Figures, report.md, report.html, report.json and embeddings.json of an `analyze` result."""
-    folder.mkdir(parents=True, exist_ok=True)
-    figures = draw_figures(report, folder)
-    blocks = report_blocks(report, figures)
-    (folder / "report.md").write_text(render_markdown(blocks, folder), encoding="utf-8")
-    (folder / "report.html").write_text(render_html(blocks), encoding="utf-8")
-    numbers = to_json(report)
-    numbers["figures"] = {name: path.name for name, path in figures.items()}
-    (folder / "report.json").write_text(json.dumps(numbers) + "\n", encoding="utf-8")
-    web = folder / "embeddings.json"
-    web.write_text(
-        json.dumps(web_export(report, model, tokenizer), separators=(",", ":")) + "\n", encoding="utf-8"
-    )
+    with writing(folder):  # a failed write names no file of its own: name the folder
+        folder.mkdir(parents=True, exist_ok=True)
+        figures = draw_figures(report, folder)
+        blocks = report_blocks(report, figures)
+        (folder / "report.md").write_text(render_markdown(blocks, folder), encoding="utf-8")
+        (folder / "report.html").write_text(render_html(blocks), encoding="utf-8")
+        numbers = to_json(report)
+        numbers["figures"] = {name: path.name for name, path in figures.items()}
+        (folder / "report.json").write_text(json.dumps(numbers) + "\n", encoding="utf-8")
+        web = folder / "embeddings.json"
+        web.write_text(
+            json.dumps(web_export(report, model, tokenizer), separators=(",", ":")) + "\n", encoding="utf-8"
+        )
     if export_web is not None:
-        target = Path(export_web)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(web, target)
+        with writing(export_web):  # atomic: a failed copy leaves the old file, and a symlink is replaced
+            write_atomic(export_web, web.read_bytes())
     return folder
 
 
@@ -396,6 +396,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an --out or --export-web that cannot be written before the (slow) analysis, not after it."""
+    if args.out is not None:
+        check_output(args.out, "--out", folder=True)
+    elif args.run is not None and Path(args.run).is_dir():
+        check_output(Run.of(args.run).report_dir, "the report folder", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UserError(f"--top {args.top} must be at least 1")
@@ -405,6 +415,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             "give exactly one of RUN (an octlm run folder) and --hf NAME_OR_PATH (a pretrained model)"
         )
+    for text in args.tokens or []:
+        check_text(text, "--tokens")
+    _check_outputs(args)
     write = write_report if args.hf is None else write_pretrained_report
     folder = write(
         args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web

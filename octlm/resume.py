@@ -88,10 +88,14 @@ def data_for_run(
     vocab = config.model.vocab_size
     # Rank 0 builds the cache first, so that ranks never write the same files at once.
     if dist.main:
-        data = prepare_data(config.data, vocab, progress=show, corpus=corpus)
+        data = prepare_data(
+            config.data, vocab, progress=show, corpus=corpus, block=config.model.context_length
+        )
     dist.barrier()
     if not dist.main:
-        data = prepare_data(config.data, vocab, progress=False, corpus=corpus)
+        data = prepare_data(
+            config.data, vocab, progress=False, corpus=corpus, block=config.model.context_length
+        )
     if data.tokenizer.vocab_size > vocab:
         raise UserError(
             f"the tokenizer has {data.tokenizer.vocab_size} entries but model.vocab_size is {vocab}"

@@ -5,9 +5,12 @@ generation, the length experiment and the benchmarks share one copy:
 
 - `resolve_device`: `auto` picks CUDA when available; asking for a device that is not there is a UserError.
 - `Dist` / `init_distributed`: the process group torchrun describes (gloo on CPU, NCCL on CUDA).
-- `StopRequest`: turns the first Ctrl-C into a request to stop after the current step.
+- `StopRequest`: turns the first SIGINT (Ctrl-C), SIGTERM or SIGHUP into a request to stop after the current
+  step; a second one aborts at once. The command exits with 128 + the signal's number, as a shell reports it.
 - `autocast`: the mixed-precision context for a device (bf16 on CUDA, none on CPU).
-- `rng_state` / `restore_rng`: the random state a checkpoint carries, so a resume is bit-identical.
+- `seed_rank_streams`: after the model is built, each DDP rank draws its own dropout masks.
+- `rng_state` / `rank_rng_states` / `restore_rng`: the random state a checkpoint carries (every rank's), so a
+  resume is bit-identical.
 - `torch_threads`: run with a given number of torch CPU threads, then restore the previous count.
 """
 
@@ -15,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +31,19 @@ from octlm.errors import UserError
 
 
 def resolve_device(name: str, setting: str = "train.device") -> torch.device:
-    """`auto` picks CUDA when available; asking for CUDA without it is a UserError naming `setting`."""
+    """`auto` picks CUDA when available; an unknown name, or CUDA (or a CUDA index) this machine lacks, is a
+    UserError naming `setting`."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not re.fullmatch(r"cpu|cuda(:\d{1,4})?", name):
+        raise UserError(f"{setting} = {name!r} is unknown; choose auto, cpu, cuda or cuda:N")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"{setting} = {name!r} but CUDA is not available here; use --device cpu or auto")
+    if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise UserError(
+            f"{setting} = {name!r} but this machine has {count} CUDA device(s): cuda:0 .. cuda:{count - 1}"
+        )
     return torch.device(name)
 
 
@@ -61,11 +73,24 @@ class Dist:
 
     def any(self, flag: bool, device: torch.device) -> bool:
         """True when any rank passes True: ranks must agree on stopping, or one waits forever."""
+        return self.max(int(flag), device) > 0
+
+    def max(self, value: int, device: torch.device) -> int:
+        """The largest `value` over the ranks (a signal number: every rank stops on the same step for it)."""
         if self.world == 1:
-            return flag
-        tensor = torch.tensor([float(flag)], device=device)
-        torch.distributed.all_reduce(tensor)
-        return bool(tensor.item() > 0)
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64, device=device)
+        torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def gather(self, tensor: torch.Tensor, device: torch.device) -> list[torch.Tensor]:
+        """Every rank's `tensor` (same shape and dtype on every rank), in rank order, on the CPU."""
+        if self.world == 1:
+            return [tensor.cpu()]
+        local = tensor.to(device)
+        parts = [torch.empty_like(local) for _ in range(self.world)]
+        torch.distributed.all_gather(parts, local)
+        return [part.cpu() for part in parts]
 
     def close(self) -> None:
         if self.owned:
@@ -90,33 +115,59 @@ def init_distributed(device: torch.device) -> Dist:
     return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local, owned=owned)
 
 
-class StopRequest:
-    """Turns the first Ctrl-C into a request to stop after the current step; a second one aborts at once.
+STOP_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+)  # Ctrl-C; timeout, docker, Slurm, systemd; a lost terminal
 
-    Installed only on the main thread (Python delivers signals there); elsewhere it never fires. On exit the
-    handler that was there before (default, ignored under nohup, or a caller's own) comes back.
+
+class StopRequest:
+    """Turns the first SIGINT, SIGTERM or SIGHUP into a request to stop after the current step (`signum`).
+
+    The handler only records the signal and writes one notice line straight to fd 2 (`os.write`: a handler
+    that printed through `sys.stderr` could interrupt a write on the same stream and fail as re-entrant). It
+    then puts back the handlers that were there before, so a second signal aborts at once the way it would
+    have without octlm: Ctrl-C raises KeyboardInterrupt (exit 130), SIGTERM and SIGHUP end the process.
+    A signal that was ignored (SIGHUP under nohup) stays ignored. Installed only on the main thread (Python
+    delivers signals there); elsewhere it never fires.
     """
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.requested = False
-        self._previous: Any = None
-        self._installed = False
-        self._say = say
+    def __init__(self, announce: bool = True) -> None:
+        self.signum = 0  # the first signal received; 0 while none
+        self._previous: dict[int, Any] = {}
+        self._announce = announce
+
+    @property
+    def requested(self) -> bool:
+        return self.signum != 0
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+            for signum in STOP_SIGNALS:
+                previous = signal.getsignal(signum)
+                if previous is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self._previous)
-        self._say("interrupt: finishing this step and writing a checkpoint (Ctrl-C again to abort now)")
+        self.signum = signum
+        self._restore()
+        if self._announce:
+            name = signal.Signals(signum).name
+            again = "Ctrl-C again" if signum == signal.SIGINT else f"a second {name}"
+            lead = "\n" if os.isatty(2) else ""  # past a progress bar
+            text = f"{lead}{name}: finishing this step and writing a checkpoint ({again} aborts at once)\n"
+            with contextlib.suppress(OSError):
+                os.write(2, text.encode())
+
+    def _restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def __exit__(self, *exc: Any) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
+        self._restore()
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager:
@@ -124,6 +175,17 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def seed_rank_streams(seed: int, dist: Dist) -> None:
+    """Give each DDP rank its own dropout stream, after the model is built (so the weights stay identical).
+
+    Rank 0 keeps the stream `torch.manual_seed(seed)` started, so one process is unchanged; rank r > 0 is
+    reseeded from (seed, r). With dropout > 0, N ranks thus draw N independent masks, as one process with
+    batch N·B does for its N slices (the same distribution, not the same numbers).
+    """
+    if dist.rank > 0:
+        torch.manual_seed((seed * 1_000_003 + dist.rank) % 2**63)
 
 
 def rng_state(generator: torch.Generator, device: torch.device) -> dict[str, Any]:
@@ -134,13 +196,38 @@ def rng_state(generator: torch.Generator, device: torch.device) -> dict[str, Any
     return state
 
 
-def restore_rng(state: dict[str, Any], generator: torch.Generator, device: torch.device) -> None:
-    """Put back what `rng_state` saved; a missing or malformed state is a UserError."""
+def rank_rng_states(device: torch.device, dist: Dist) -> list[dict[str, torch.Tensor]] | None:
+    """Every rank's own (dropout) streams in rank order, or None in one process. Every rank must call it."""
+    if dist.world == 1:
+        return None
+    states: list[dict[str, torch.Tensor]] = [{"torch": t} for t in dist.gather(torch.get_rng_state(), device)]
+    if device.type == "cuda":
+        for entry, cuda in zip(states, dist.gather(torch.cuda.get_rng_state(device), device), strict=True):
+            entry["cuda"] = cuda
+    return states
+
+
+def restore_rng(
+    state: dict[str, Any],
+    generator: torch.Generator,
+    device: torch.device,
+    dist: Dist | None = None,
+    ranks: Any = None,
+) -> None:
+    """Put back what `rng_state` saved, and this rank's own streams from `ranks` (`rank_rng_states`) when
+    they were saved by the same number of ranks. A missing or malformed state is a UserError."""
     try:
         torch.set_rng_state(state["torch"])
         generator.set_state(state["batches"])
         if device.type == "cuda" and "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], device)
+        if dist is not None and dist.world > 1:
+            if isinstance(ranks, list) and len(ranks) == dist.world:
+                torch.set_rng_state(ranks[dist.rank]["torch"])
+                if device.type == "cuda" and "cuda" in ranks[dist.rank]:
+                    torch.cuda.set_rng_state(ranks[dist.rank]["cuda"], device)
+            elif dist.rank > 0:  # saved by another world size: a stream of its own all the same
+                torch.manual_seed(int(torch.randint(0, 2**62, (1,))) + dist.rank)
     except (KeyError, TypeError, RuntimeError) as error:
         raise UserError(
             f"the checkpoint's random-generator states are missing or invalid ({error})"

@@ -34,6 +34,7 @@ EOT = "<|endoftext|>"
 # The version of the setup in `train_tokenizer`. Bump it whenever that setup changes, so that tokens made with
 # the old setup are never taken for tokens of the new one.
 TOKENIZER_VERSION = 1
+MIN_VOCAB = 257  # the 256 bytes + EOT
 
 
 @cache  # built once: token_bytes runs per streamed token
@@ -112,9 +113,19 @@ class Tokenizer:
         """Read a tokenizer.json written by `save`. Raises UserError when missing or corrupt."""
         path = Path(path)
         if not path.is_file():
-            raise UserError(f"tokenizer file {str(path)!r} does not exist; train one with `octlm tokenizer`")
+            what = "is not a file" if path.exists() else "does not exist"
+            raise UserError(f"tokenizer file {str(path)!r} {what}; train one with `octlm tokenizer`")
         try:
-            hf = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:  # permissions, an I/O error
+            raise UserError(
+                f"could not read tokenizer file {str(path)!r}: {error.strerror or error}"
+            ) from None
+        except UnicodeDecodeError as error:
+            raise UserError(f"tokenizer file {str(path)!r} is not UTF-8 ({error.reason}); delete it and run "
+                            "`octlm tokenizer`") from None  # fmt: skip
+        try:
+            hf = HFTokenizer.from_str(text)
         except Exception as error:  # tokenizers raises a bare Exception for bad JSON
             raise UserError(
                 f"tokenizer file {str(path)!r} is corrupt ({error}); delete it and run `octlm tokenizer`"
@@ -122,10 +133,17 @@ class Tokenizer:
         return cls(hf)
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    """A tokenizer of `vocab_size` entries can be trained (refused before any work, not after)."""
+    if vocab_size < MIN_VOCAB:
+        raise UserError(
+            f"vocab_size = {vocab_size} is too small; byte-level BPE needs 256 bytes + EOT = {MIN_VOCAB}"
+        )
+
+
 def train_tokenizer(docs: Sequence[Document], vocab_size: int) -> Tokenizer:
     """Learn BPE merges from `docs` (pass the training split only) up to `vocab_size` entries."""
-    if vocab_size < 257:
-        raise UserError(f"vocab_size = {vocab_size} is too small; byte-level BPE needs 256 bytes + EOT = 257")
+    check_vocab_size(vocab_size)
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()

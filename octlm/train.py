@@ -13,18 +13,27 @@ Choices, and why (the optimizer's and the schedule's are in `octlm.optim`):
   out_dir, run name, report, sample length, log, data_dir). Extending `steps` stretches the cosine from the resume
   point on; the tokenizer, the corpus and the token files must hash the same as when the run started.
 - DDP: `torchrun --nproc_per_node=N -m octlm train ...`. Every rank draws the same global batch of N·B offsets
-  from the shared generator and takes its own slice, so N processes with batch B follow the same trajectory as
-  one process with batch N·B (at dropout 0: the ranks draw the same dropout masks). Only rank 0 writes files.
+  from the shared generator and takes its own slice. At dropout 0, N processes with batch B therefore follow
+  one process with batch N·B, up to float rounding (gradients are averaged in another order). With dropout > 0
+  each rank draws its own masks (`runtime.seed_rank_streams`), so the runs agree in distribution, not in
+  numbers. A checkpoint holds every rank's stream, so a DDP resume with the same N is bit-identical. Only rank
+  0 writes files, and only it holds the run folder's lock.
+- One writer per run folder (`Run.lock`), taken before anything in it is written and held to the end; a new
+  run in a folder that holds one sets the old run aside and deletes it only after its own first checkpoint
+  (`Run.set_aside` / `Run.settle`), so a new run that fails earlier gives the old one back.
 - A NaN or infinite loss (or gradient norm) stops before the optimizer step, so the weights and the last
-  checkpoint stay good. Ctrl-C finishes the current step, writes a checkpoint and exits with status 130.
+  checkpoint stay good. SIGINT (Ctrl-C), SIGTERM or SIGHUP finishes the current step, writes a checkpoint and
+  returns with `stop_signal` set; `octlm train` exits with 128 + its number (130, 143, 129). Under DDP the
+  ranks agree on the step. A second signal aborts at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,7 @@ from octlm.data import PreparedData, eval_blocks, random_blocks
 from octlm.errors import UserError
 from octlm.model import Decoder
 from octlm.optim import lr_at, make_optimizer, set_lr
+from octlm.os_errors import explain
 from octlm.resume import checkpoint_to_resume, data_for_run
 from octlm.run import Run
 from octlm.runtime import (
@@ -46,9 +56,11 @@ from octlm.runtime import (
     StopRequest,
     autocast,
     init_distributed,
+    rank_rng_states,
     resolve_device,
     restore_rng,
     rng_state,
+    seed_rank_streams,
 )
 from octlm.scoring import evaluate
 from octlm.tracking import make_tracker
@@ -68,7 +80,8 @@ class TrainResult:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # the records appended to metrics.jsonl
     train_losses: list[float] = field(default_factory=list)  # per step of this call, mean over all ranks
     start_step: int = 0
-    interrupted: bool = False  # stopped early (Ctrl-C or stop_after); a checkpoint was written
+    interrupted: bool = False  # stopped early (a signal or stop_after); a checkpoint was written
+    stop_signal: int = 0  # the signal that stopped it (SIGINT, SIGTERM, SIGHUP); 0 for none
     checkpoint_path: Path | None = None
     rank: int = 0
     world_size: int = 1
@@ -101,6 +114,8 @@ class TrainState:
 
 def _kept(state: TrainState, run: Run) -> str:
     if state.last_checkpoint is None:
+        if run.replaced_dir.is_dir():  # --overwrite: `settle` puts the old run back on the way out
+            return "no checkpoint had been written yet, so the run it was replacing is put back"
         return "no checkpoint had been written yet"
     return f"the last good checkpoint (step {state.last_checkpoint}) is kept in {run.checkpoint_dir}"
 
@@ -115,16 +130,16 @@ def _nonfinite_error(state: TrainState, loss: float, grad_norm: float, config: C
 
 
 def _write_error(error: OSError, what: str, state: TrainState, run: Run) -> UserError:
-    """A failed write (full disk, lost permissions) as one line naming the checkpoint that is kept."""
-    reason = error.strerror or str(error)
+    """A failed write as one line: the cause and its own fix (a permission is not a full disk), and the
+    checkpoint that is kept."""
     if state.last_checkpoint is None:
-        then = "no checkpoint had been written yet; free space and train again"
+        then = "no checkpoint had been written yet; fix that and train again"
     else:
         then = (
-            f"the checkpoint of step {state.last_checkpoint} in {run.checkpoint_dir} is kept; free space and "
+            f"the checkpoint of step {state.last_checkpoint} in {run.checkpoint_dir} is kept; fix that and "
             f"resume with `octlm train --resume {run.path}`"
         )
-    return UserError(f"could not write {what} in {run.path}: {reason}; {then}")
+    return UserError(f"could not write {what} in {run.path}: {explain(error)}; {then}")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -139,6 +154,7 @@ def build_state(
     tc = config.train
     torch.manual_seed(tc.seed)  # before the model is built: the seed fixes the initial weights
     model = Decoder(config.model)
+    seed_rank_streams(tc.seed, dist)  # the same weights on every rank, its own dropout masks
     generator = torch.Generator().manual_seed(tc.seed)
     if ckpt:
         model.load_state_dict(ckpt.model_state)
@@ -150,7 +166,7 @@ def build_state(
             optimizer.load_state_dict(ckpt.optimizer_state)
         except (ValueError, KeyError, RuntimeError) as error:
             raise UserError(f"the checkpoint's optimizer state does not fit this model ({error})") from None
-        restore_rng(ckpt.state.get("rng", {}), generator, device)
+        restore_rng(ckpt.state.get("rng", {}), generator, device, dist, ckpt.state.get("rank_rng"))
         state.step = state.start_step = state.last_checkpoint = ckpt.step
         state.checkpoint_path = ckpt.path
         state.since_eval = [float(x) for x in ckpt.state.get("losses_since_eval", [])]
@@ -165,16 +181,40 @@ def build_state(
 
 
 def prepare_folder(run: Run, ckpt: Checkpoint | None, data: PreparedData) -> None:
-    """The run folder as the loop expects it: metrics cut back to the checkpoint, or a fresh start."""
+    """The run folder as the loop expects it: metrics cut back to the checkpoint, or a fresh start (an old
+    run there, with --overwrite, is set aside until the new run's first checkpoint: `Run.settle`)."""
     run.path.mkdir(parents=True, exist_ok=True)
     if ckpt:
         run.truncate_metrics(ckpt.step)
     else:
-        for stale in (run.checkpoint_dir, run.old_checkpoint_dir, run.tensorboard_dir):  # --overwrite
-            if stale.is_dir():
-                shutil.rmtree(stale)
+        run.set_aside()
         run.reset_metrics()
     data.tokenizer.save(run.tokenizer_path)
+
+
+@contextlib.contextmanager
+def writing(run: Run, dist: Dist, device: torch.device) -> Iterator[None]:
+    """The run folder's lock (rank 0) for the whole body; every rank learns whether it was refused.
+
+    After locking, a replacement a crash interrupted is settled and symlinks are refused; on the way out
+    (finished, failed or interrupted) `settle` drops the old run or, without a new checkpoint, restores it.
+    """
+    with contextlib.ExitStack() as stack:
+        refusal: UserError | None = None
+        if dist.main:
+            try:
+                stack.enter_context(run.lock())
+                run.settle()
+                run.refuse_links()
+            except UserError as error:
+                refusal = error
+        if dist.any(refusal is not None, device):
+            raise refusal or UserError(f"rank 0 could not lock the run folder {str(run.path)!r}")
+        try:
+            yield
+        finally:
+            if dist.main:
+                run.settle()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -236,6 +276,7 @@ def evaluate_and_record(
 
 def save(state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run) -> None:
     """Write a checkpoint of the current step (rank 0); every rank waits for it."""
+    ranks = rank_rng_states(device, dist)  # every rank takes part: each has its own dropout stream
     if dist.main:
         extra = {
             "sha256": state.hashes,
@@ -244,10 +285,13 @@ def save(state: TrainState, config: Config, device: torch.device, dist: Dist, ru
             "tokens_seen": state.step * config.train.batch_size * config.model.context_length * dist.world,
             "losses_since_eval": state.since_eval,  # so the next record averages the same steps after a resume
         }
+        if ranks is not None:
+            extra["rank_rng"] = ranks
         try:
             state.checkpoint_path = save_checkpoint(
                 run.path, state.model, state.optimizer, config, state.step, extra
             )
+            run.settle()  # this checkpoint is durable: a run it replaces (--overwrite) can go now
         except OSError as error:
             raise _write_error(error, f"the checkpoint of step {state.step}", state, run) from None
     state.last_checkpoint = state.step
@@ -293,8 +337,9 @@ def train(
 ) -> TrainResult:
     """Train `config` in `run_dir` (default `<out_dir>/<config name>-<position>`), or resume it.
 
-    `stop_after=k` stops after step k as Ctrl-C would (checkpoint written, `interrupted=True`): for tests.
-    `overwrite` starts afresh in a folder that already holds a run. Raises UserError for every user mistake.
+    `stop_after=k` stops after step k as a signal would (checkpoint written, `interrupted=True`): for tests.
+    `overwrite` starts afresh in a folder that already holds a run. Raises UserError for every user mistake,
+    among them a run folder another process is training.
     """
     started = time.perf_counter()
     device = resolve_device(config.train.device)
@@ -302,29 +347,36 @@ def train(
     if dist.world > 1 and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank)
     run = Run.of(run_dir) if run_dir is not None else Run.default(config)
+    try:
+        with writing(run, dist, device):
+            return _train(config, run, dist, device, resume, progress, stop_after, overwrite, started)
+    finally:
+        dist.close()
+
+
+def _train(
+    config: Config, run: Run, dist: Dist, device: torch.device, resume: bool, progress: bool,
+    stop_after: int | None, overwrite: bool, started: float,
+) -> TrainResult:  # fmt: skip
     show = progress and dist.main
     say = tqdm.write if show else (lambda *a, **k: None)
-    try:
-        tracker = make_tracker(config, run, dist)  # before any work: a missing package fails here
-        ckpt = checkpoint_to_resume(config, run, resume, overwrite)
-        data, hashes = data_for_run(config, ckpt, dist, show)
-        state = build_state(config, ckpt, data, hashes, device, dist)
-        if ckpt and ckpt.state.get("world_size", 1) != dist.world:
-            say(
-                f"note: the run was checkpointed with {ckpt.state.get('world_size', 1)} process(es) and "
-                f"resumes with {dist.world}; the global batch changes, so it will not match an uninterrupted run"
-            )
+    tracker = make_tracker(config, run, dist)  # before any work: a missing package fails here
+    ckpt = checkpoint_to_resume(config, run, resume, overwrite)
+    data, hashes = data_for_run(config, ckpt, dist, show)
+    state = build_state(config, ckpt, data, hashes, device, dist)
+    if ckpt and ckpt.state.get("world_size", 1) != dist.world:
+        say(
+            f"note: the run was checkpointed with {ckpt.state.get('world_size', 1)} process(es) and "
+            f"resumes with {dist.world}; the global batch changes, so it will not match an uninterrupted run"
+        )
+    tc, tokens_per_step = config.train, config.train.batch_size * config.model.context_length * dist.world
+    signum = 0
+    state.model.train()
+    with StopRequest(announce=dist.main) as stop:  # from here on a signal is a request to stop after a step
         if dist.main:
             prepare_folder(run, ckpt, data)
         say(_describe(config, run, state, device, dist))
-        tc, tokens_per_step = config.train, config.train.batch_size * config.model.context_length * dist.world
-        interrupted = False
-        state.model.train()
-        with (
-            StopRequest(say) as stop,
-            _progress_bar(config, run, state, show) as bar,
-            tracker.writing(state.start_step) as track,
-        ):
+        with _progress_bar(config, run, state, show) as bar, tracker.writing(state.start_step) as track:
             while state.step < tc.steps:
                 t0 = time.perf_counter()
                 loss = train_step(state, config, device, dist, run)
@@ -332,9 +384,7 @@ def train(
                 tok_s = _tokens_per_second(state, tokens_per_step)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
                 bar.update(1)
-                stop_now = dist.any(
-                    stop.requested or (stop_after is not None and state.step >= stop_after), device
-                )
+                signum = _agreed_stop(stop, stop_after, state, device, dist)
                 if state.step % tc.eval_interval == 0 or state.step == tc.steps:
                     record = evaluate_and_record(state, config, device, dist, run, started)
                     track.record(record, state.model)
@@ -342,19 +392,27 @@ def train(
                         f"step {state.step}: train loss {record['train_loss']:.4f}, "
                         f"val loss {record['val_loss']:.4f}, bits/byte {record['val_bpb']:.4f}"
                     )
-                if state.step % tc.checkpoint_interval == 0 or state.step == tc.steps or stop_now:
+                if state.step % tc.checkpoint_interval == 0 or state.step == tc.steps or signum:
                     save(state, config, device, dist, run)
-                if stop_now and state.step < tc.steps:
-                    interrupted = True
+                if signum and state.step < tc.steps:
                     break
-    finally:
-        dist.close()
-    return _result(state, run, dist, interrupted, tokens_per_step, time.perf_counter() - started)
+    result = _result(state, run, dist, tokens_per_step, time.perf_counter() - started)
+    result.interrupted = bool(signum) and state.step < tc.steps
+    result.stop_signal = max(signum, 0)
+    return result
 
 
-def _result(
-    state: TrainState, run: Run, dist: Dist, interrupted: bool, tokens_per_step: int, seconds: float
-) -> TrainResult:
+def _agreed_stop(
+    stop: StopRequest, stop_after: int | None, state: TrainState, device: torch.device, dist: Dist
+) -> int:
+    """The signal every rank stops for after this step (the largest number any rank received; -1 for
+    `stop_after`, 0 to go on): one collective per step, so that all ranks stop on the same step."""
+    after = stop_after is not None and state.step >= stop_after
+    code = dist.max(stop.signum + 1 if stop.requested else int(after), device)  # 1: stop_after alone
+    return code - 1 if code > 1 else -code
+
+
+def _result(state: TrainState, run: Run, dist: Dist, tokens_per_step: int, seconds: float) -> TrainResult:
     return TrainResult(
         run_dir=run.path,
         step=state.step,
@@ -366,7 +424,6 @@ def _result(
         metrics=state.records,
         train_losses=state.losses,
         start_step=state.start_step,
-        interrupted=interrupted,
         checkpoint_path=state.checkpoint_path,
         rank=dist.rank,
         world_size=dist.world,

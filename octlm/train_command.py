@@ -1,17 +1,21 @@
 """`octlm train`: parse the flags, train (`octlm.train`), then print the figures, a sample and the report.
 
 The command owns what happens around the loop: which config (a new run's, or the run's own for `--resume`),
-how many threads, and what a user sees at the end. Sampling and the report come after `train()` returns, so
+how many threads, and what a user sees at the end. A run a signal stopped (SIGINT, SIGTERM, SIGHUP: it finished
+the step and wrote a checkpoint) prints where it stopped and how to resume, and the command returns 128 + the
+signal's number, so the CLI needs no special case. Sampling and the report come after `train()` returns, so
 the training loop imports neither generation nor the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from pathlib import Path
 
 from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
+from octlm.errors import THREADS_RANGE, int_in_range
 from octlm.run import Run
 from octlm.runtime import torch_threads
 from octlm.train import TrainResult, train
@@ -33,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=int_in_range(*THREADS_RANGE),
         default=None,
         help="torch CPU threads (default: torch's choice; 1 is often fastest on a busy machine)",
     )
@@ -61,14 +65,19 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             overwrite=args.overwrite,
         )
-        if result.rank != 0:
-            return 130 if result.interrupted else 0
         if result.interrupted:
-            print(
-                f"stopped at step {result.step} of {config.train.steps}; checkpoint saved in {folder.checkpoint_dir}"
-            )
-            print(f"resume with: octlm train --resume {folder.path}")
-            return 130
+            # 128 + N, as a shell reports a process a signal ended (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
+            code = 128 + (result.stop_signal or signal.SIGINT)
+            if result.rank == 0:
+                name = signal.Signals(result.stop_signal).name if result.stop_signal else "request"
+                print(
+                    f"stopped at step {result.step} of {config.train.steps} on {name}; checkpoint saved in "
+                    f"{folder.checkpoint_dir}"
+                )
+                print(f"resume with: octlm train --resume {folder.path}")
+            return code
+        if result.rank != 0:
+            return 0
         sample, report = finish(config, result)
         report_figures(result, time.perf_counter() - started, sample, report)
         return 0

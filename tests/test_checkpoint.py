@@ -1,4 +1,5 @@
-"""Checkpoints: round trip, the tied head, atomic swap, and every refusal (corrupt, planted, future)."""
+"""Checkpoints: round trip, the tied head, atomic swap, and every refusal (corrupt, planted, future, edited,
+another model's weights, links out of the run). Real disk faults are in tests/test_full_disk.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 import octlm.checkpoint as checkpoint
+import octlm.checkpoint_meta as checkpoint_meta
 from octlm.checkpoint import (
     Checkpoint,
     load_checkpoint,
@@ -19,6 +21,7 @@ from octlm.checkpoint import (
     save_checkpoint,
     sha256_file,
 )
+from octlm.checkpoint_meta import seal
 from octlm.config import Config, config_from_dict
 from octlm.corpus import Document
 from octlm.errors import UserError
@@ -61,7 +64,7 @@ def make_run(
     run_dir = tmp_path / "runs" / "tiny"
     state = {
         "sha256": {"tokenizer": tokenizer.sha256},
-        "rng": {"torch": torch.get_rng_state()},
+        "rng": {"torch": torch.get_rng_state(), "batches": torch.Generator().manual_seed(1).get_state()},
         "note": [1, "a"],
     }
     save_checkpoint(run_dir, model, optimizer, config, step, state)
@@ -69,11 +72,12 @@ def make_run(
     return run_dir, model, optimizer
 
 
-def edit_meta(run_dir: Path, change: Any) -> None:
+def edit_meta(run_dir: Path, change: Any, reseal: bool = True) -> None:
+    """Change config.json; `reseal` recomputes its meta_sha256 as someone who knows the format would."""
     path = run_dir / "checkpoint" / "config.json"
     meta = json.loads(path.read_text())
     change(meta)
-    path.write_text(json.dumps(meta))
+    path.write_text(json.dumps(seal(meta) if reseal else meta))
 
 
 class Planted:
@@ -126,19 +130,79 @@ def test_save_replaces_atomically_and_old_is_a_fallback(tmp_path: Path, tokenize
     assert load_checkpoint(run_dir).step == 6 and not (run_dir / ".checkpoint-old").exists()
 
 
-def test_crash_while_saving_keeps_the_last_checkpoint(
+def test_a_library_failure_the_disk_does_not_explain(
     tmp_path: Path, tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """torch.save failing on the file (as on a full disk) while the same bytes write fine: named as such,
+    not guessed; the last checkpoint stays and no temporary folder is left."""
     run_dir, model, optimizer = make_run(tmp_path, tokenizer)
+    real = torch.save
 
-    def dies(*args: Any, **kwargs: Any) -> None:
-        raise OSError("disk full")
+    def fails_on_files(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(f, (str, Path)):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+        real(obj, f, *args, **kwargs)
 
-    monkeypatch.setattr(torch, "save", dies)
-    with pytest.raises(OSError, match="disk full"):
+    monkeypatch.setattr(torch, "save", fails_on_files)
+    with pytest.raises(UserError) as info:
         save_checkpoint(run_dir, model, optimizer, tiny(), 9, {})
+    assert str(info.value) == (
+        f"could not write the checkpoint of step 9 in {str(run_dir)!r} (optimizer.pt): RuntimeError: "
+        "[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534, yet writing the same bytes "
+        "again worked: the disk may be failing; check it; the checkpoint of step 3 in "
+        f"{str(run_dir / 'checkpoint')!r} is kept; resume from it with `octlm train --resume {run_dir}`"
+    )
     assert load_checkpoint(run_dir).step == 3
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".checkpoint")]
+
+
+def test_a_run_path_through_a_file_is_the_wrong_kind(tmp_path: Path) -> None:
+    """A real ENOTDIR: the run folder's parent is a file."""
+    (tmp_path / "file").write_text("x")
+    model = Decoder(tiny().model)
+    with pytest.raises(
+        UserError, match=r"\(the run folder\): a part of the path is a file, not a folder \(ENOTDIR\)"
+    ):
+        save_checkpoint(tmp_path / "file" / "run", model, None, tiny(), 0, {})
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("name", ["checkpoint", ".checkpoint-old"])
+def test_symlinked_checkpoint_folder_is_refused(tmp_path: Path, tokenizer: Tokenizer, name: str) -> None:
+    """Nothing is renamed, deleted or written through a link out of the run, on the first save or any later."""
+    run_dir, model, optimizer = make_run(tmp_path, tokenizer)
+    elsewhere = tmp_path / "elsewhere"
+    (run_dir / "checkpoint").rename(elsewhere)
+    (run_dir / name).symlink_to(elsewhere)
+    before = {p.name: sha256_file(p) for p in elsewhere.iterdir()}
+    for step in (4, 5):
+        with pytest.raises(UserError) as info:
+            save_checkpoint(run_dir, model, optimizer, tiny(), step, {})
+        assert str(info.value).startswith(
+            f"{str(run_dir / name)!r} is a symbolic link (to {str(elsewhere)!r}); octlm writes checkpoints "
+            "only inside the run folder, never through a link"
+        )
+    assert {p.name: sha256_file(p) for p in elsewhere.iterdir()} == before
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([name, "tokenizer.json"])
+
+
+def test_checkpoint_that_is_a_file_is_refused(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    run_dir, model, optimizer = make_run(tmp_path, tokenizer)
+    (run_dir / ".checkpoint-old").write_text("mine")
+    with pytest.raises(UserError, match=r"checkpoint-old' is a file, not a checkpoint folder; move it out"):
+        save_checkpoint(run_dir, model, optimizer, tiny(), 4, {})
+    assert (run_dir / ".checkpoint-old").read_text() == "mine" and load_checkpoint(run_dir).step == 3
+
+
+def test_stale_temporary_link_is_unlinked_not_followed(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    run_dir, model, optimizer = make_run(tmp_path, tokenizer)
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "keep.txt").write_text("keep")
+    (run_dir / ".checkpoint-tmp-1").symlink_to(target)
+    save_checkpoint(run_dir, model, optimizer, tiny(), 4, {})
+    assert (target / "keep.txt").read_text() == "keep" and not (run_dir / ".checkpoint-tmp-1").is_symlink()
+    assert load_checkpoint(run_dir).step == 4
 
 
 def test_not_a_run(tmp_path: Path) -> None:
@@ -209,12 +273,176 @@ def test_future_schema_and_bad_meta_are_refused(tmp_path: Path, tokenizer: Token
     with pytest.raises(UserError, match="schema_version 2, newer than this octlm reads"):
         load_checkpoint(run_dir)
     edit_meta(run_dir, lambda m: m.update(schema_version=1))
-    edit_meta(run_dir, lambda m: m["config"]["model"].update(position="rope"))
-    with pytest.raises(UserError, match="does not match its recorded config hash"):
+    edit_meta(run_dir, lambda m: m["config"]["model"].update(position="rope"), reseal=False)
+    with pytest.raises(
+        UserError, match=r"does not match its recorded config hash \(config.model.position was"
+    ):
         load_checkpoint(run_dir)
     (run_dir / "checkpoint" / "config.json").write_text("{not json")
     with pytest.raises(UserError, match="not valid JSON"):
         load_checkpoint(run_dir)
+
+
+def _set(path: str, value: Any) -> Any:
+    """An edit of config.json: set the entry at a dotted path (`state.rng.torch.shape`)."""
+
+    def change(meta: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target = meta
+        for key in parents:
+            target = target[key]
+        target[last] = value
+
+    return change
+
+
+# (edit, the message's end after "has an invalid "): a value that fails validation names key and range.
+INVALID = {
+    "step negative": (_set("step", -3), "step: expected an integer >= 0, found -3"),
+    "step a string": (_set("step", "3"), 'step: expected an integer >= 0, found "3"'),
+    "step a boolean": (_set("step", True), "step: expected an integer >= 0, found true"),
+    "step past steps": (
+        _set("step", 7000),
+        "step: expected an integer <= config.train.steps (6000), found 7000",
+    ),
+    "state not an object": (_set("state", "x"), 'state: expected a JSON object, found "x"'),
+    "losses not numbers": (
+        _set("state.losses_since_eval", ["a"]),
+        'state.losses_since_eval: expected a list of at most 3 finite numbers, found ["a"]',
+    ),
+    "losses NaN": (
+        _set("state.losses_since_eval", [float("nan")]),
+        "state.losses_since_eval: expected a list of at most 3 finite numbers, found [NaN]",
+    ),
+    "more losses than steps": (
+        _set("state.losses_since_eval", [1.0] * 4),
+        "state.losses_since_eval: expected a list of at most 3 finite numbers, found [1.0, 1.0, 1.0, 1.0]",
+    ),
+    "rng shape": (
+        _set("state.rng.torch.shape", [2528, 2]),
+        'state.rng.torch: expected a uint8 tensor of shape [5056], found {"__tensor__": "uint8", "shape": [2528, 2]',
+    ),
+    "tensor length": (
+        _set("state.rng.torch.shape", [5000]),
+        "state.rng.torch: tensor data is 5056 bytes, but uint8 of shape [5000] needs 5000",
+    ),
+    "rng wrong size": (
+        _set("state.rng.batches", {"__tensor__": "uint8", "shape": [3], "base64": "AAAA"}),
+        'state.rng.batches: expected a uint8 tensor of shape [5056], found {"__tensor__": "uint8", ',
+    ),
+    "rng missing": (
+        lambda m: m["state"]["rng"].pop("batches"),
+        "state.rng: expected an object with torch, batches (and on CUDA, cuda) states",
+    ),
+    "tensor dtype": (
+        _set("state.rng.torch.__tensor__", "nn"),
+        "state.rng.torch: tensor type 'nn' is not one",
+    ),
+    "tensor base64": (
+        _set("state.rng.torch.base64", "!!"),
+        "state.rng.torch: tensor data is not valid base64",
+    ),
+    "world size": (_set("state.world_size", 0), "state.world_size: expected an integer >= 1, found 0"),
+    "sha256 entry": (
+        _set("sha256.tokenizer", "abc"),
+        'sha256.tokenizer: expected a SHA-256 (64 lower-case hex digits), found "abc"',
+    ),
+    "sha256 not a table": (_set("sha256", []), "sha256: expected a JSON object of SHA-256 digests, found []"),
+    "config_name": (_set("config_name", 5), "config_name: expected a string, found 5"),
+    "config": (_set("config", "x"), 'config: expected a JSON object, found "x"'),
+    "meta_sha256": (
+        _set("meta_sha256", 1),
+        "meta_sha256: expected a JSON object of SHA-256 digests, found 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_meta_names_the_key_and_the_range(tmp_path: Path, tokenizer: Tokenizer, case: str) -> None:
+    run_dir, *_ = make_run(tmp_path, tokenizer)
+    change, message = INVALID[case]
+    edit_meta(run_dir, change, reseal=False)  # validation comes first: the value is named, not the edit
+    path = run_dir / "checkpoint" / "config.json"
+    for load in (load_checkpoint, load_model, lambda r: Run.of(r).read_meta()):
+        with pytest.raises(UserError) as info:
+            load(run_dir)
+        assert str(info.value).startswith(f"{str(path)!r} has an invalid {message}"), str(info.value)
+
+
+def test_meta_validation_of_other_entries(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    run_dir, *_ = make_run(tmp_path, tokenizer)
+    edit_meta(run_dir, _set("extra", 1))
+    with pytest.raises(UserError, match=r"config.json' has an entry 'extra' octlm never writes"):
+        load_checkpoint(run_dir)
+    edit_meta(run_dir, lambda m: m.pop("extra"))
+    edit_meta(run_dir, _set("config.model.n_heads", "two"))
+    with pytest.raises(
+        UserError, match=r"config.json' holds an invalid config \(config 'tiny' has 1 problem"
+    ):
+        load_checkpoint(run_dir)
+    edit_meta(run_dir, _set("config.model.n_heads", 2))
+    edit_meta(run_dir, lambda m: m["sha256"].pop("config"))
+    with pytest.raises(UserError, match=r"has an invalid sha256: expected an entry 'config'"):
+        load_checkpoint(run_dir)
+
+
+# Hand edits that still validate: the meta_sha256 table names the key.
+EDITS = {
+    "step": (_set("step", 2), "step"),
+    "a state entry": (_set("state.note", [2, "a"]), "state.note"),
+    "an rng state": (
+        _set("state.rng.torch", checkpoint.encode(torch.Generator().manual_seed(5).get_state())),
+        "state.rng.torch",
+    ),
+    "a bookkeeping config field": (_set("config.train.run_name", "other"), "config.train.run_name"),
+    "an added state entry": (_set("state.world_size", 1), "state.world_size (added)"),
+    "a removed state entry": (lambda m: m["state"].pop("note"), "state.note (removed)"),
+    "the schema version": (_set("meta_sha256.schema_version", "0" * 64), "schema_version"),
+}
+
+
+@pytest.mark.parametrize("case", list(EDITS))
+def test_hand_edit_is_named_by_its_key(tmp_path: Path, tokenizer: Tokenizer, case: str) -> None:
+    run_dir, *_ = make_run(tmp_path, tokenizer)
+    change, key = EDITS[case]
+    edit_meta(run_dir, change, reseal=False)
+    with pytest.raises(UserError) as info:
+        load_checkpoint(run_dir)
+    assert str(info.value) == (
+        f"{str(run_dir / 'checkpoint' / 'config.json')!r} was edited by hand: {key} does not match the hash "
+        "recorded when it was written (meta_sha256); restore the file or train again"
+    )
+    edit_meta(run_dir, lambda m: None)  # resealed: an edit made knowingly is accepted
+    load_checkpoint(run_dir)
+
+
+def test_checkpoint_without_meta_hash_still_loads(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """Checkpoints written before meta_sha256 existed (same schema 1; the entry is additive) load, validated."""
+    run_dir, *_ = make_run(tmp_path, tokenizer)
+    edit_meta(run_dir, lambda m: m.pop("meta_sha256"), reseal=False)
+    assert load_checkpoint(run_dir).step == 3
+    edit_meta(run_dir, _set("step", -1), reseal=False)
+    with pytest.raises(UserError, match="has an invalid step: expected an integer >= 0, found -1"):
+        load_checkpoint(run_dir)
+
+
+def test_another_models_weights_name_the_first_tensor(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """Another model's weights, with their hash updated: one line naming the tensor and both shapes."""
+    run_dir, *_ = make_run(tmp_path, tokenizer)
+    other_dir, *_ = make_run(tmp_path / "other", tokenizer, config_from_dict(
+        {"model": {**tiny().model.__dict__, "d_model": 24, "d_ff": 48}}, name="tiny"))  # fmt: skip
+    path = run_dir / "checkpoint" / "model.safetensors"
+    path.write_bytes((other_dir / "checkpoint" / "model.safetensors").read_bytes())
+    edit_meta(run_dir, lambda m: m["sha256"].update({"model.safetensors": sha256_file(path)}))
+    expected = (
+        f"{str(path)!r} holds the weights of another model: tensor 'token_embedding.weight' has shape "
+        "[300, 24], the config's model needs [300, 16]; restore the run's own weights and config.json, or "
+        "train again"
+    )
+    for load in (load_checkpoint, load_model):
+        with pytest.raises(UserError) as info:
+            load(run_dir)
+        assert str(info.value) == expected
 
 
 def test_modified_tokenizer_is_refused(tmp_path: Path, tokenizer: Tokenizer) -> None:
@@ -232,3 +460,7 @@ def test_save_without_optimizer(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tmp_path / "run")
     assert ckpt.optimizer_state is None and ckpt.config.model.position == "rope"
     assert checkpoint.SCHEMA_VERSION == ckpt.meta["schema_version"] == 1
+    assert sorted(ckpt.meta) == sorted(checkpoint_meta.TOP_KEYS)
+    leaves = [f"config.{section}.{key}" for section, table in ckpt.meta["config"].items() for key in table]
+    expected = ["config_name", "schema_version", "state", "step", *leaves]  # an empty state is one leaf
+    assert sorted(ckpt.meta["meta_sha256"]) == sorted(expected)

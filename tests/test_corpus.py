@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -292,3 +296,132 @@ def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
     corpus.write_atomic(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in target.parent.iterdir()] == ["file.json"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --text inputs that are not text files: refused by name, never opened (a FIFO would block the read forever)
+
+
+@pytest.fixture
+def guard() -> Iterator[None]:
+    """Fail after 30 s instead of hanging the suite if a FIFO is ever opened for reading."""
+
+    def timeout(signum: int, frame: object) -> None:
+        raise TimeoutError("reading the --text paths hung")
+
+    previous = signal.signal(signal.SIGALRM, timeout)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _special(kind: str, path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(os.path.relpath(path))  # relative: socket paths are limited to 108 bytes
+        sock.close()
+    elif kind == "broken link":
+        os.symlink("missing.txt", path)
+    elif kind == "link loop":
+        os.symlink(path.name, path)
+    elif kind == "link to a folder":
+        (path.parent.parent / "elsewhere").mkdir()
+        os.symlink("../elsewhere", path)
+
+
+@pytest.mark.parametrize(
+    ("kind", "needle"),
+    [
+        ("fifo", "is a named pipe (FIFO); octlm reads only files and folders"),
+        ("socket", "is a socket"),
+        ("broken link", "is a broken symbolic link (to 'missing.txt'); remove it or point it at a file"),
+        ("link loop", "is a symbolic link loop"),
+        ("link to a folder", "is a symbolic link to a folder, which a --text folder walk does not follow"),
+    ],
+)
+def test_entries_that_are_not_text_files_are_refused_by_name(
+    kind: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: None
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = Path("books")
+    write(folder / "a.txt", "alpha\n")
+    _special(kind, folder / "odd")
+    with pytest.raises(UserError) as info:
+        text_documents(["books"])
+    assert str(info.value).startswith("'books/odd' " + needle), str(info.value)
+
+
+def test_devices_and_fifos_given_directly_are_refused(tmp_path: Path, guard: None) -> None:
+    with pytest.raises(UserError, match=r"^'/dev/null' is a character device"):
+        text_documents(["/dev/null"])
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserError, match="is a named pipe"):
+        text_documents([str(tmp_path / "pipe")])
+
+
+def test_a_fifo_swapped_in_after_the_check_is_still_not_read(tmp_path: Path, guard: None) -> None:
+    """The read opens non-blocking and checks what it opened, so even a race with the check cannot hang."""
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserError, match="is a named pipe"):
+        corpus._read_regular(tmp_path / "pipe")
+
+
+def test_names_that_are_not_utf8_are_refused_with_their_bytes(tmp_path: Path) -> None:
+    folder = tmp_path / "books"
+    write(folder / "a.txt", "alpha\n")
+    Path(os.fsdecode(bytes(folder) + b"/caf\xe9.txt")).write_text("beta\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"the file name b'.*/books/caf\\xe9.txt' is not UTF-8; rename it"):
+        text_documents([str(folder)])
+    bad = Path(os.fsdecode(bytes(tmp_path) + b"/l\xe9a"))
+    bad.mkdir()
+    with pytest.raises(UserError, match=r"l\\xe9a' is not UTF-8"):  # the path given itself
+        text_documents([str(bad)])
+
+
+def test_a_link_to_a_file_is_read_and_named_by_the_link(tmp_path: Path) -> None:
+    """A link inside a folder (even to a file outside it) is the link's document; a folder given through a
+    link keeps its target's name, as before."""
+    outside = write(tmp_path / "outside" / "target.txt", "from outside\n")
+    folder = tmp_path / "books"
+    write(folder / "a.txt", "alpha\n")
+    os.symlink(outside, folder / "b.txt")
+    docs = text_documents([str(folder)])
+    assert [(d.name, d.text) for d in docs] == [("books/a.txt", "alpha\n"), ("books/b.txt", "from outside\n")]
+    os.symlink(folder, tmp_path / "alias")
+    assert [d.name for d in text_documents([str(tmp_path / "alias")])] == ["books/a.txt", "books/b.txt"]
+
+
+def test_read_errors_are_one_line_naming_the_file() -> None:
+    """/proc/self/mem reads fail with EIO at offset 0 (a real I/O error, no mock)."""
+    with pytest.raises(
+        UserError, match=r"^could not read '/proc/self/mem': Input/output error \(EIO\); check"
+    ):
+        text_documents(["/proc/self/mem"])
+
+
+def test_an_unlistable_folder_is_refused_not_skipped(tmp_path: Path) -> None:
+    """os.walk drops folders it cannot list unless told otherwise; that would silently lose text."""
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        write(locked / "a.txt", "alpha\n")
+        locked.chmod(0)
+    else:  # permission bits do not stop root; the kernel still refuses another process's map_files
+        locked = Path("/proc/1/map_files")
+        try:
+            os.listdir(locked)
+            pytest.skip("this process may list /proc/1/map_files")
+        except PermissionError:
+            pass
+        except OSError as error:
+            pytest.skip(f"/proc/1/map_files: {error}")
+    try:
+        with pytest.raises(
+            UserError, match=r"could not read folder '.*': Permission denied; check its permissions"
+        ):
+            text_documents([str(locked)])
+    finally:
+        if os.geteuid() != 0:
+            locked.chmod(0o755)

@@ -51,7 +51,6 @@ def test_token_files_hold_each_split_with_eot_after_every_document(tmp_path: Pat
         assert stream.tolist() == expected
         assert stream.dtype == np.uint16
     assert prepared.val_bytes == sum(len(d.text.encode()) for d in val_docs)
-    assert prepared.val_bytes_per_token == prepared.val_bytes / len(prepared.val)
     assert prepared.train_documents == len(train_docs) and prepared.val_documents == len(val_docs)
     assert tok.decode(prepared.val.tolist()).split("<|endoftext|>")[:-1] == [d.text for d in val_docs]
 
@@ -61,6 +60,18 @@ def test_token_files_hold_each_split_with_eot_after_every_document(tmp_path: Pat
     assert meta["corpus_sha256"] == prepared.corpus_sha256 == prepared.manifest["sha256"]
     assert prepared.folder.name.startswith(prepared.corpus_sha256[:12] + "-v300-")
     assert not prepared.reused and prepared.encode_mb_per_s is not None
+
+
+def test_bytes_per_token_by_hand(tmp_path: Path) -> None:
+    """At the smallest vocabulary (256 bytes + EOT) there are no merges: every byte is one token and each
+    document ends in one EOT, so 12-byte documents (one of the four in validation) give exactly 12/13."""
+    texts = tmp_path / "corpus"
+    texts.mkdir()
+    for i, word in enumerate(["alpha", "bravo", "delta", "gamma"]):
+        (texts / f"doc{i}.txt").write_text(f"{word} {i}-end\n", encoding="utf-8")  # 12 bytes each
+    prepared = prepare_data(config(tmp_path, texts), vocab_size=257, progress=False)
+    assert prepared.val_bytes == 12 and len(prepared.val) == 13
+    assert prepared.val_bytes_per_token == 12 / 13
 
 
 def test_second_call_trains_and_encodes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -304,3 +315,153 @@ def test_cli_data_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["data", "--text", str(tmp_path / "gone.txt"), "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "gone.txt" in err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checked before work: the data folder writable, the text long enough for the context
+
+
+def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make tokenizer training fail loudly: the checks below must refuse before any work."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the tokenizer was trained before the refusal")
+
+    monkeypatch.setattr(data_module, "train_tokenizer", fail)
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "needle"),
+    [
+        ("afile", "'afile' is a file, not a folder; pass --data-dir a folder"),
+        ("afile/deeper/cache", "'afile' is a file, not a folder"),
+        ("dangling", "'dangling' is a broken symbolic link"),
+        ("dangling/cache", "'dangling' is a broken symbolic link"),
+    ],
+)
+def test_a_data_folder_on_a_file_is_refused_before_work(
+    data_dir: str, needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    texts = write_corpus(Path("corpus"))
+    Path("afile").write_text("x", encoding="utf-8")
+    Path("dangling").symlink_to("nowhere")
+    _no_training(monkeypatch)
+    cfg = dataclasses.replace(config(tmp_path, texts), data_dir=data_dir)
+    with pytest.raises(UserError, match=r"^data folder '.*' cannot be made: " + needle.replace("(", r"\(")):
+        prepare_data(cfg, 300, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "corpus", "dangling"]
+
+
+def _chattr(flag: str, path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(["chattr", flag, str(path)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"chattr {flag} is not available here: {done.stderr.strip()}")
+
+
+def test_a_read_only_data_folder_is_refused_before_work_and_a_complete_cache_is_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chattr +i` is a real read-only folder even for root (permission bits are not). Permission is not free
+    space: the fix says how to make it writable. A complete cache in a read-only folder needs no write."""
+    texts = write_corpus(tmp_path / "corpus")
+    cfg = config(tmp_path, texts)
+    first = prepare_data(cfg, 300, progress=False)
+    data_dir = Path(cfg.data_dir)
+    _chattr("+i", data_dir)
+    try:
+        again = prepare_data(cfg, 300, progress=False)  # reused: nothing written
+        assert again.reused and np.array_equal(again.val, first.val)
+        _no_training(monkeypatch)
+        with pytest.raises(UserError) as info:
+            prepare_data(cfg, 310, progress=False)  # another vocabulary: a new cache folder is needed
+        message = str(info.value)
+        assert message.startswith(f"could not write in data folder '{data_dir}/") and "(EPERM)" in message
+        assert "check it with `lsattr -d` and remove the attribute" in message and "space" not in message
+    finally:
+        _chattr("-i", data_dir)
+    assert sorted(p.name for p in data_dir.iterdir()) == [first.folder.name]
+
+
+def test_text_too_short_for_the_context_is_refused_before_the_tokenizer_is_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token is at least one byte, so bytes + one EOT per document bound a stream before any encoding."""
+    texts = write_corpus(tmp_path / "corpus")
+    cfg = config(tmp_path, texts)
+    loaded = load_corpus(cfg)
+    bound = loaded.val_bytes + len(loaded.val)
+    _no_training(monkeypatch)
+    with pytest.raises(UserError) as info:
+        prepare_data(cfg, 300, progress=False, block=bound)  # needs bound + 1 tokens
+    assert str(info.value).startswith(
+        f"the validation stream has at most {bound:,} tokens ({len(loaded.val)}"
+    )
+    assert (
+        f"needs {bound + 1:,}); add text, raise --val-fraction (now 0.25) or lower --context-length"
+        in str(info.value)
+    )
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_exact_stream_lengths_are_checked_once_encoded(tmp_path: Path) -> None:
+    texts = write_corpus(tmp_path / "corpus")
+    cfg = config(tmp_path, texts)
+    prepared = prepare_data(cfg, 300, progress=False)
+    n_val, n_train = len(prepared.val), len(prepared.train)
+    assert n_val < prepared.val_bytes  # BPE merged something: the exact count is below the bound
+    assert prepare_data(cfg, 300, progress=False, block=n_val - 1).reused  # block + 1 = every token: enough
+    with pytest.raises(
+        UserError,
+        match=rf"^the validation stream has {n_val:,} tokens \(2 documents, 1,344 bytes\), too few for one block of ",
+    ):
+        prepare_data(cfg, 300, progress=False, block=n_val)
+    with pytest.raises(UserError, match=r"^the training stream has at most"):
+        prepare_data(cfg, 300, progress=False, block=n_train + 10_000)
+    eval_blocks(prepared.val, n_val - 1, 1)  # what training will ask of the streams works at that block
+
+
+def test_vocabulary_too_small_is_refused_before_the_corpus_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(cfg: DataConfig) -> None:
+        raise AssertionError("the corpus was loaded before the refusal")
+
+    monkeypatch.setattr(data_module, "load_corpus", fail)
+    with pytest.raises(UserError, match="vocab_size = 256 is too small; byte-level BPE needs 256 bytes"):
+        prepare_data(config(tmp_path, tmp_path), 256, progress=False)
+
+
+def test_a_folder_in_place_of_a_token_file_is_one_line_naming_the_cache(tmp_path: Path) -> None:
+    """The damaged cache is rebuilt, and the rebuild's real OSError (EISDIR: a token file cannot replace a
+    folder) is a UserError naming the cache folder, not a traceback."""
+    texts = write_corpus(tmp_path / "corpus")
+    cfg = config(tmp_path, texts)
+    first = prepare_data(cfg, 300, progress=False)
+    (first.folder / "val.bin").unlink()
+    (first.folder / "val.bin").mkdir()
+    with pytest.raises(
+        UserError,
+        match=rf"^could not write in data folder '{first.folder}': it is a folder, not a file \(EISDIR\)",
+    ):
+        prepare_data(cfg, 300, progress=False)
+    assert sorted(p.name for p in first.folder.iterdir()) == [
+        "meta.json",
+        "tokenizer.json",
+        "train.bin",
+        "val.bin",
+    ]
+
+
+def test_a_tokenizer_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"tokenizer file '.*' is not a file; train one"):
+        Tokenizer.load(tmp_path)
+    with pytest.raises(
+        UserError, match=r"^could not read tokenizer file '/proc/self/mem': Input/output error$"
+    ):
+        Tokenizer.load("/proc/self/mem")  # a real EIO
+    (tmp_path / "latin.json").write_bytes(b'{"caf\xe9": 1}')
+    with pytest.raises(UserError, match=r"latin.json' is not UTF-8 \(invalid continuation byte\)"):
+        Tokenizer.load(tmp_path / "latin.json")

@@ -7,8 +7,10 @@
   uninterrupted run, with its metrics and no leftover folders. Trials run in children of a fork server, so each
   costs a fraction of a second instead of a Python start-up.
 - SIGINT: a real `python -m octlm train` process stops after the current step, checkpoints, exits 130 and
-  says how to resume (documented in octlm/train.py).
-- A full disk while writing a checkpoint leaves the previous one intact and loadable.
+  says how to resume (documented in octlm/train.py). SIGTERM, SIGHUP, seeded trials and the second signal:
+  tests/test_signals.py; the lock and --overwrite: tests/test_lock.py.
+- A full disk first reported by fsync leaves the previous checkpoint intact and loadable (the real file-size
+  limit and read-only faults: tests/test_full_disk.py).
 - A pickle planted where a checkpoint file should be never runs.
 """
 
@@ -29,13 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import safetensors.torch
 import torch
 from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
-import octlm.checkpoint
-import octlm.run
 from octlm.checkpoint import load_checkpoint, save_checkpoint, sha256_file
 from octlm.config import config_from_dict
 from octlm.errors import UserError
@@ -80,6 +79,11 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
         json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     ]
     return [{k: v for k, v in r.items() if k not in (*TIMING_KEYS, "train_loss")} for r in records]
+
+
+def unlocked(tree: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot without the lock file: a writer killed by SIGKILL leaves it (holding no lock)."""
+    return {k: v for k, v in tree.items() if k != ".lock"}
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], what: str) -> None:
@@ -128,7 +132,8 @@ def check_after_kill(run_dir: Path, lab: Lab) -> int | None:
         ckpt = load_checkpoint(run_dir)
     except UserError as error:
         # The only acceptable refusal: nothing was saved yet. Never a corrupt or half-written checkpoint.
-        empty = run_dir.is_dir() and not any(run_dir.iterdir())  # killed right after creating it
+        # killed right after creating it: nothing inside but, perhaps, the lock file (the kernel released it)
+        empty = run_dir.is_dir() and not [p for p in run_dir.iterdir() if p.name != ".lock"]
         assert "no checkpoint yet" in str(error) or "does not exist" in str(error) or empty, str(error)
         return None
     reference = load_file(str(lab.snapshots / f"step-{ckpt.step}.safetensors"))
@@ -170,10 +175,10 @@ def test_kill_and_resume(trial: Trial, lab: Lab) -> None:
         resumed_from.append(step)
         if step is None and (run_dir / "metrics.jsonl").exists():
             # --resume says what to do instead, in one line, and changes nothing
-            before = snapshot(run_dir)
+            before = unlocked(snapshot(run_dir))
             refused = lab.server.run(["train", "--resume", str(run_dir)], lab.root, log)
             assert refused["rc"] == 2 and "train it again" in log.read_text().splitlines()[-1]
-            assert snapshot(run_dir) == before
+            assert unlocked(snapshot(run_dir)) == before  # a stale .lock of the killed writer may go
         argv = fresh if step is None else ["train", "--resume", str(run_dir), "--no-progress"]
         reply = lab.server.run(argv, lab.root, log, kill_after=again * lab.seconds if again else None)
         kills.append(reply["rc"] == -signal.SIGKILL)
@@ -187,7 +192,8 @@ def test_kill_and_resume(trial: Trial, lab: Lab) -> None:
     assert metrics(run_dir) == metrics(lab.reference)
     entries = sorted(os.listdir(run_dir))
     if done_at_kill:  # killed between swapping in the final checkpoint and removing the previous one
-        entries = [e for e in entries if e != ".checkpoint-old"]  # no process ran after it to clean up
+        # no process ran after it to clean up (nor to take and drop the killed writer's lock file)
+        entries = [e for e in entries if e not in (".checkpoint-old", ".lock")]
     assert entries == RUN_FILES, "leftovers in the run folder"
     state = (
         ", ".join(entry.rsplit("-", 1)[0] if "tmp" in entry else entry for entry in left)
@@ -285,32 +291,15 @@ def _no_space(*args: Any, **kwargs: Any) -> Any:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def _half_then_no_space(tensors: Any, filename: Any, metadata: Any = None) -> None:
-    _REAL_SAVE_FILE(tensors, filename, metadata=metadata)
-    Path(filename).write_bytes(Path(filename).read_bytes()[:100])
-    _no_space()
-
-
 def _fsync_no_space(fd: int) -> None:
     if not os.path.isdir(f"/proc/self/fd/{fd}"):
         _no_space()  # a file's data did not reach the disk (ENOSPC/EIO can first show up at fsync)
 
 
-def _second_rename_fails(self: Path, target: Any) -> Any:
-    if Path(target).name == octlm.run.CHECKPOINT:
-        _no_space()
-    return _REAL_RENAME(self, target)
-
-
-_REAL_RENAME = Path.rename
-_REAL_SAVE_FILE = safetensors.torch.save_file
-DISK_FULL = {
-    "safetensors write": ("safetensors.torch.save_file", _half_then_no_space),
-    "optimizer write": ("torch.save", _no_space),
-    "config.json write": ("octlm.run.json.dump", _no_space),
-    "fsync": ("octlm.checkpoint.os.fsync", _fsync_no_space),
-    "rename into place": ("pathlib.Path.rename", _second_rename_fails),
-}
+# Faults the OS gives for real (a file-size limit at each write, an immutable folder at the swap) are tested in
+# tests/test_full_disk.py. ENOSPC first reported by fsync has no such trigger on a machine without a tiny file
+# system to fill, so it is the one fault still simulated here.
+DISK_FULL = {"fsync": ("octlm.checkpoint.os.fsync", _fsync_no_space)}
 
 
 @pytest.mark.parametrize("where", list(DISK_FULL))
@@ -319,7 +308,7 @@ def test_full_disk_keeps_the_previous_checkpoint(
 ) -> None:
     config, model, optimizer = _tiny_model()
     run_dir = tmp_path / "run"
-    save_checkpoint(run_dir, model, optimizer, config, 1, {"sha256": {"note": "x"}})
+    save_checkpoint(run_dir, model, optimizer, config, 1, {"sha256": {"note": "0" * 64}})
     files = {p.name: sha256_file(p) for p in (run_dir / "checkpoint").iterdir()}
     weights = load_checkpoint(run_dir).model_state
 
@@ -328,9 +317,9 @@ def test_full_disk_keeps_the_previous_checkpoint(
             p.add_(1.0)  # the failed save would have stored different numbers
     target, fake = DISK_FULL[where]
     monkeypatch.setattr(target, fake)
-    with pytest.raises(OSError) as info:
+    with pytest.raises((OSError, UserError)) as info:  # octlm.checkpoint names the errno in a UserError
         save_checkpoint(run_dir, model, optimizer, config, 2, {})
-    assert info.value.errno == errno.ENOSPC
+    assert getattr(info.value, "errno", None) == errno.ENOSPC or "(ENOSPC)" in str(info.value)
     monkeypatch.undo()
 
     ckpt = load_checkpoint(run_dir)
@@ -340,28 +329,6 @@ def test_full_disk_keeps_the_previous_checkpoint(
     assert not [p for p in run_dir.iterdir() if p.name.startswith(".checkpoint-tmp-")]
     save_checkpoint(run_dir, model, optimizer, config, 3, {})  # nothing blocks the next save
     assert load_checkpoint(run_dir).step == 3 and sorted(os.listdir(run_dir)) == ["checkpoint"]
-
-
-def test_full_disk_during_training_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`octlm train` hitting ENOSPC at its second checkpoint: exit 2, one line that says the disk is full and
-    which checkpoint is kept, no traceback; the first checkpoint still loads."""
-    corpus = write_corpus(tmp_path / "text")
-    real, calls = safetensors.torch.save_file, []
-
-    def second_fails(*args: Any, **kwargs: Any) -> None:
-        calls.append(1)
-        if len(calls) == 2:
-            _no_space()
-        real(*args, **kwargs)
-
-    monkeypatch.setattr(safetensors.torch, "save_file", second_fails)
-    code, _out, err = run_cli(
-        ["train", *tiny_flags(tmp_path, corpus, steps=9), "--name", "full", "--no-progress"]
-    )
-    monkeypatch.undo()
-    assert load_checkpoint(tmp_path / "runs" / "full").step == 3
-    assert "Traceback" not in err and code == 2, f"exit code {code}: {err}"
-    assert len(err.splitlines()) == 1 and "No space left on device" in err, err
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""The CLI's one error boundary, a closed stdout in a real shell pipeline, and a KV cache that grows as needed.
+
+Faults are real where the OS gives them: a path through a file (ENOTDIR), a folder opened as a file (EISDIR),
+/dev/full (ENOSPC), an allocation no machine can satisfy, a `| head` that stops reading. The bad-input
+catalogue (tests/test_bad_inputs.py) covers each command's mistakes; these cover the boundary itself.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny import PYTHON, quiet_env, tiny_raw, write_corpus
+
+from octlm.cli import CLOSED_PIPE, run_command
+from octlm.config import config_from_dict
+from octlm.corpus import Document
+from octlm.errors import OS_ERRORS, describe_os_error, writing
+from octlm.generate import INITIAL_NEW_TOKENS, generate
+from octlm.model import Decoder, KVCache
+from octlm.tokenizer import train_tokenizer
+from octlm.train import train
+
+
+def boundary(capsys: pytest.CaptureFixture[str], call: Any) -> tuple[int, str]:
+    code = run_command("test", call)
+    return code, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The errno table
+
+
+@pytest.mark.parametrize("number", sorted(OS_ERRORS), ids=lambda n: errno.errorcode[n])
+def test_every_expected_errno_is_one_line_naming_the_path(number: int) -> None:
+    line = describe_os_error(OSError(number, os.strerror(number), "out/model.bin"))
+    assert line is not None and "\n" not in line
+    assert line.startswith("'out/model.bin': ") and f"({errno.errorcode[number]})" in line, line
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        assert "free some" in line, line
+    else:  # a permission problem, a read-only place, a bad path: none of them is fixed by freeing space
+        assert "space" not in line and "free some" not in line, line
+
+
+def test_errno_messages_give_the_fix_for_their_cause() -> None:
+    def line(number: int) -> str:
+        return describe_os_error(OSError(number, os.strerror(number), "p")) or ""
+
+    assert line(errno.ENOSPC) == (
+        "'p': no space left on the device (ENOSPC); free some space there or write somewhere else"
+    )
+    assert "ulimit -f" in line(errno.EFBIG)
+    assert "lsattr" in line(errno.EPERM) and "permissions" in line(errno.EACCES)
+    assert "read-only" in line(errno.EROFS) and "symbolic links" in line(errno.ELOOP)
+    rename = OSError(errno.EXDEV, "x", "a", None, "b")
+    assert describe_os_error(rename) is None  # not expected: a bug, which keeps its traceback
+    moved = OSError(errno.EACCES, os.strerror(errno.EACCES), "a", None, "b")
+    assert describe_os_error(moved).startswith("'a' -> 'b': permission denied")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The boundary, with real faults
+
+
+def test_real_enotdir_and_eisdir_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "afile").write_text("x")
+    code, err = boundary(capsys, lambda: (tmp_path / "afile" / "out.json").write_text("{}"))
+    assert code == 2 and err == (
+        f"octlm test: error: '{tmp_path}/afile/out.json': a part of the path is a file, not a folder "
+        "(ENOTDIR); choose a path through folders only\n"
+    )
+    code, err = boundary(capsys, lambda: tmp_path.write_text("{}"))
+    assert code == 2 and err.count("\n") == 1 and "(EISDIR)" in err and str(tmp_path) in err
+
+
+def test_writing_names_the_target_of_a_failed_write(capsys: pytest.CaptureFixture[str]) -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+
+    def write() -> None:
+        with writing("runs/x/report"), open("/dev/full", "w") as f:
+            f.write("numbers")  # buffered: the ENOSPC comes at the flush, with no file name of its own
+
+    code, err = boundary(capsys, write)
+    assert code == 2 and err.startswith(
+        "octlm test: error: 'runs/x/report': no space left on the device (ENOSPC)"
+    )
+
+
+def test_out_of_memory_names_the_size(capsys: pytest.CaptureFixture[str]) -> None:
+    # 2**62 bytes: no machine has 4 EiB, so the allocator refuses at once (no memory is touched).
+    code, err = boundary(capsys, lambda: torch.empty(2**62, dtype=torch.uint8))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        "octlm test: error: out of memory: tried to allocate 4.0 EiB at once; use a smaller model"
+    )
+    code, err = boundary(capsys, lambda: bytearray(2**62))  # Python's own MemoryError: no size given
+    assert code == 2 and "out of memory: an allocation failed;" in err
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ZeroDivisionError("bug"),
+        RuntimeError("an unrelated RuntimeError"),
+        OSError(errno.EXDEV, "cross-device"),
+    ],
+    ids=["ZeroDivisionError", "RuntimeError", "EXDEV"],
+)
+def test_bugs_keep_their_traceback(error: BaseException, capsys: pytest.CaptureFixture[str]) -> None:
+    def fail() -> None:
+        raise error
+
+    with pytest.raises(type(error)):
+        run_command("test", fail)
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A closed stdout in a real pipeline
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("boundary")
+    before = Path.cwd()
+    os.chdir(root)
+    try:
+        write_corpus(Path("text"))
+        raw = tiny_raw(Path("."), Path("text"), steps=3, eval_interval=3, run_name="tiny")
+        torch.set_num_threads(1)
+        train(config_from_dict(raw, name="tiny"), progress=False)
+    finally:
+        os.chdir(before)
+    return root
+
+
+def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=cwd, env=quiet_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_generate_into_head_ends_quietly_with_141(tiny_run: Path) -> None:
+    # 100,000 tokens are more than a pipe holds (64 KiB), so generate must write after head has gone: EPIPE.
+    done = shell(f"{PYTHON} -m octlm generate --run runs/tiny --prompt def --max-new-tokens 100000 "
+                 "--keep-going --temperature 1 | head -c 10", tiny_run)  # fmt: skip
+    assert (done.returncode, done.stderr) == (CLOSED_PIPE, ""), done.stderr
+    assert done.stdout.startswith("def") and len(done.stdout.encode()) == 10
+    assert CLOSED_PIPE == 141
+
+
+@pytest.mark.parametrize("argv", ["model --dry-run", "corpus --text text"])
+def test_short_output_into_head_ends_quietly(argv: str, tiny_run: Path) -> None:
+    # A few lines: the writer may finish before head exits (0) or after (141); never a message.
+    done = shell(f"{PYTHON} -m octlm {argv} | head -1", tiny_run)
+    assert done.returncode in (0, CLOSED_PIPE) and done.stderr == "", done.stderr
+    assert done.stdout.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The KV cache grows as decoding needs it
+
+
+def rope_model() -> Decoder:
+    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2,
+                                         "d_ff": 64, "context_length": 16, "position": "rope"}})  # fmt: skip
+    torch.manual_seed(0)
+    return Decoder(config.model)
+
+
+def test_huge_max_new_tokens_starts_with_a_modest_cache() -> None:
+    model = rope_model()
+    tokenizer = train_tokenizer([Document("a", "def class return self value " * 20)], 260)
+    made: list[tuple[KVCache, int]] = []
+    real_new_cache = model.new_cache
+
+    def new_cache(batch: int, capacity: int | None = None) -> KVCache:
+        cache = real_new_cache(batch, capacity)
+        made.append((cache, cache.k.shape[3]))
+        return cache
+
+    model.new_cache = new_cache  # type: ignore[method-assign]
+    prompt = [tokenizer.eot_id, 5, 6]
+    tokens = list(itertools.islice(generate(model, tokenizer, prompt, 10**12, stop_at_eot=False), 300))
+    assert len(tokens) == 300 and len(made) == 1
+    cache, first = made[0]
+    assert first == len(prompt) + INITIAL_NEW_TOKENS == 259
+    assert cache.k.shape[3] == 2 * first  # 302 positions needed: doubled once, not grown to 10**12
+    assert cache.length == len(prompt) + 299
+
+
+def test_reserve_doubles_and_keeps_what_is_cached() -> None:
+    model = rope_model()
+    cache = KVCache(model.config, 1, 4)
+    cache.k[..., :4, :] = 1.0
+    for total, capacity in [(3, 4), (5, 8), (8, 8), (9, 16), (40, 40)]:
+        cache.reserve(total)
+        assert cache.k.shape[3] == capacity == cache.v.shape[3]
+    assert torch.equal(cache.k[..., :4, :], torch.ones_like(cache.k[..., :4, :]))
+    assert not cache.k[..., 4:, :].any()
