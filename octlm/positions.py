@@ -22,6 +22,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from octlm.config import ModelConfig
 from octlm.errors import UserError
@@ -277,6 +278,7 @@ class _HalfRotation(torch.autograd.Function):
         return _HalfRotation.rotate(x, cos, sin)
 
     @staticmethod
+    @once_differentiable  # the rotation writes with out=, which autograd cannot differentiate again
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         cos, sin = ctx.saved_tensors
         return _HalfRotation.rotate(grad, cos, -sin), None, None

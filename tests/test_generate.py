@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -135,6 +136,62 @@ def test_pick_token_filters() -> None:
     # p(1) = 0.665, p(2) = 0.245: top_p 0.8 keeps both, 0.5 only the first.
     assert {pick_token(logits, 1.0, None, 0.8, gen) for _ in range(200)} == {1, 2}
     assert {pick_token(logits, 1.0, None, 0.5, gen) for _ in range(50)} == {1}
+
+
+def test_temperature_divides_the_logits() -> None:
+    """At temperature 2 the distribution drawn from is exactly softmax(logits / 2); at 1, softmax(logits)."""
+    logits = torch.tensor([1.0, 3.0, 2.0, -0.5, float("-inf")])
+    drawn: list[torch.Tensor] = []
+    real = torch.multinomial
+
+    def spy(probs: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        drawn.append(probs.clone())
+        return real(probs, n, generator=generator)
+
+    gen = torch.Generator().manual_seed(0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "multinomial", spy)
+        pick_token(logits, 2.0, None, 1.0, gen)
+        pick_token(logits, 1.0, None, 1.0, gen)
+    # Hand-computed: exp(l / T) / sum, the -inf entry 0. float64 throughout, so 1e-15.
+    for probs, temperature in zip(drawn, (2.0, 1.0), strict=True):
+        weights = [math.exp(v / temperature) for v in (1.0, 3.0, 2.0, -0.5)]
+        expected = torch.tensor([w / sum(weights) for w in weights] + [0.0], dtype=torch.float64)
+        torch.testing.assert_close(probs, expected, rtol=0, atol=1e-15)
+    assert drawn[0][1] == pytest.approx(0.4655095, abs=1e-7)  # e^1.5 / (e^.5 + e^1.5 + e + e^-.25), by hand
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 1e-8, 1e-300])
+def test_temperature_near_zero_is_the_argmax(temperature: float) -> None:
+    """The limit T -> 0 of sampling is greedy: every draw is the largest logit (a gap of 0.05 / T nats)."""
+    logits = torch.tensor([1.0, 2.95, 3.0, 2.9, -1.0])
+    gen = torch.Generator().manual_seed(0)
+    assert [pick_token(logits, temperature, None, 1.0, gen) for _ in range(100)] == [2] * 100
+
+
+def test_sliding_window_reads_exactly_the_last_context_length_ids() -> None:
+    """Past the learned table, every new token is predicted from the last `context_length` ids, no fewer."""
+    model = model_for("learned")
+    windows: list[list[int]] = []
+    model.register_forward_pre_hook(lambda _module, args: windows.append(args[0][0].tolist()))
+    prompt = list(range(1, CONTEXT + 4))  # longer than the table: the first window is already cut
+    out = list(generate(model, FakeTokenizer(), prompt, 6, temperature=1.0, seed=2, stop_at_eot=False,
+                        notice=None))  # fmt: skip
+    ids = prompt + out
+    assert len(windows) == 6
+    for n, window in enumerate(windows):
+        assert window == ids[: len(prompt) + n][-CONTEXT:]
+    # A prompt that fits, continued past the table: cached steps first, then full windows of CONTEXT ids.
+    windows.clear()
+    prompt = [5, 9, 17]
+    out = list(generate(model, FakeTokenizer(), prompt, CONTEXT + 3, temperature=1.0, seed=3,
+                        stop_at_eot=False, notice=None))  # fmt: skip
+    ids = prompt + out
+    assert windows[0] == prompt and all(len(w) == 1 for w in windows[1 : CONTEXT - 2])
+    sliding = windows[CONTEXT - 2 :]
+    assert len(sliding) == 5
+    for n, window in enumerate(sliding):
+        assert window == ids[: CONTEXT + 1 + n][-CONTEXT:]
 
 
 def test_eot_stops_and_ids_past_the_tokenizer_are_never_chosen() -> None:

@@ -25,7 +25,11 @@ from octlm.model import Decoder  # noqa: E402
 from octlm.positions import alibi_slopes, rope_rotate, t5_bucket  # noqa: E402
 from octlm.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 
-TOL = 1e-4
+# Largest |logit difference| measured on this machine (float32, both attention kernels): GPT-2 3.1e-6, the
+# small Llamas 3.8e-6 (exported folders included); the modern-sized Llama (C = 128, V = 1024, larger logits)
+# 1.5e-5. The tolerances leave about 3x for another CPU's kernels, no more.
+TOL = 1e-5
+MODERN_TOL = 4e-5
 
 SMALL_GPT2 = ModelConfig(vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=256)
 DAY1 = ModelConfig()  # octlm/configs/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
@@ -103,7 +107,7 @@ def test_llama_logits_match(config: ModelConfig, attn: str) -> None:
     assert hf_model.config.num_key_value_heads == config.kv_heads
     diff = logits_difference(model, hf_model, random_ids(config))
     print(f"Llama {attn} max |logit difference| = {diff:.3g}")
-    assert diff <= TOL
+    assert diff <= (MODERN_TOL if config.d_model == MODERN.d_model else TOL)
 
 
 def test_parity_test_would_catch_a_mapping_mistake() -> None:

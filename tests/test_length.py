@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -34,6 +35,7 @@ from octlm.length_results import bpb_table, summarize
 from octlm.model import Decoder
 from octlm.positions import rope_frequencies
 from octlm.rope_scaling import VARIANTS
+from octlm.scoring import Score, evaluate
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
 LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds
@@ -288,6 +290,82 @@ def test_score_counts_tokens_and_bytes() -> None:
         s = score(model, text, 32, mode, batch_tokens=64)
         assert s.tokens == s.bytes == 256
         assert 0 < s.nats / s.tokens < 2 * np.log(50)
+
+
+VOCAB = 50
+
+
+def successor(ids: np.ndarray | torch.Tensor) -> Any:
+    """The rule of the context-dependent text: each token determines the next, 3t + 1 mod 50 (never t itself)."""
+    return (3 * ids + 1) % VOCAB
+
+
+class Oracle(torch.nn.Module):
+    """A model of that text whose confidence grows with the context it has read: at window position i (i + 1
+    tokens seen) it gives the true next token logit (i + 1) / 4 and every other token 0. So the loss of a target
+    at position i is exactly log(49 + e^a) - a, a = (i + 1) / 4: scoring the wrong part of a window, or the inputs as
+    their own targets (logit 0, never the successor), gives a different sum."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
+        b, t = x.shape
+        logits = torch.zeros(b, t, VOCAB, dtype=torch.float64)
+        logits.scatter_(2, successor(x).unsqueeze(-1), torch.arange(1.0, t + 1, dtype=torch.float64)
+                        .div(4).expand(b, t).unsqueeze(-1))  # fmt: skip
+        return logits, None
+
+
+def chain_text(count: int = 256, start: int = 32) -> EvalText:
+    tokens = [7]
+    for _ in range(start + count):
+        tokens.append(int(successor(np.int64(tokens[-1]))))
+    return EvalText(np.array(tokens, dtype=np.int64), start, count, np.arange(VOCAB, dtype=np.int64) % 3 + 1)
+
+
+# summed_loss takes the log-softmax in float32: measured 1e-9 (whole windows), 8.5e-8 (sliding: smaller losses)
+# and 8e-9 (evaluate) relative to the exact float64 sums below.
+REL = 2e-7
+
+
+def oracle_nats(positions: range) -> float:
+    """Summed loss of the oracle's targets at these window positions, one window."""
+    return sum(math.log(VOCAB - 1 + math.exp((i + 1) / 4)) - (i + 1) / 4 for i in positions)
+
+
+@pytest.mark.parametrize("batch_tokens", [32, 64, 10_000])  # one window per batch, two, all at once
+def test_score_is_exact_on_a_context_dependent_text(batch_tokens: int) -> None:
+    text = chain_text()
+    targets = text.tokens[text.start + 1 : text.start + text.count + 1]
+    nbytes = int((targets % 3 + 1).sum())  # every target once, whatever the mode
+    windows = score(Oracle(), text, 32, "windows", batch_tokens)
+    # 8 windows of 32, each scoring positions 0 .. 31.
+    assert (windows.tokens, windows.bytes) == (256, nbytes)
+    assert windows.nats == pytest.approx(8 * oracle_nats(range(32)), rel=REL)
+    # Sliding: 16 windows (stride 16), each scoring only its last half, positions 16 .. 31, where the oracle
+    # is surest (42.13 nats; its first halves would give 514.63).
+    sliding = score(Oracle(), text, 32, "sliding", batch_tokens)
+    assert (sliding.tokens, sliding.bytes) == (256, nbytes)
+    assert sliding.nats == pytest.approx(16 * oracle_nats(range(16, 32)), rel=REL)
+    assert sliding.nats == pytest.approx(42.1336, abs=1e-4) and windows.nats == pytest.approx(
+        278.3823, abs=1e-4
+    )
+
+
+def test_evaluate_scores_every_target_exactly() -> None:
+    """`octlm train`'s validation: all targets of each block, bits per byte from the bytes per token."""
+    text = chain_text(count=64, start=0)
+    blocks = [(torch.from_numpy(text.tokens[i : i + 16]).view(1, 16),
+               torch.from_numpy(text.tokens[i + 1 : i + 17]).view(1, 16)) for i in (0, 16, 32)]  # fmt: skip
+    got = evaluate(Oracle(), blocks, torch.device("cpu"), bytes_per_token=2.5)
+    assert (got.tokens, got.bytes) == (48, 120.0)
+    assert got.nats == pytest.approx(3 * oracle_nats(range(16)), rel=REL)
+
+
+def test_score_figures_from_hand_computed_values() -> None:
+    s = Score(nats=6.0, tokens=4, bytes=3.0)
+    assert s.loss == 1.5
+    assert s.perplexity == pytest.approx(4.4816890703380645, rel=1e-15)  # e^1.5
+    assert s.bpb == pytest.approx(2.8853900817779268, rel=1e-15)  # 6 nats = 8.656 bits over 3 bytes
+    assert Score(nats=8 * math.log(2), tokens=8, bytes=4.0).bpb == pytest.approx(2.0, rel=1e-15)
 
 
 def test_learned_past_its_table_reads_no_rows() -> None:

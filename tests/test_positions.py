@@ -21,6 +21,7 @@ from octlm.positions import (
     RotaryPositions,
     SinusoidalPositions,
     T5Positions,
+    _HalfRotation,
     add_positions,
     alibi_bias,
     alibi_slopes,
@@ -160,6 +161,21 @@ def test_sinusoidal_module_grows_on_demand_and_is_not_rebuilt() -> None:
     np.testing.assert_allclose(out[0].numpy(), np_sinusoidal(40, 16, 10000.0)[37:], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("scale", [0.02, 1.0, 3.5])
+def test_sinusoidal_growth_past_the_context_keeps_the_scale(scale: float) -> None:
+    """Rows read after the table grows on demand (decoding past the context) carry `scale` like the first ones."""
+    scheme = SinusoidalPositions(16, initial_length=8, scale=scale)
+    reference = scale * np_sinusoidal(64, 16, 10000.0)
+    before = scheme.embed(torch.zeros(1, 8, 16), torch.arange(8))
+    np.testing.assert_allclose(before[0].numpy(), reference[:8], rtol=0, atol=1e-6 * scale)
+    # Past the initial 8 rows: one cached step at position 40, then a full pass over 0 .. 63.
+    step = scheme.embed(torch.zeros(1, 1, 16), torch.tensor([40]))
+    assert scheme.table.shape[0] == 64  # grown to the next power of two
+    np.testing.assert_allclose(step[0].numpy(), reference[40:41], rtol=0, atol=1e-6 * scale)
+    full = scheme.embed(torch.zeros(1, 64, 16), torch.arange(64))
+    np.testing.assert_allclose(full[0].numpy(), reference, rtol=0, atol=1e-6 * scale)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # RoPE
 
@@ -287,6 +303,30 @@ def test_rotary_module_grows_and_matches_numpy(layout: str) -> None:
     assert rope.cos is grown  # not rebuilt for a position it already covers
     np.testing.assert_allclose(rq.numpy(), np_rope(q, positions, 10000.0, layout), rtol=0, atol=1e-5)
     np.testing.assert_allclose(rk.numpy(), np_rope(k, positions, 10000.0, layout), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3, 2), (2, 3, 5, 8)])
+def test_half_rotation_backward_passes_gradcheck(shape: tuple[int, ...]) -> None:
+    """The hand-written backward of the hot-path rotation against float64 finite differences.
+
+    The other RoPE gradient tests run through the same backward, so only this catches a wrong sign in it.
+    Angles up to 20 rad make every sin and cos entry matter; non-contiguous input like the attention's.
+    Not twice differentiable (the forward writes with `out=`), so no gradgradcheck; nothing trains through a
+    second derivative of RoPE.
+    """
+    torch.manual_seed(9)
+    *lead, t, d = shape
+    x = torch.randn(*lead, d, t, dtype=torch.float64).transpose(-1, -2).requires_grad_()  # [.., T, D]
+    angle = torch.rand(t, d // 2, dtype=torch.float64) * 20
+    cos, sin = angle.cos(), angle.sin()
+    assert torch.autograd.gradcheck(lambda x: _HalfRotation.apply(x, cos, sin), (x,), eps=1e-6, atol=1e-8)
+    # And the module's gradient equals autograd's through the plain formula (exact up to float64 rounding).
+    rope = RotaryPositions(d, 10000.0, "half", initial_length=4)
+    positions = torch.arange(100, 100 + t)
+    g = torch.randn(*lead, t, d, dtype=torch.float64)
+    (ours,) = torch.autograd.grad(rope.rotate(x, x, positions)[0], x, g)
+    (plain,) = torch.autograd.grad(apply_rope(x, rope.cos[positions], rope.sin[positions]), x, g)
+    torch.testing.assert_close(ours, plain, rtol=0, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------------------

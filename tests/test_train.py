@@ -254,7 +254,8 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(
 
 
 def test_absurd_learning_rate_is_a_clear_error(tmp_path: Path, corpus: Path) -> None:
-    config = tiny_config(tmp_path, corpus, lr=1e30, min_lr=1e30, warmup_steps=0, grad_clip=0.0, steps=30)
+    config = tiny_config(tmp_path, corpus, lr=1e30, min_lr=1e30, warmup_steps=0, grad_clip=0.0, weight_decay=0.0,
+                         steps=30)  # fmt: skip
     with pytest.raises(UserError, match=r"the training loss is (nan|inf)|gradient norm (nan|inf)"):
         train(config, progress=False)
 
@@ -313,3 +314,66 @@ def test_compiled_training_matches_eager(tmp_path: Path, corpus: Path, position:
     assert len(eager) == len(compiled) == 4
     assert max(abs(a - b) for a, b in zip(eager, compiled, strict=True)) < 1e-4, (eager, compiled)
     assert abs(runs[False].val_loss - runs[True].val_loss) < 1e-4
+
+
+def test_training_steps_never_build_the_full_logits(tmp_path: Path, corpus: Path, monkeypatch) -> None:
+    """A spy on every module's output: inside `train_step`, no module returns a [B, T, V] (or [B*T, V])
+    logits tensor; the loss goes through the head's weight in chunks. Evaluation does build them, which
+    shows the spy sees the head when it runs."""
+    config = tiny_config(tmp_path, corpus, steps=4, eval_interval=2, checkpoint_interval=4, sample_tokens=0)
+    vocab = config.model.vocab_size
+    seen = {"steps": 0, "in_step": 0, "outside": 0}
+    in_step = False
+    real_step = octlm.train.train_step
+
+    def step(*args: Any, **kwargs: Any) -> float:
+        nonlocal in_step
+        in_step = True
+        try:
+            return real_step(*args, **kwargs)
+        finally:
+            in_step = False
+            seen["steps"] += 1
+
+    def spy(module: torch.nn.Module, inputs: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor) and output.dim() >= 2 and output.shape[-1] == vocab:
+            seen["in_step" if in_step else "outside"] += 1
+
+    monkeypatch.setattr(octlm.train, "train_step", step)
+    handle = torch.nn.modules.module.register_module_forward_hook(spy)
+    try:
+        result = train(config, progress=False)
+    finally:
+        handle.remove()
+    assert result.step == 4 and seen["steps"] == 4
+    assert seen["in_step"] == 0
+    assert seen["outside"] > 0  # the evaluations at steps 2 and 4 ran the head on full logits
+
+
+@pytest.mark.slow  # tokenizes the whole standard library once (~20 s on a busy 2-core machine)
+def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`octlm train` with no --text: the stdlib corpus, tiny dims, a few steps; the run records that corpus."""
+    from octlm.config import DataConfig
+    from octlm.corpus import corpus_sha256, describe_source, stdlib_documents
+
+    argv = ["train", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "runs"),
+            "--vocab-size", "300", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",
+            "--context-length", "16", "--steps", "6", "--batch-size", "4", "--eval-interval", "3",
+            "--checkpoint-interval", "6", "--warmup-steps", "2", "--report", "false", "--sample-tokens", "4",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    run_dir = tmp_path / "runs" / "day1-learned"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [3, 6] and all(math.isfinite(r["val_bpb"]) for r in records)
+    assert "bits per byte" in out and "class" in out  # the stdlib's sample prompt is code
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt.step == 6 and ckpt.config.data.source == "stdlib" and ckpt.config.data.text == []
+    # The corpus identity recorded is the interpreter's standard library, recomputed here from its files.
+    expected = corpus_sha256([d for d in stdlib_documents() if d.text])
+    assert ckpt.meta["sha256"]["corpus"] == expected
+    (folder,) = (tmp_path / "data").glob(f"{expected[:12]}-v300-*")
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["corpus_sha256"] == expected
+    assert meta["manifest"]["source"] == describe_source(DataConfig())  # "stdlib of Python 3.x at <root>"
+    assert meta["manifest"]["source"].startswith("stdlib of Python ")
