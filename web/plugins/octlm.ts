@@ -4,6 +4,13 @@
  * - `import excerpt from "octlm:positions.py#sinusoidal_table"` gives `{ file, line, code }`: the source of that
  *   function (or `Class.method`), cut from ../octlm/ by its `def` line when the site is built, so the code shown
  *   on a page is always the code that runs. A missing file or function fails the build.
+ *   `octlm:positions.py#PositionScheme` (a capitalised name with no dot) gives a whole class.
+ * - `import msg from "octlm-raise:model.py#Decoder.check_ids#longer than the learned position table"` gives
+ *   `{ file, line, parts }`: the message of the `raise ...(` in that function whose text contains the words after
+ *   the last `#`, as literal strings and `{ expr }` placeholders of its f-strings, so a page can print what octlm
+ *   raises without retyping it.
+ * - `import c from "octlm-const:positions.py#UNBOUNDED_SCHEMES"` gives `{ file, line, value }` for a module-level
+ *   tuple or list of strings.
  * - `data/manifest.json` lists the result files present in public/data/ when the site is built (or, in dev, when
  *   asked), so the Results page never requests a file that is not there.
  * - Math in the HTML pages, `$$...$$` (display) and `\(...\)` (inline), is typeset with KaTeX at build time.
@@ -13,7 +20,7 @@ import { resolve } from "node:path";
 import katex from "katex";
 import type { Plugin } from "vite";
 
-const PREFIX = "octlm:";
+const PREFIXES = ["octlm:", "octlm-raise:", "octlm-const:"];
 const RESOLVED = "\0octlm-source:";
 
 export interface Excerpt {
@@ -24,8 +31,107 @@ export interface Excerpt {
 
 const indentOf = (s: string) => s.length - s.trimStart().length;
 
+/** The source of class `name` in Python text, from its `class` line (decorators included) to its last line. */
+export function extractClass(text: string, name: string, file = "<python>"): Excerpt {
+  const lines = text.split("\n");
+  const at = lines.findIndex((l) => new RegExp(`^class ${name}\\b`).test(l));
+  if (at < 0) throw new Error(`${file}: no class ${name} (the site shows it; rename it in web/ too)`);
+  let first = at;
+  while (first > 0 && lines[first - 1].startsWith("@")) first--;
+  let end = at + 1;
+  while (end < lines.length && (lines[end].trim() === "" || indentOf(lines[end]) > 0)) end++;
+  while (end > at + 1 && lines[end - 1].trim() === "") end--;
+  return { file, line: first + 1, code: lines.slice(first, end).join("\n") };
+}
+
+export type MessagePart = string | { expr: string };
+export interface RaisedMessage {
+  file: string;
+  line: number;
+  parts: MessagePart[];
+}
+
+/** The pieces of adjacent Python string literals (`"..."` and `f"..."`), f-string fields as `{ expr }`. */
+export function parseStrings(src: string): MessagePart[] {
+  const parts: MessagePart[] = [];
+  const push = (t: string) => {
+    if (!t) return;
+    if (typeof parts[parts.length - 1] === "string") parts[parts.length - 1] += t;
+    else parts.push(t);
+  };
+  const literal = /(f?)"((?:[^"\\]|\\.)*)"/g;
+  const unescape = (t: string) => t.replace(/\\(["\\n])/g, (_, c: string) => (c === "n" ? "\n" : c));
+  let m: RegExpExecArray | null;
+  let seen = 0;
+  while ((m = literal.exec(src))) {
+    if (src.slice(seen, m.index).replace(/#.*$/gm, "").trim() !== "") throw new Error(`not a string literal: ${src.slice(seen, m.index).trim()}`);
+    seen = m.index + m[0].length;
+    const body = m[2];
+    if (!m[1]) {
+      push(unescape(body));
+      continue;
+    }
+    let i = 0;
+    while (i < body.length) {
+      if (body.startsWith("{{", i) || body.startsWith("}}", i)) {
+        push(body[i]);
+        i += 2;
+      } else if (body[i] === "{") {
+        const close = body.indexOf("}", i);
+        if (close < 0) throw new Error(`unclosed {{ in f-string: ${body}`);
+        parts.push({ expr: body.slice(i + 1, close) });
+        i = close + 1;
+      } else {
+        const next = body.slice(i).search(/[{}]/);
+        const stop = next < 0 ? body.length : i + next;
+        push(unescape(body.slice(i, stop)));
+        i = stop;
+      }
+    }
+  }
+  if (src.slice(seen).trim() !== "") throw new Error(`not a string literal: ${src.slice(seen).trim()}`);
+  return parts;
+}
+
+/** The message of the `raise Error(...)` in function `name` whose source contains `needle`. */
+export function extractRaise(text: string, name: string, needle: string, file = "<python>"): RaisedMessage {
+  const fn = extractDef(text, name, file);
+  const re = /raise \w+\(/g;
+  let m: RegExpExecArray | null;
+  while ((m = re.exec(fn.code))) {
+    let depth = 1;
+    let i = m.index + m[0].length;
+    let quote = false;
+    for (; i < fn.code.length && depth > 0; i++) {
+      const c = fn.code[i];
+      if (c === "\\" && quote) i++;
+      else if (c === '"') quote = !quote;
+      else if (!quote && c === "(") depth++;
+      else if (!quote && c === ")") depth--;
+    }
+    const args = fn.code.slice(m.index + m[0].length, i - 1);
+    if (!args.includes(needle)) continue;
+    const line = fn.line + fn.code.slice(0, m.index).split("\n").length - 1;
+    return { file, line, parts: parseStrings(args.trim().replace(/,\s*$/, "")) };
+  }
+  throw new Error(`${file}: no raise containing "${needle}" in ${name} (the site prints that message)`);
+}
+
+/** A module-level `NAME = ("a", "b", ...)` (or a list) of strings. */
+export function extractConst(text: string, name: string, file = "<python>"): { file: string; line: number; value: string[] } {
+  const lines = text.split("\n");
+  const at = lines.findIndex((l) => l.startsWith(`${name} = `) || l.startsWith(`${name}: `));
+  if (at < 0) throw new Error(`${file}: no ${name} = ... (the site uses it)`);
+  const rest = lines.slice(at).join("\n");
+  const m = /=\s*[([]([^)\]]*)[)\]]/.exec(rest);
+  if (!m) throw new Error(`${file}: ${name} is not a tuple or list of strings`);
+  const value = [...m[1].matchAll(/"([^"]*)"|'([^']*)'/g)].map((x) => x[1] ?? x[2]);
+  return { file, line: at + 1, value };
+}
+
 /** The source of `name` (a function, or `Class.method`) in Python text, from its `def` line to its last line. */
 export function extractDef(text: string, name: string, file = "<python>"): Excerpt {
+  if (/^[A-Z]\w*$/.test(name)) return extractClass(text, name, file);
   const lines = text.split("\n");
   let start = 0;
   let minIndent = 0;
@@ -74,12 +180,18 @@ export const PAGES: [string, string][] = [
   ["rope", "RoPE"],
   ["bias", "ALiBi and T5"],
   ["results", "Results"],
+  ["models", "Models, live"],
+  ["measured", "Measured, and skipped"],
 ];
 
 const FOOTER =
   '<footer><p>octlm explainer. Every number on these pages is computed in your browser by <code>web/src/math.ts</code>, ' +
-  "which is tested against <code>octlm/positions.py</code> to 1e-5; the code excerpts are cut from <code>octlm/</code> " +
-  "when the site is built. Results appear only when a run exports them.</p></footer>";
+  "which is tested against <code>octlm/positions.py</code> to 1e-7; the code excerpts are cut from <code>octlm/</code> " +
+  "when the site is built. Results appear only when a run exports them. The Models page runs octlm's exported models " +
+  "(onnxruntime-web), tested against PyTorch to 1e-4.</p></footer>";
+
+// public/favicon.svg, linked from every page so that no browser asks for a /favicon.ico that is not there
+const ICON = '<link rel="icon" href="./favicon.svg" type="image/svg+xml">';
 
 function nav(current: string): string {
   const items = PAGES.map(([stem, title]) => {
@@ -113,11 +225,13 @@ export function octlmSite(repoRoot: string): Plugin {
       this.emitFile({ type: "asset", fileName: "data/manifest.json", source: manifest(publicDir) });
     },
     resolveId(id) {
-      return id.startsWith(PREFIX) ? RESOLVED + id.slice(PREFIX.length) : null;
+      return PREFIXES.some((p) => id.startsWith(p)) ? RESOLVED + id : null;
     },
     load(id) {
       if (!id.startsWith(RESOLVED)) return null;
-      const [file, name] = id.slice(RESOLVED.length).split("#");
+      const spec = id.slice(RESOLVED.length);
+      const kind = PREFIXES.find((p) => spec.startsWith(p))!;
+      const [file, name, ...needle] = spec.slice(kind.length).split("#");
       const path = resolve(repoRoot, "octlm", file);
       this.addWatchFile(path);
       let text: string;
@@ -126,13 +240,19 @@ export function octlmSite(repoRoot: string): Plugin {
       } catch {
         throw new Error(`octlm/${file} is missing; the site shows code from it`);
       }
-      return `export default ${JSON.stringify(extractDef(text, name, `octlm/${file}`))};`;
+      const where = `octlm/${file}`;
+      const value =
+        kind === "octlm-raise:" ? extractRaise(text, name, needle.join("#"), where) : kind === "octlm-const:" ? extractConst(text, name, where) : extractDef(text, name, where);
+      return `export default ${JSON.stringify(value)};`;
     },
     transformIndexHtml: {
       order: "pre",
       handler: (html, ctx) => {
         const stem = ctx.path.replace(/^.*\//, "").replace(/\.html$/, "") || "index";
-        return typeset(html).replace("<!--nav-->", nav(stem)).replace("<!--footer-->", FOOTER);
+        return typeset(html)
+          .replace("</head>", `${ICON}\n</head>`)
+          .replace("<!--nav-->", nav(stem))
+          .replace("<!--footer-->", FOOTER);
       },
     },
   };

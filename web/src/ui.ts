@@ -1,5 +1,6 @@
-/** Small DOM helpers shared by every page: elements, colour scales with legends, heatmaps, number tables. */
+/** Small DOM helpers shared by every page: elements, legends, number tables, live inputs, code excerpts. */
 import type { Matrix } from "./math";
+import { colour, ink, type Scale } from "./scale";
 
 type Attrs = Record<string, string | number | boolean | undefined>;
 type Child = Node | string | null | undefined | false;
@@ -35,77 +36,17 @@ export function fmt(v: number, digits = 4): string {
   if (Number.isNaN(v)) return "n/a";
   if (Object.is(v, -0) || Math.abs(v) < 1e-12) return "0";
   const s = Math.abs(v) >= 1e4 || Math.abs(v) < 1e-3 ? v.toExponential(digits - 1) : v.toPrecision(digits);
-  return s.replace(/\.?0+(e|$)/, "$1").replace("-", "−");
+  // trailing zeros after a decimal point only: 1000 stays 1000, 1.500 becomes 1.5, 2.000e-4 becomes 2e-4
+  return s.replace(/(\.\d*?)0+(e|$)/, "$1$2").replace(/\.(e|$)/, "$1").replace("-", "−");
 }
 
-// ----------------------------------------------------------------------------------------------------------
-// Colour scales: a diverging blue–white–orange for signed values, a viridis-like ramp for non-negative ones.
-// Both stay distinguishable under the common colour-vision deficiencies.
+export { MASKED, colour, colourRGB, divergingFor, ink, scaleFor } from "./scale";
+export type { Scale } from "./scale";
 
-type Stop = [number, [number, number, number]];
-const DIVERGING: Stop[] = [
-  [0, [33, 102, 172]],
-  [0.25, [146, 197, 222]],
-  [0.5, [247, 247, 247]],
-  [0.75, [253, 184, 99]],
-  [1, [230, 97, 1]],
-];
-const SEQUENTIAL: Stop[] = [
-  [0, [253, 231, 37]],
-  [0.25, [94, 201, 98]],
-  [0.5, [33, 145, 140]],
-  [0.75, [59, 82, 139]],
-  [1, [68, 1, 84]],
-];
-export const MASKED = "#6b6b6b";
-
-export interface Scale {
-  kind: "diverging" | "sequential";
-  min: number;
-  max: number;
-}
-
-/** A diverging scale symmetric around 0 that covers every finite value. */
-export function divergingFor(values: number[], atLeast = 1e-9): Scale {
-  const m = values.reduce((acc, v) => (Number.isFinite(v) ? Math.max(acc, Math.abs(v)) : acc), atLeast);
-  return { kind: "diverging", min: -m, max: m };
-}
-
-export function sequentialFor(values: number[]): Scale {
-  const finite = values.filter(Number.isFinite);
-  const min = Math.min(...finite, 0);
-  const max = Math.max(...finite, min + 1e-9);
-  return { kind: "sequential", min, max };
-}
-
-export function colourRGB(scale: Scale, v: number): [number, number, number] {
-  const stops = scale.kind === "diverging" ? DIVERGING : SEQUENTIAL;
-  const u = Math.min(1, Math.max(0, (v - scale.min) / (scale.max - scale.min || 1)));
-  for (let i = 1; i < stops.length; i++) {
-    if (u <= stops[i][0]) {
-      const [u0, c0] = stops[i - 1];
-      const [u1, c1] = stops[i];
-      const w = (u - u0) / (u1 - u0);
-      return [0, 1, 2].map((k) => Math.round(c0[k] + w * (c1[k] - c0[k]))) as [number, number, number];
-    }
-  }
-  return stops[stops.length - 1][1];
-}
-
-export function colour(scale: Scale, v: number): string {
-  if (!Number.isFinite(v)) return MASKED;
-  const [r, g, b] = colourRGB(scale, v);
-  return `rgb(${r} ${g} ${b})`;
-}
-
-/** Text colour that stays readable on a cell of the given colour. */
-export function ink(scale: Scale, v: number): string {
-  if (!Number.isFinite(v)) return "#fff";
-  const [r, g, b] = colourRGB(scale, v);
-  return 0.299 * r + 0.587 * g + 0.114 * b > 140 ? "#111" : "#fff";
-}
-
-/** A colour bar with numbered ticks (and a grey swatch when some entries are masked). */
+/**
+ * A colour bar with numbered ticks (and a grey swatch when some entries are masked). The bar is inset by
+ * `PAD` on each side so that the end labels, centred on the bar's ends, stay inside the drawing.
+ */
 export function legend(scale: Scale, label: string, masked = false): HTMLElement {
   const id = `grad-${Math.random().toString(36).slice(2, 8)}`;
   const ticks = scale.kind === "diverging" ? [scale.min, scale.min / 2, 0, scale.max / 2, scale.max] : [0, 0.25, 0.5, 0.75, 1].map((u) => scale.min + u * (scale.max - scale.min));
@@ -113,15 +54,16 @@ export function legend(scale: Scale, label: string, masked = false): HTMLElement
     const v = scale.min + (i / 10) * (scale.max - scale.min);
     return svg("stop", { offset: `${i * 10}%`, "stop-color": colour(scale, v) });
   });
-  const width = 240;
+  const width = 220;
+  const PAD = 30;
   const bar = svg(
     "svg",
-    { viewBox: `0 0 ${width + 20} 34`, width: width + 20, height: 34, "aria-hidden": "true", class: "legend-bar" },
+    { viewBox: `0 0 ${width + 2 * PAD} 34`, width: width + 2 * PAD, height: 34, "aria-hidden": "true", class: "legend-bar" },
     svg("defs", {}, svg("linearGradient", { id }, ...stops)),
-    svg("rect", { x: 10, y: 2, width, height: 12, fill: `url(#${id})`, stroke: "#888" }),
+    svg("rect", { x: PAD, y: 2, width, height: 12, fill: `url(#${id})`, stroke: "#888" }),
     ...ticks.map((t, i) => {
-      const x = 10 + (i / (ticks.length - 1)) * width;
-      const text = svg("text", { x, y: 30, "text-anchor": "middle", "font-size": 11 });
+      const x = PAD + (i / (ticks.length - 1)) * width;
+      const text = svg("text", { x, y: 30, "text-anchor": "middle", "font-size": 12 });
       text.textContent = fmt(t, 3);
       return svg("g", {}, svg("line", { x1: x, x2: x, y1: 14, y2: 18, stroke: "#444" }), text);
     }),
@@ -129,142 +71,22 @@ export function legend(scale: Scale, label: string, masked = false): HTMLElement
   const words = `${label}: colour scale from ${fmt(scale.min, 3)} to ${fmt(scale.max, 3)}${scale.kind === "diverging" ? ", white at 0, blue negative, orange positive" : ", yellow low, purple high"}`;
   return el(
     "div",
-    { class: "legend", role: "img", "aria-label": words },
+    { class: "legend", role: "img", "aria-label": words, "data-kind": scale.kind, "data-min": String(scale.min), "data-max": String(scale.max) },
     el("span", { class: "legend-label", text: label }),
     bar,
-    masked ? el("span", { class: "legend-masked" }, el("span", { class: "swatch", style: `background:${MASKED}` }), "masked (−∞)") : null,
+    masked ? el("span", { class: "legend-masked" }, el("span", { class: "swatch", style: `background:#6b6b6b` }), "masked (−∞)") : null,
   );
-}
-
-// ----------------------------------------------------------------------------------------------------------
-// Heatmap: a canvas (cheap for thousands of cells) plus a cursor that follows the mouse or the arrow keys.
-
-export interface HeatmapOptions {
-  label: string; // what the map shows, for the accessible name and the readout
-  rowName: string;
-  colName: string;
-  cellSize?: number;
-  maxSize?: number;
-  format?: (v: number) => string;
-}
-
-export interface Heatmap {
-  root: HTMLElement;
-  update(data: Matrix, scale: Scale): void;
-  select(row: number, col: number): void;
-}
-
-export function heatmap(opts: HeatmapOptions): Heatmap {
-  const format = opts.format ?? ((v: number) => fmt(v, 6));
-  const canvas = el("canvas", { class: "heatmap-canvas", "aria-hidden": "true" });
-  const cursor = el("div", { class: "heatmap-cursor", "aria-hidden": "true" });
-  const frame = el("div", {
-    class: "heatmap-frame",
-    tabindex: 0,
-    role: "group",
-    "aria-label": `${opts.label}. Use the arrow keys to move between cells; Home and End jump to the row's ends.`,
-    "aria-describedby": "",
-  }, canvas, cursor);
-  const readout = el("output", { class: "readout", "aria-live": "polite" });
-  const legendSlot = el("div", { class: "legend-slot" });
-  const axes = el("p", { class: "axes", text: `rows: ${opts.rowName} · columns: ${opts.colName}` });
-  const root = el("figure", { class: "heatmap" }, el("figcaption", { text: opts.label }), axes, frame, readout, legendSlot);
-  const rid = `ro-${Math.random().toString(36).slice(2, 8)}`;
-  readout.id = rid;
-  frame.setAttribute("aria-describedby", rid);
-
-  let data: Matrix = [];
-  let row = 0;
-  let col = 0;
-
-  const show = () => {
-    if (!data.length || !data[0].length) {
-      readout.textContent = "";
-      cursor.hidden = true;
-      return;
-    }
-    row = Math.min(Math.max(row, 0), data.length - 1);
-    col = Math.min(Math.max(col, 0), data[0].length - 1);
-    const v = data[row][col];
-    readout.textContent = `${opts.rowName} ${row}, ${opts.colName} ${col}: ${format(v)}`;
-    readout.dataset.row = String(row);
-    readout.dataset.col = String(col);
-    readout.dataset.value = Number.isFinite(v) ? String(v) : "-Infinity";
-    const w = canvas.clientWidth / data[0].length;
-    const h = canvas.clientHeight / data.length;
-    cursor.hidden = false;
-    cursor.style.left = `${col * w}px`;
-    cursor.style.top = `${row * h}px`;
-    cursor.style.width = `${Math.max(w, 2)}px`;
-    cursor.style.height = `${Math.max(h, 2)}px`;
-  };
-
-  frame.addEventListener("keydown", (e) => {
-    const moves: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
-    if (e.key in moves) {
-      row += moves[e.key][0];
-      col += moves[e.key][1];
-    } else if (e.key === "Home") col = 0;
-    else if (e.key === "End") col = (data[0]?.length ?? 1) - 1;
-    else return;
-    e.preventDefault();
-    show();
-  });
-  frame.addEventListener("pointermove", (e) => {
-    if (!data.length) return;
-    const box = canvas.getBoundingClientRect();
-    const c = Math.floor(((e.clientX - box.left) / box.width) * data[0].length);
-    const r = Math.floor(((e.clientY - box.top) / box.height) * data.length);
-    if (r >= 0 && c >= 0 && r < data.length && c < data[0].length) {
-      row = r;
-      col = c;
-      show();
-    }
-  });
-  new ResizeObserver(() => show()).observe(canvas);
-
-  return {
-    root,
-    select(r, c) {
-      row = r;
-      col = c;
-      show();
-    },
-    update(next, scale) {
-      data = next;
-      const rows = next.length;
-      const cols = next[0]?.length ?? 0;
-      canvas.width = Math.max(cols, 1);
-      canvas.height = Math.max(rows, 1);
-      const ctx = canvas.getContext("2d");
-      if (ctx && rows && cols) {
-        const img = ctx.createImageData(cols, rows);
-        next.forEach((r, i) =>
-          r.forEach((v, j) => {
-            const [R, G, B] = Number.isFinite(v) ? colourRGB(scale, v) : [107, 107, 107];
-            img.data.set([R, G, B, 255], (i * cols + j) * 4);
-          }),
-        );
-        ctx.putImageData(img, 0, 0);
-      }
-      const size = opts.maxSize ?? 480;
-      const cell = Math.max(1, Math.min(opts.cellSize ?? 24, Math.floor(size / Math.max(rows, cols, 1))));
-      canvas.style.width = `${cell * cols}px`;
-      canvas.style.aspectRatio = `${cols} / ${rows}`;
-      legendSlot.replaceChildren(legend(scale, opts.label, next.some((r) => r.some((v) => !Number.isFinite(v)))));
-      show();
-    },
-  };
 }
 
 /** An HTML table of numbers with coloured cells; `highlight` marks rows (by index) with a class. */
 export function numberTable(
   data: Matrix,
-  opts: { caption: string; rowLabels: string[]; colLabels?: string[]; scale: Scale; highlight?: number[]; digits?: number },
+  opts: { caption: string; rowLabels: string[]; colLabels?: string[]; scale: Scale; highlight?: number[]; digits?: number; corner?: string },
 ): HTMLTableElement {
   const cols = data[0]?.length ?? 0;
   const colLabels = opts.colLabels ?? Array.from({ length: cols }, (_, j) => String(j));
-  const head = el("tr", {}, el("th", { scope: "col", text: "" }), ...colLabels.map((c) => el("th", { scope: "col", text: c })));
+  // the corner names what the row and column headers are, so that no header cell is empty
+  const head = el("tr", {}, el("th", { scope: "col", class: "corner", text: opts.corner ?? "row \\ column" }), ...colLabels.map((c) => el("th", { scope: "col", text: c })));
   const body = data.map((r, i) =>
     el(
       "tr",
@@ -279,23 +101,86 @@ export function numberTable(
 export function labelled(label: string, control: HTMLElement, hint?: string): HTMLElement {
   const id = control.id || `c-${Math.random().toString(36).slice(2, 8)}`;
   control.id = id;
-  return el("div", { class: "control" }, el("label", { for: id, text: label }), control, hint ? el("span", { class: "hint", text: hint }) : null);
+  return el("div", { class: "control" }, el("label", { for: id, id: `${id}-label`, text: label }), control, hint ? el("span", { class: "hint", text: hint }) : null);
 }
 
 export function numberInput(id: string, value: number, min: number, max: number, step = 1): HTMLInputElement {
   return el("input", { id, type: "number", value, min, max, step, inputmode: "numeric" }) as HTMLInputElement;
 }
 
-/** Clamp an input's value into its range (and to its step), writing the clean value back. */
+/**
+ * Clamp an input's value into its range (and to its step). The clean value is written back only when the input
+ * is not being edited: rewriting a half-typed "1" (on the way to "128") to the minimum would fight the typing.
+ */
 export function readNumber(input: HTMLInputElement): number {
   const min = Number(input.min);
   const max = Number(input.max);
   const step = Number(input.step) || 1;
   let v = Number(input.value);
-  if (!Number.isFinite(v)) v = min;
+  if (input.value.trim() === "" || !Number.isFinite(v)) v = min;
   v = Math.min(max, Math.max(min, Math.round((v - min) / step) * step + min));
+  if (String(v) !== input.value && document.activeElement !== input) input.value = String(v);
+  return v;
+}
+
+/** Write the clamped value back (on `change`: Enter, blur, or a spinner click). */
+export function commitNumber(input: HTMLInputElement): number {
+  const v = readNumber(input);
   if (String(v) !== input.value) input.value = String(v);
   return v;
+}
+
+/**
+ * Re-render as the user types (`input`) as well as on commit (`change`). While typing, only a complete value in
+ * range re-renders, so "12" on the way to "128" does not flash the minimum.
+ */
+export function live(render: () => void, ...inputs: HTMLElement[]): void {
+  for (const input of inputs) {
+    if (input instanceof HTMLInputElement && input.type === "number") {
+      input.addEventListener("input", () => {
+        if (input.value.trim() !== "" && input.validity.valid) render();
+      });
+      input.addEventListener("change", () => {
+        commitNumber(input);
+        render();
+      });
+    } else {
+      input.addEventListener("input", render);
+      input.addEventListener("change", render);
+    }
+  }
+}
+
+/**
+ * A number box with a slider beside it, kept in step; `render` runs while the slider is dragged and while a
+ * number is typed. The number box keeps `id` (tests and labels use it); the slider is `${id}-slider`.
+ */
+export function numberSlider(id: string, label: string, value: number, min: number, max: number, render: () => void, opts: { step?: number; hint?: string } = {}): { input: HTMLInputElement; slider: HTMLInputElement; control: HTMLElement } {
+  const step = opts.step ?? 1;
+  const input = numberInput(id, value, min, max, step);
+  const slider = el("input", { id: `${id}-slider`, type: "range", value, min, max, step, "aria-labelledby": `${id}-label` }) as HTMLInputElement;
+  slider.addEventListener("input", () => {
+    input.value = slider.value;
+    render();
+  });
+  input.addEventListener("input", () => {
+    if (input.value.trim() !== "" && input.validity.valid) {
+      slider.value = input.value;
+      render();
+    }
+  });
+  input.addEventListener("change", () => {
+    slider.value = String(commitNumber(input));
+    render();
+  });
+  const control = el(
+    "div",
+    { class: "control" },
+    el("label", { for: id, id: `${id}-label`, text: label }),
+    el("div", { class: "number-slider" }, input, slider),
+    opts.hint ? el("span", { class: "hint", text: opts.hint }) : null,
+  );
+  return { input, slider, control };
 }
 
 export function select(id: string, options: [string, string][], value?: string): HTMLSelectElement {
@@ -304,11 +189,18 @@ export function select(id: string, options: [string, string][], value?: string):
   return s;
 }
 
-export function codeBlock(excerpt: { file: string; line: number; code: string }): HTMLElement {
+/** A code excerpt with its file and line; lines containing `mark` are highlighted (it must occur). */
+export function codeBlock(excerpt: { file: string; line: number; code: string }, mark?: string): HTMLElement {
+  const code = el("code");
+  if (mark === undefined) code.textContent = excerpt.code;
+  else {
+    if (!excerpt.code.includes(mark)) throw new Error(`${excerpt.file}: the excerpt no longer contains ${JSON.stringify(mark)}`);
+    code.append(...excerpt.code.split("\n").flatMap((l, i) => [i ? "\n" : "", l.includes(mark) ? el("mark", { text: l }) : l]));
+  }
   return el(
     "figure",
-    { class: "code" },
+    { class: "code", "data-file": excerpt.file, "data-line": String(excerpt.line) },
     el("figcaption", {}, el("code", { text: excerpt.file }), ` line ${excerpt.line} (cut from the source when this site was built)`),
-    el("pre", { tabindex: 0, "aria-label": `${excerpt.file}, from line ${excerpt.line}` }, el("code", { text: excerpt.code })),
+    el("pre", { tabindex: 0, "aria-label": `${excerpt.file}, from line ${excerpt.line}` }, code),
   );
 }

@@ -3,7 +3,8 @@ import biasCode from "octlm:positions.py#alibi_bias";
 import slopesCode from "octlm:positions.py#alibi_slopes";
 import t5Code from "octlm:positions.py#t5_bucket";
 import { alibiBias, alibiSlopes, randomMatrix, t5BucketMatrix } from "../math";
-import { $, codeBlock, divergingFor, el, fmt, heatmap, labelled, numberInput, readNumber, select } from "../ui";
+import { heatmap } from "../charts";
+import { $, codeBlock, el, fmt, labelled, live, numberInput, readNumber, scaleFor, select } from "../ui";
 
 const scheme = el(
   "fieldset",
@@ -52,7 +53,7 @@ function render(): void {
   if (which === "alibi") {
     const slopes = alibiSlopes(h);
     const bias = alibiBias(slopes, pos, pos)[hi];
-    biasMap.update(bias, divergingFor(bias.flat()));
+    biasMap.update(bias, scaleFor(bias.flat()));
     $("#bias-slopes").replaceChildren(
       el(
         "table",
@@ -69,7 +70,7 @@ function render(): void {
     const table = randomMatrix(nb, h, 5).map((r) => r.map((v) => v * 0.5));
     const bias = ids.map((r) => r.map((b) => (Number.isFinite(b) ? table[b][hi] : -Infinity)));
     bucketMap.update(ids, { kind: "sequential", min: 0, max: nb - 1 });
-    biasMap.update(bias, divergingFor(bias.flat()));
+    biasMap.update(bias, scaleFor(bias.flat()));
     const counts = new Map<number, number[]>();
     for (let d = 0; d < t; d++) {
       const b = ids[t - 1][t - 1 - d];
@@ -86,5 +87,5 @@ function render(): void {
     );
   }
 }
-for (const c of [scheme, heads, length, head, buckets, distance]) c.addEventListener("change", render);
+live(render, scheme, heads, length, head, buckets, distance);
 render();

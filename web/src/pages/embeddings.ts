@@ -1,11 +1,11 @@
 import "../site";
 import { randomMatrix } from "../math";
-import { $, divergingFor, el, labelled, legend, numberTable, select } from "../ui";
+import { $, el, labelled, legend, numberTable, scaleFor, select } from "../ui";
 
 export const TOKENS = ["the", " cat", " sat", " on", " a", " mat", ".", "\\n"];
 const C = 6;
 const table = randomMatrix(TOKENS.length, C, 2024);
-const scale = divergingFor(table.flat());
+const scale = scaleFor(table.flat());
 
 /** Row vector times matrix, written out so that the page really computes the product. */
 export function vecMat(v: number[], m: number[][]): number[] {
@@ -22,12 +22,12 @@ function render(): void {
   const product = vecMat(oneHot, table);
   const cols = Array.from({ length: C }, (_, j) => `c${j}`);
   $("#embed-onehot").replaceChildren(
-    numberTable([oneHot], { caption: `one-hot vector for id ${id} (1 × ${TOKENS.length})`, rowLabels: ["e"], colLabels: TOKENS.map((_, j) => String(j)), scale: { kind: "diverging", min: -1, max: 1 }, digits: 1 }),
+    numberTable([oneHot], { caption: `one-hot vector for id ${id} (1 × ${TOKENS.length})`, rowLabels: ["e"], colLabels: TOKENS.map((_, j) => String(j)), scale: scaleFor(oneHot), digits: 1, corner: "vector \\ id" }),
   );
   $("#embed-table").replaceChildren(
-    numberTable(table, { caption: `embedding table E (${TOKENS.length} × ${C}), row ${id} highlighted`, rowLabels: TOKENS.map((t, i) => `${i} "${t}"`), colLabels: cols, scale, highlight: [id] }),
+    numberTable(table, { caption: `embedding table E (${TOKENS.length} × ${C}), row ${id} highlighted`, rowLabels: TOKENS.map((t, i) => `${i} "${t}"`), colLabels: cols, scale, highlight: [id], corner: "id \\ channel" }),
   );
-  const result = numberTable([product], { caption: `product (1 × ${C})`, rowLabels: ["e·E"], colLabels: cols, scale });
+  const result = numberTable([product], { caption: `product (1 × ${C})`, rowLabels: ["e·E"], colLabels: cols, scale, corner: "vector \\ channel" });
   result.id = "embed-product";
   $("#embed-result").replaceChildren(result);
   const same = product.every((v, c) => v === table[id][c]);

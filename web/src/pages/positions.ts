@@ -1,8 +1,14 @@
 import "../site";
+import forwardCode from "octlm:model.py#Decoder.forward";
+import schemeCode from "octlm:positions.py#PositionScheme";
+import buildCode from "octlm:positions.py#build_positions";
 import addPositions from "octlm:positions.py#add_positions";
 import learnedEmbed from "octlm:positions.py#LearnedPositions.embed";
+import tooLong from "octlm-raise:model.py#Decoder.check_ids#longer than the learned position table";
+import unbounded from "octlm-const:positions.py#UNBOUNDED_SCHEMES";
 import { randomMatrix, sinusoidalTable } from "../math";
-import { $, codeBlock, divergingFor, el, labelled, legend, numberTable, select } from "../ui";
+import { fillMessage } from "../messages";
+import { $, codeBlock, el, labelled, legend, numberSlider, numberTable, readNumber, scaleFor, select } from "../ui";
 
 const TOKENS = ["the", " cat", " sat", " on", " a", " mat", ".", " dog"];
 const T = 6;
@@ -25,10 +31,14 @@ const scheme = el(
 $("#pos-controls").append(...pickers.map((p, t) => labelled(`Token at position ${t}`, p)), scheme);
 $("#code-add").append(codeBlock(addPositions));
 $("#code-learned").append(codeBlock(learnedEmbed));
+$("#code-forward").append(codeBlock(forwardCode, "self.positions.embed("));
+$("#code-scheme").append(codeBlock(schemeCode));
+$("#code-build").append(codeBlock(buildCode));
 
-const all = [...tokenTable.flat(), ...learned.flat(), ...sinusoidal.flat()];
-const scale = divergingFor(all.map((v) => v * 2));
-$("#pos-legend").append(legend(scale, "values"));
+/** Indices of the positions whose token also occurs at another position. */
+export function repeated(ids: number[]): number[] {
+  return ids.flatMap((id, t) => (ids.filter((x) => x === id).length > 1 ? [t] : []));
+}
 
 function render(): void {
   const ids = pickers.map((p) => Number(p.value));
@@ -36,19 +46,24 @@ function render(): void {
   const rows = which === "learned" ? learned : sinusoidal;
   const tok = ids.map((id) => tokenTable[id]);
   const sum = tok.map((r, t) => r.map((v, c) => v + rows[t][c]));
+  // one scale for the three tables, fitted to what they show, so equal numbers get equal colours across them
+  const scale = scaleFor([...tok.flat(), ...rows.flat(), ...sum.flat()]);
+  const same = repeated(ids);
   const labels = ids.map((id, t) => `pos ${t} "${TOKENS[id]}"`);
-  $("#pos-tokens").replaceChildren(numberTable(tok, { caption: `token_embedding[ids] (${T} × ${C})`, rowLabels: labels, scale }));
-  $("#pos-rows").replaceChildren(numberTable(rows, { caption: `${which} rows 0..${T - 1} (${T} × ${C})`, rowLabels: rows.map((_, t) => `pos ${t}`), scale }));
-  const sumTable = numberTable(sum, { caption: `sum = model input (${T} × ${C})`, rowLabels: labels, scale });
+  const corner = "position \\ channel";
+  $("#pos-tokens").replaceChildren(numberTable(tok, { caption: `token_embedding[ids] (${T} × ${C})`, rowLabels: labels, scale, highlight: same, corner }));
+  $("#pos-rows").replaceChildren(numberTable(rows, { caption: `${which} rows 0..${T - 1} (${T} × ${C})`, rowLabels: rows.map((_, t) => `pos ${t}`), scale, highlight: same, corner }));
+  const sumTable = numberTable(sum, { caption: `sum = model input (${T} × ${C})`, rowLabels: labels, scale, highlight: same, corner });
   sumTable.id = "pos-sum-table";
   $("#pos-sum").replaceChildren(sumTable);
+  $("#pos-legend").replaceChildren(legend(scale, "values in all three tables"));
 
   let note = "Every token differs here, so the rows differ for two reasons at once. Pick the same token at two positions to isolate the position signal.";
   outer: for (let a = 0; a < T; a++) {
     for (let b = a + 1; b < T; b++) {
       if (ids[a] !== ids[b]) continue;
       const gap = Math.max(...sum[a].map((v, c) => Math.abs(v - sum[b][c] - (rows[a][c] - rows[b][c]))));
-      note = `"${TOKENS[ids[a]]}" sits at positions ${a} and ${b}: its token rows are identical, and the two sums differ by exactly position row ${a} minus position row ${b} (largest leftover: ${gap.toExponential(1)}).`;
+      note = `"${TOKENS[ids[a]]}" sits at positions ${a} and ${b} (the outlined rows): its token rows are identical, and the two sums differ by exactly position row ${a} minus position row ${b} (largest leftover: ${gap.toExponential(1)}).`;
       break outer;
     }
   }
@@ -57,3 +72,25 @@ function render(): void {
 for (const p of pickers) p.addEventListener("change", render);
 scheme.addEventListener("change", render);
 render();
+
+// ---- past the last row: octlm's own message, cut from octlm/model.py when the site was built
+const rowsCtl = numberSlider("end-rows", "Rows in the learned table", 128, 1, 512, () => renderEnd(), { hint: "Day 1: 128" });
+const lenCtl = numberSlider("end-length", "Sequence length", 120, 1, 1024, () => renderEnd());
+$("#end-controls").append(rowsCtl.control, lenCtl.control);
+$("#end-source").textContent = `${tooLong.file}, line ${tooLong.line}`;
+
+function renderEnd(): void {
+  const limit = readNumber(rowsCtl.input);
+  const length = readNumber(lenCtl.input);
+  const out = $("#end-result");
+  if (length <= limit) {
+    out.replaceChildren(el("p", { class: "ok", id: "end-ok", text: `Positions 0 to ${length - 1} each have a row (the table has ${limit}, numbered 0 to ${limit - 1}). The model runs.` }));
+    return;
+  }
+  const text = fillMessage(tooLong.parts, { length, limit, "', '.join(UNBOUNDED_SCHEMES)": unbounded.value.join(", ") });
+  out.replaceChildren(
+    el("p", { text: `Position ${limit} is the first with no row: ${length - limit} of the ${length} positions have nothing to look up. octlm stops before the model runs and prints:` }),
+    el("p", { class: "error", id: "end-error", role: "alert" }, el("strong", { text: "UserError: " }), text),
+  );
+}
+renderEnd();

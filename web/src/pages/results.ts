@@ -1,11 +1,10 @@
 import "../site";
 import { DATA_FILES, checkEmbeddings, checkLength, loadData, nearest, presentFiles, type EmbeddingsData, type LengthData, type Loaded } from "../data";
-import { $, divergingFor, el, fmt, heatmap, labelled, select, svg } from "../ui";
+import { FONT, diagonalMeans, drawPlot, heatmap, linePlot, responsive } from "../charts";
+import { $, el, fmt, labelled, scaleFor, select, svg } from "../ui";
+import { PALETTE } from "./results-palette";
 
 const BASE = import.meta.env.BASE_URL;
-// Okabe–Ito (distinguishable with the common colour-vision deficiencies) plus grey and wine, so that the ten
-// series of the length experiment never share a colour; RoPE's extension variants are also dashed.
-const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#F0E442", "#999999", "#882255"];
 const dashed = (name: string) => name.includes("(");
 
 function notReady(which: keyof typeof DATA_FILES, state: Loaded<unknown>): HTMLElement {
@@ -28,56 +27,75 @@ function notReady(which: keyof typeof DATA_FILES, state: Loaded<unknown>): HTMLE
 
 const seriesName = (r: { scheme: string; variant: string }) => (r.variant && r.variant !== "plain" ? `${r.scheme} (${r.variant})` : r.scheme);
 
-function lengthChart(data: LengthData): SVGElement {
-  const W = 640;
-  const H = 320;
-  const L = 56;
-  const R = 16;
-  const T = 16;
-  const Bm = 44;
+function label(x: number, y: number, s: string, anchor: string, fill: string, cls: string): SVGElement {
+  const t = svg("text", { x, y, "text-anchor": anchor, "font-size": FONT, fill, class: cls });
+  t.textContent = s;
+  return t;
+}
+
+/**
+ * Bits per byte against evaluation length, drawn at the width of its box. A length where a scheme cannot run
+ * ("no rows") gets a cross in the series colour on the axis and a label, so a series with a single point (the
+ * learned table, which ends at the training length) is not mistaken for a missing one.
+ */
+function lengthChart(data: LengthData, names: string[], width: number): SVGElement {
   const ok = data.rows.filter((r) => r.status === "ok" && r.bpb_mean !== null);
   const lengths = [...new Set([...data.eval_lengths, data.train_length])].sort((a, b) => a - b);
-  const lx = (v: number) => Math.log2(v);
-  const [x0, x1] = [lx(lengths[0]), lx(lengths[lengths.length - 1])];
   const ys = ok.flatMap((r) => [r.bpb_mean! - (r.bpb_std ?? 0), r.bpb_mean! + (r.bpb_std ?? 0)]);
-  let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-  if (!(y1 > y0)) [y0, y1] = [y0 - 0.5, y1 + 0.5];
-  const pad = (y1 - y0) * 0.08;
-  y0 -= pad;
-  y1 += pad;
-  const X = (v: number) => L + ((lx(v) - x0) / (x1 - x0 || 1)) * (W - L - R);
-  const Y = (v: number) => T + (1 - (v - y0) / (y1 - y0)) * (H - T - Bm);
-  const text = (x: number, y: number, s: string, anchor = "middle", extra: Record<string, string | number> = {}) => {
-    const t = svg("text", { x, y, "text-anchor": anchor, "font-size": 11, ...extra });
-    t.textContent = s;
-    return t;
-  };
-  const names = [...new Set(data.rows.map(seriesName))];
-  const children: SVGElement[] = [];
-  for (let i = 0; i <= 4; i++) {
-    const v = y0 + (i / 4) * (y1 - y0);
-    children.push(svg("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: "#e4e4de" }), text(L - 6, Y(v) + 4, fmt(v, 3), "end"));
-  }
-  for (const v of lengths) children.push(text(X(v), H - Bm + 16, String(v)));
-  children.push(text((L + W - R) / 2, H - 8, "evaluation length (tokens, log scale)"));
-  children.push(text(14, (T + H - Bm) / 2, "bits per byte", "middle", { transform: `rotate(-90 14 ${(T + H - Bm) / 2})` }));
-  children.push(svg("line", { x1: X(data.train_length), x2: X(data.train_length), y1: T, y2: H - Bm, stroke: "#444", "stroke-dasharray": "4 4" }));
-  children.push(text(X(data.train_length) + 4, T + 10, `trained at ${data.train_length}`, "start"));
-  names.forEach((name, i) => {
-    const colour = PALETTE[i % PALETTE.length];
-    const pts = ok.filter((r) => seriesName(r) === name).sort((a, b) => a.length - b.length);
-    if (pts.length > 1) children.push(svg("polyline", { points: pts.map((r) => `${X(r.length)},${Y(r.bpb_mean!)}`).join(" "), fill: "none", stroke: colour, "stroke-width": 2, ...(dashed(name) ? { "stroke-dasharray": "6 4" } : {}) }));
-    for (const r of pts) {
-      if (r.bpb_std) children.push(svg("line", { x1: X(r.length), x2: X(r.length), y1: Y(r.bpb_mean! - r.bpb_std), y2: Y(r.bpb_mean! + r.bpb_std), stroke: colour }));
-      children.push(svg("circle", { cx: X(r.length), cy: Y(r.bpb_mean!), r: 3.5, fill: colour }));
-    }
-  });
-  return svg("svg", { viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "Bits per byte against evaluation length for each position scheme; the table below has the same numbers", class: "chart", id: "length-chart" }, ...children);
+  const colourOf = (name: string) => PALETTE[names.indexOf(name) % PALETTE.length];
+  const series = names.map((name) => ({
+    name,
+    colour: colourOf(name),
+    dash: dashed(name) ? "6 4" : undefined,
+    points: ok.filter((r) => seriesName(r) === name).sort((a, b) => a.length - b.length).map((r) => [r.length, r.bpb_mean!] as [number, number]),
+  }));
+  const noRows = data.rows.filter((r) => r.status !== "ok" || r.bpb_mean === null);
+  return drawPlot(
+    {
+      id: "length-chart",
+      label: "Bits per byte against evaluation length for each position scheme; the table below has the same numbers",
+      xLabel: "evaluation length (tokens, log scale)",
+      yLabel: "bits per byte",
+      series,
+      height: 320,
+      xLog2: true,
+      xTicks: lengths,
+      yRange: [Math.min(...ys), Math.max(...ys)],
+      marker: { x: data.train_length, label: `trained at ${data.train_length}` },
+      extra: ({ X, Y, bottom }) => {
+        const kids: SVGElement[] = [];
+        // one-point series last, and ringed in white, so no other series hides them
+        const order = [...series].sort((a, b) => (b.points.length > 1 ? 1 : 0) - (a.points.length > 1 ? 1 : 0));
+        for (const s of order) {
+          for (const [x, y] of s.points) {
+            const r = ok.find((q) => seriesName(q) === s.name && q.length === x)!;
+            if (r.bpb_std) kids.push(svg("line", { x1: X(x), x2: X(x), y1: Y(y - r.bpb_std), y2: Y(y + r.bpb_std), stroke: s.colour }));
+            const lone = s.points.length === 1;
+            kids.push(svg("circle", { cx: X(x), cy: Y(y), r: lone ? 5 : 3.5, fill: s.colour, stroke: lone ? "#fff" : "none", "stroke-width": 1.5, class: "point", "data-series": s.name }));
+          }
+        }
+        const byName = new Map<string, number[]>();
+        for (const r of noRows) byName.set(seriesName(r), [...(byName.get(seriesName(r)) ?? []), r.length]);
+        [...byName].forEach(([name, ls], i) => {
+          const c = colourOf(name);
+          const y = bottom - 8 - i * 16;
+          for (const l of ls) {
+            const [x, d] = [X(l), 4];
+            kids.push(svg("path", { d: `M${x - d},${y - d}L${x + d},${y + d}M${x - d},${y + d}L${x + d},${y - d}`, stroke: c, "stroke-width": 2, class: "no-rows-mark", "data-series": name, "data-length": String(l) }));
+          }
+          const first = Math.min(...ls);
+          kids.push(label(X(first) - 8, y + 4, `${name}: no rows`, "end", c, "no-rows-label"));
+        });
+        return kids;
+      },
+    },
+    width,
+  );
 }
 
 export function renderLength(data: LengthData): HTMLElement {
   const names = [...new Set(data.rows.map(seriesName))];
-  const key = el("ul", { class: "chart-key" }, ...names.map((n, i) => el("li", {}, el("span", { class: "swatch", style: `background:${PALETTE[i % PALETTE.length]}` }), ` ${n}`)));
+  const key = el("ul", { class: "chart-key" }, ...names.map((n, i) => el("li", {}, el("span", { class: "swatch", style: `background:${PALETTE[i % PALETTE.length]}` }), ` ${n}${dashed(n) ? " (dashed)" : ""}`)));
   const lengths = [...data.eval_lengths].sort((a, b) => a - b);
   const cell = (name: string, len: number) => {
     const r = data.rows.find((x) => seriesName(x) === name && x.length === len);
@@ -92,7 +110,8 @@ export function renderLength(data: LengthData): HTMLElement {
     el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "scheme" }), ...lengths.map((l) => el("th", { scope: "col", text: String(l) })))),
     el("tbody", {}, ...names.map((n) => el("tr", {}, el("th", { scope: "row", text: n }), ...lengths.map((l) => cell(n, l))))),
   );
-  return el("div", {}, el("p", {}, "Produced by ", el("code", { text: data.command }), "."), lengthChart(data), key, el("div", { class: "scroll" }, table));
+  const chart = responsive((w) => lengthChart(data, names, w), 720);
+  return el("div", {}, el("p", {}, "Produced by ", el("code", { text: data.command }), "."), chart, key, el("div", { class: "scroll" }, table));
 }
 
 export function renderEmbeddings(data: EmbeddingsData): HTMLElement {
@@ -117,8 +136,20 @@ export function renderEmbeddings(data: EmbeddingsData): HTMLElement {
   if (data.position_similarity) {
     const map = heatmap({ label: "Cosine similarity of the learned position rows", rowName: "position", colName: "position", maxSize: 420 });
     map.root.id = "position-sim";
-    map.update(data.position_similarity, divergingFor(data.position_similarity.flat(), 1));
-    parts.push(map.root);
+    map.update(data.position_similarity, scaleFor(data.position_similarity.flat()));
+    const byOffset = diagonalMeans(data.position_similarity);
+    const plot = linePlot({
+      id: "position-offset-plot",
+      label: "Mean cosine similarity of two learned position rows against the offset between them",
+      xLabel: "offset between the two positions",
+      yLabel: "mean cosine similarity",
+      series: [{ name: "mean over pairs", colour: "#1f5fa8", points: byOffset.map((v, d) => [d, v]) }],
+      maxWidth: 460,
+    });
+    parts.push(
+      el("div", { class: "with-plot" }, map.root, plot.root),
+      el("p", { text: `Beside the map: the similarity of positions t and t + d, averaged over every t, for each offset d. For a formula such as the sinusoidal table every t gives the same value; a learned table owes it nothing, so this is a summary, not a rule. One step apart: ${fmt(byOffset[1] ?? NaN, 3)}; ${byOffset.length - 1} steps apart: ${fmt(byOffset[byOffset.length - 1], 3)}.` }),
+    );
   } else {
     parts.push(el("p", { text: `This run's scheme (${data.position}) has no learned position table, so there is no position similarity map.` }));
   }

@@ -1,32 +1,91 @@
 import "../site";
 import cosCode from "octlm:positions.py#cosine_similarity_matrix";
 import tableCode from "octlm:positions.py#sinusoidal_table";
-import { cosineSimilarityMatrix, sinusoidalTable } from "../math";
-import { $, codeBlock, heatmap, labelled, numberInput, readNumber } from "../ui";
+import { diagonalMeans, heatmap, linePlot, type PlotOptions } from "../charts";
+import { cosineSimilarityMatrix, sinusoidalTable, type Matrix } from "../math";
+import { $, codeBlock, el, fmt, labelled, live, numberInput, numberSlider, readNumber, scaleFor } from "../ui";
 
-const width = numberInput("sin-width", 64, 2, 256, 2);
-const length = numberInput("sin-length", 64, 1, 256);
+/** Offsets from here on count as "distant" in the measured claim. */
+export const FAR = 20;
+
+/**
+ * What a wider table changes, measured on the similarity matrix `sim` `[T, T]` of a sinusoidal table: the
+ * similarity of positions one step apart (mean over the pairs), and the highest similarity of any two positions
+ * at least FAR apart, with the offset where it occurs.
+ */
+export function measure(sim: Matrix): { near: number; far: number; farOffset: number } {
+  const byOffset = diagonalMeans(sim);
+  let far = -Infinity;
+  let farOffset = -1;
+  for (let t = 0; t < sim.length; t++)
+    for (let s = t + FAR; s < sim.length; s++)
+      if (sim[t][s] > far) {
+        far = sim[t][s];
+        farOffset = s - t;
+      }
+  return { near: byOffset[1] ?? NaN, far, farOffset };
+}
+
 const base = numberInput("sin-base", 10000, 10, 100000, 10);
-$("#sin-controls").append(
-  labelled("Width C (even)", width, "2 to 256"),
-  labelled("Positions T", length, "1 to 256"),
-  labelled("Base b", base),
-);
-const table = heatmap({ label: "Sinusoidal table", rowName: "position", colName: "column", maxSize: 420 });
+const width = numberSlider("sin-width", "Width C (even)", 64, 2, 256, () => render(), { step: 2, hint: "2 to 256" });
+const length = numberSlider("sin-length", "Positions T", 64, 1, 256, () => render(), { hint: "1 to 256" });
+$("#sin-controls").append(width.control, length.control, labelled("Base b", base));
+const table = heatmap({ label: "Sinusoidal table", rowName: "position", colName: "column", maxSize: 420, square: false });
 const sim = heatmap({ label: "Cosine similarity of positions", rowName: "position", colName: "position", maxSize: 420 });
 table.root.id = "sin-table";
 sim.root.id = "sin-sim";
-$("#sin-maps").append(table.root, sim.root);
+const plotOpts = (byOffset: number[]): PlotOptions => ({
+  id: "sin-offset-plot",
+  label: "Cosine similarity of two positions against the offset between them; the readout under it gives the figures",
+  xLabel: "offset between the two positions",
+  yLabel: "cosine similarity",
+  series: [{ name: "similarity", colour: "#1f5fa8", points: byOffset.map((v, d) => [d, v]) }],
+  marker: byOffset.length > FAR ? { x: FAR, label: `offset ${FAR}` } : undefined,
+  maxWidth: 460,
+});
+const plot = linePlot(plotOpts([1]));
+$("#sin-maps").append(table.root, el("div", { class: "with-plot" }, sim.root, plot.root));
 $("#code-table").append(codeBlock(tableCode));
 $("#code-cos").append(codeBlock(cosCode));
 
 function render(): void {
-  const c = readNumber(width);
-  const t = readNumber(length);
+  const c = readNumber(width.input);
+  const t = readNumber(length.input);
   const b = readNumber(base);
   const rows = sinusoidalTable(t, c, b);
-  table.update(rows, { kind: "diverging", min: -1, max: 1 });
-  sim.update(cosineSimilarityMatrix(rows), { kind: "diverging", min: -1, max: 1 });
+  const s = cosineSimilarityMatrix(rows);
+  table.update(rows, scaleFor(rows.flat()));
+  sim.update(s, scaleFor(s.flat()));
+  plot.update(plotOpts(diagonalMeans(s)));
+  const m = measure(s);
+  $("#sin-measured").textContent =
+    t < 2
+      ? "With one position there is no pair to compare."
+      : `At C = ${c}, b = ${b}, T = ${t}: positions one step apart have similarity ${fmt(m.near, 3)}; ` +
+        (t > FAR ? `the most similar pair at least ${FAR} apart reaches ${fmt(m.far, 3)} (offset ${m.farOffset}).` : `no pair is ${FAR} or more apart (raise T).`);
 }
-for (const input of [width, length, base]) input.addEventListener("change", render);
+live(render, base);
 render();
+
+// The comparison the text quotes, computed here from the same formula at b = 10000 over 256 positions.
+const WIDTHS = [8, 16, 32, 64, 128, 256];
+const measured = WIDTHS.map((c) => ({ c, ...measure(cosineSimilarityMatrix(sinusoidalTable(256, c))) }));
+const at = (c: number) => measured.find((m) => m.c === c)!;
+const put = (id: string, v: number, decimals: number) => {
+  const node = $(id);
+  node.textContent = v.toFixed(decimals);
+  node.dataset.value = String(v);
+};
+put("#near-8", at(8).near, 3);
+put("#near-256", at(256).near, 3);
+put("#far-8", at(8).far, 2);
+put("#far-256", at(256).far, 2);
+$("#width-table").replaceChildren(
+  el(
+    "table",
+    { class: "plain", id: "sin-width-table" },
+    el("caption", { text: `Measured on 256 positions, b = 10000` }),
+    el("thead", {}, el("tr", {}, ...["width C", "similarity one step apart", `highest similarity at offset ≥ ${FAR}`, "at offset"].map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, ...measured.map((m) => el("tr", {}, el("td", { text: String(m.c) }), el("td", { text: fmt(m.near, 3), "data-value": String(m.near) }), el("td", { text: fmt(m.far, 3), "data-value": String(m.far) }), el("td", { text: String(m.farOffset) })))),
+  ),
+);

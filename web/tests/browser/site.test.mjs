@@ -1,102 +1,46 @@
-// Browser tests: the built site (dist/) served on 127.0.0.1, driven by playwright-core with the system Chromium.
-// Every page: loads without console errors, makes no request off 127.0.0.1, passes axe (no serious/critical
-// violation), fits a 375px phone. Each playground: its controls change its output, a value read off the page
+// Browser tests: the built site (dist/) served on 127.0.0.1, driven by playwright-core with the system Chromium
+// (tests/browser/harness.mjs). Every page: loads without console errors or failed requests, makes no request off
+// 127.0.0.1, passes axe (no serious/critical violation) at desktop and phone width, fits a 375px phone, has no
+// heading jumps or empty headers. Each playground: its controls change its output, a value read off the page
 // equals the Python fixture, keyboard operation works. Screenshots go to test-results/ (gitignored).
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { createServer } from "node:http";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
-import { extname, join, resolve } from "node:path";
-import { createRequire } from "node:module";
-import { tmpdir } from "node:os";
-import { chromium } from "playwright-core";
+import { join } from "node:path";
+import { PAGES, RESULTS, axe, close, fixture, open, readout, sample, settle, text } from "./harness.mjs";
 
-const WEB = resolve(import.meta.dirname, "../..");
-const DIST = join(WEB, "dist");
-const RESULTS = join(WEB, "test-results");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
-const AXE = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
-const PAGES = ["index", "embeddings", "positions", "sinusoidal", "shapes", "rope", "bias", "results"];
-const fixture = (name) => JSON.parse(readFileSync(join(WEB, "fixtures", `${name}.json`), "utf-8")).cases;
-const sample = (name) => readFileSync(join(WEB, "tests/fixtures", name), "utf-8");
-const TYPES = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".json": "application/json", ".woff2": "font/woff2", ".woff": "font/woff", ".ttf": "font/ttf", ".png": "image/png", ".svg": "image/svg+xml" };
-
-let server, origin, browser, userDir;
-
-before(async () => {
-  assert.ok(existsSync(join(DIST, "index.html")), "web/dist is missing; run `npm run build` first");
-  mkdirSync(RESULTS, { recursive: true });
-  server = createServer((req, res) => {
-    const path = decodeURIComponent(new URL(req.url, "http://x").pathname);
-    const file = resolve(DIST, "." + (path.endsWith("/") ? path + "index.html" : path));
-    if (!file.startsWith(DIST) || !existsSync(file)) {
-      res.writeHead(404).end("not found");
-      return;
-    }
-    res.writeHead(200, { "Content-Type": TYPES[extname(file)] ?? "application/octet-stream" }).end(readFileSync(file));
+/** Heading levels in document order that skip one (an h1 followed by an h3), and header cells with no text. */
+const structure = (page) =>
+  page.evaluate(() => {
+    const levels = [...document.querySelectorAll("h1, h2, h3, h4, h5, h6")].map((h) => Number(h.tagName[1]));
+    const jumps = levels.flatMap((l, i) => (i && l > levels[i - 1] + 1 ? [`h${levels[i - 1]} → h${l}`] : []));
+    const empty = [...document.querySelectorAll("th")].filter((th) => th.textContent.trim() === "").length;
+    return { jumps, empty, first: levels[0] };
   });
-  await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
-  origin = `http://127.0.0.1:${server.address().port}`;
-  userDir = mkdtempSync(join(tmpdir(), "octlm-chromium-"));
-  browser = await chromium.launchPersistentContext(userDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1100, height: 900 },
-  });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.close();
-  if (userDir) rmSync(userDir, { recursive: true, force: true });
-});
-
-/** Open a page with the guards on; returns the page and the lists the guards fill. */
-async function open(name, { width = 1100, routes = {} } = {}) {
-  const page = await browser.newPage();
-  await page.setViewportSize({ width, height: 900 });
-  const errors = [];
-  const offsite = [];
-  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
-  page.on("pageerror", (e) => errors.push(String(e)));
-  await page.route("**/*", (route) => {
-    const url = new URL(route.request().url());
-    if (url.hostname !== "127.0.0.1") {
-      offsite.push(url.href);
-      return route.abort();
-    }
-    for (const [suffix, body] of Object.entries(routes))
-      if (url.pathname.endsWith(suffix)) return route.fulfill({ status: 200, contentType: "application/json", body });
-    return route.continue();
-  });
-  await page.goto(`${origin}/${name}.html`, { waitUntil: "networkidle" });
-  return { page, errors, offsite };
-}
-
-async function axe(page) {
-  await page.addScriptTag({ path: AXE });
-  const result = await page.evaluate(() => window.axe.run(document, { resultTypes: ["violations"] }));
-  return result.violations.filter((v) => v.impact === "serious" || v.impact === "critical").map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).slice(0, 3).join("; ")})`);
-}
-
-const close = (a, b, tol = 1e-5) => assert.ok(Math.abs(a - b) <= tol, `${a} vs ${b}`);
-const text = (page, sel) => page.locator(sel).first().innerText();
-const readout = async (page, sel) => Number(await page.locator(`${sel} output.readout`).getAttribute("data-value"));
 
 describe("every page", () => {
   for (const name of PAGES) {
-    test(`${name}: loads clean, stays local, passes axe, fits a phone`, async () => {
-      const { page, errors, offsite } = await open(name);
+    test(`${name}: loads clean, stays local, passes axe at 1100 and 375 px, fits a phone, no heading jumps`, async () => {
+      const { page, errors, offsite, failed } = await open(name);
+      if (["results", "measured", "models"].includes(name)) await page.waitForSelector("body[data-loaded]", { timeout: 60_000 });
       assert.equal(await page.locator("main h1").count(), 1);
+      const { jumps, empty, first } = await structure(page);
+      assert.equal(first, 1, "the first heading is the h1");
+      assert.deepEqual(jumps, [], "heading levels that skip one");
+      assert.equal(empty, 0, "table header cells with no text");
+      const icon = await page.locator('link[rel="icon"]').getAttribute("href");
+      assert.ok(icon, "a favicon link");
+      assert.equal(await page.evaluate(async (href) => (await fetch(href)).status, icon), 200, "the favicon is served");
       await page.screenshot({ path: join(RESULTS, `${name}.png`), fullPage: true });
-      assert.deepEqual(await axe(page), []);
+      assert.deepEqual(await axe(page), [], "axe at 1100 px");
       await page.setViewportSize({ width: 375, height: 800 });
+      await settle(page);
       await page.waitForTimeout(50);
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 1, `${name} is ${overflow}px wider than a 375px phone`);
+      assert.deepEqual(await axe(page), [], "axe at 375 px");
       await page.screenshot({ path: join(RESULTS, `${name}-phone.png`), fullPage: true });
       assert.deepEqual(errors, [], "console errors");
+      assert.deepEqual(failed, [], "failed requests (404s included)");
       assert.deepEqual(offsite, [], "requests that left 127.0.0.1");
       await page.close();
     });
@@ -170,7 +114,7 @@ describe("playgrounds", () => {
     assert.equal(await page.locator("#shape-ok").count(), 1);
     await page.locator("#shape-mismatch").focus();
     await page.keyboard.press("Enter");
-    assert.match(await text(page, "#shape-error"), /cannot add position table of shape \[5, 8\] to token vectors of shape \[2, 4, 8\]/);
+    assert.match(await text(page, "#shape-error"), /cannot add position table of shape \[5, 256\] to token vectors of shape \[8, 4, 256\]/);
     const want = fixture("add_positions")[0];
     const [b, t, c] = want.inputs.token_shape;
     const [tp, cp] = want.inputs.table_shape;

@@ -1,0 +1,126 @@
+/**
+ * The language-model arithmetic of the Models page, with no DOM and no engine so that vitest checks it exactly:
+ * log-softmax, next-token probabilities under temperature and top-k, sampling from them, bits per token along a
+ * text, and the bytes behind a byte-level BPE token (for display only: tokenising is @huggingface/tokenizers').
+ */
+
+/** log softmax of one row of logits, in float64: x − max − log Σ exp(x − max). */
+export function logSoftmax(row: ArrayLike<number>): Float64Array {
+  let max = -Infinity;
+  for (let i = 0; i < row.length; i++) if (row[i] > max) max = row[i];
+  let sum = 0;
+  for (let i = 0; i < row.length; i++) sum += Math.exp(row[i] - max);
+  const lse = max + Math.log(sum);
+  const out = new Float64Array(row.length);
+  for (let i = 0; i < row.length; i++) out[i] = row[i] - lse;
+  return out;
+}
+
+export interface Candidate {
+  id: number;
+  prob: number;
+}
+
+/**
+ * The next-token distribution sampling draws from: keep the `topK` largest logits (ties: the lower id first;
+ * `topK` ≤ 0 or ≥ V keeps all), divide them by `temperature` and softmax. Temperature 0 is greedy: the largest
+ * logit gets probability 1. Returned most probable first; ids outside the top k have probability 0 and are left out.
+ */
+export function nextTokenDistribution(logits: ArrayLike<number>, temperature: number, topK: number): Candidate[] {
+  if (!(temperature >= 0)) throw new Error(`temperature ${temperature} must be 0 or more`);
+  const order = Array.from({ length: logits.length }, (_, i) => i).sort((a, b) => logits[b] - logits[a] || a - b);
+  const k = topK > 0 ? Math.min(topK, logits.length) : logits.length;
+  const kept = order.slice(0, k);
+  if (temperature === 0) return [{ id: kept[0], prob: 1 }];
+  const scaled = kept.map((i) => logits[i] / temperature);
+  const logp = logSoftmax(scaled);
+  return kept.map((id, j) => ({ id, prob: Math.exp(logp[j]) }));
+}
+
+/** The candidate that a uniform draw `u` in [0, 1) selects: the first whose cumulative probability exceeds u. */
+export function sampleFrom(candidates: Candidate[], u: number): number {
+  let cumulative = 0;
+  for (const c of candidates) {
+    cumulative += c.prob;
+    if (u < cumulative) return c.id;
+  }
+  return candidates[candidates.length - 1].id; // u within rounding of 1
+}
+
+/** A small seeded generator (mulberry32): the same seed gives the same samples, so a sample can be repeated. */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Bits per token along a text: for logits `[T, V]` (row-major, row t predicts token t + 1) and the text's ids
+ * `[T]`, entry t − 1 is −log₂ p(ids[t] | ids[0..t−1]) for t = 1 … T − 1. The first token has no prediction.
+ */
+export function bitsPerToken(logits: ArrayLike<number>, ids: number[], vocab: number): number[] {
+  if (logits.length !== ids.length * vocab) throw new Error(`logits hold ${logits.length} numbers, not ${ids.length} × ${vocab}`);
+  const bits: number[] = [];
+  for (let t = 1; t < ids.length; t++) {
+    const row = Array.prototype.slice.call(logits, (t - 1) * vocab, t * vocab) as number[];
+    bits.push(-logSoftmax(row)[ids[t]] / Math.LN2);
+  }
+  return bits;
+}
+
+/** Trailing mean over `window` values (fewer at the start): a readable line through noisy per-token bits. */
+export function movingMean(values: number[], window: number): number[] {
+  const w = Math.max(1, Math.floor(window));
+  let sum = 0;
+  return values.map((v, i) => {
+    sum += v;
+    if (i >= w) sum -= values[i - w];
+    return sum / Math.min(i + 1, w);
+  });
+}
+
+/** Mean of values[from .. to − 1]; NaN for an empty range. */
+export function meanOf(values: number[], from = 0, to = values.length): number {
+  const part = values.slice(Math.max(0, from), Math.min(values.length, to));
+  return part.length ? part.reduce((a, b) => a + b, 0) / part.length : NaN;
+}
+
+// GPT-2's byte-level alphabet: each byte is one printable character (printable bytes stand for themselves, the
+// rest are shifted to 256 + n). octlm/tokenizer.py's byte_of_char is the same table.
+let BYTE_OF: Map<string, number> | null = null;
+export function byteOfChar(): Map<string, number> {
+  if (BYTE_OF) return BYTE_OF;
+  const printable = (b: number) => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+  const map = new Map<string, number>();
+  let n = 0;
+  for (let b = 0; b < 256; b++) map.set(String.fromCodePoint(printable(b) ? b : 256 + n++), b);
+  BYTE_OF = map;
+  return map;
+}
+
+/** The bytes a byte-level token string stands for (a token not in the alphabet, e.g. `<|endoftext|>`, as UTF-8). */
+export function tokenBytes(token: string): Uint8Array {
+  const map = byteOfChar();
+  const chars = [...token];
+  if (!chars.every((c) => map.has(c))) return new TextEncoder().encode(token);
+  return Uint8Array.from(chars.map((c) => map.get(c)!));
+}
+
+/**
+ * A token's bytes as a learner can read them: whitespace made visible (space ·, tab →, CR ␍, LF ↵), and bytes that
+ * are not a whole UTF-8 character on their own (part of an emoji, say) as hex, e.g. `F0 9F`.
+ */
+export function showBytes(bytes: Uint8Array): string {
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return [...bytes].map((b) => b.toString(16).toUpperCase().padStart(2, "0")).join(" ");
+  }
+  return text.replace(/ /g, "·").replace(/\t/g, "→").replace(/\r/g, "␍").replace(/\n/g, "↵");
+}

@@ -1,0 +1,141 @@
+/**
+ * Pure helpers for drawing numbers (no DOM, so vitest checks them directly): colour scales fitted to the data,
+ * axis ticks at round values, and the WCAG contrast ratio that the chart colours are chosen against.
+ */
+
+export type RGB = [number, number, number];
+type Stop = [number, RGB];
+
+// A diverging blue–white–orange for signed values, a viridis-like ramp for one-signed ones. Both stay
+// distinguishable under the common colour-vision deficiencies.
+const DIVERGING: Stop[] = [
+  [0, [33, 102, 172]],
+  [0.25, [146, 197, 222]],
+  [0.5, [247, 247, 247]],
+  [0.75, [253, 184, 99]],
+  [1, [230, 97, 1]],
+];
+const SEQUENTIAL: Stop[] = [
+  [0, [253, 231, 37]],
+  [0.25, [94, 201, 98]],
+  [0.5, [33, 145, 140]],
+  [0.75, [59, 82, 139]],
+  [1, [68, 1, 84]],
+];
+export const MASKED = "#6b6b6b";
+export const MASKED_RGB: RGB = [107, 107, 107];
+
+export interface Scale {
+  kind: "diverging" | "sequential";
+  min: number;
+  max: number;
+}
+
+/** A diverging scale symmetric around 0 that covers every finite value. */
+export function divergingFor(values: number[], atLeast = 1e-9): Scale {
+  const m = values.reduce((acc, v) => (Number.isFinite(v) ? Math.max(acc, Math.abs(v)) : acc), atLeast);
+  return { kind: "diverging", min: -m, max: m };
+}
+
+/**
+ * The scale for these values: diverging around 0 (symmetric, so equal sizes get equal strength) when they change
+ * sign, otherwise sequential from their own minimum to their own maximum, so that no colour is spent on a range
+ * the data never reaches. A sign change smaller than 1e-9 of the range (rounding noise around an exact 0) is
+ * not a sign change.
+ */
+export function scaleFor(values: number[]): Scale {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const v of values) {
+    if (!Number.isFinite(v)) continue;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  if (lo === Infinity) return { kind: "sequential", min: 0, max: 1 };
+  const noise = 1e-9 * Math.max(Math.abs(lo), Math.abs(hi), 1e-300);
+  if (lo < -noise && hi > noise) return divergingFor(values);
+  if (!(hi > lo)) return { kind: "sequential", min: lo - 0.5, max: hi + 0.5 };
+  return { kind: "sequential", min: lo, max: hi };
+}
+
+export function colourRGB(scale: Scale, v: number): RGB {
+  const stops = scale.kind === "diverging" ? DIVERGING : SEQUENTIAL;
+  const u = Math.min(1, Math.max(0, (v - scale.min) / (scale.max - scale.min || 1)));
+  for (let i = 1; i < stops.length; i++) {
+    if (u <= stops[i][0]) {
+      const [u0, c0] = stops[i - 1];
+      const [u1, c1] = stops[i];
+      const w = (u - u0) / (u1 - u0);
+      return [0, 1, 2].map((k) => Math.round(c0[k] + w * (c1[k] - c0[k]))) as RGB;
+    }
+  }
+  return stops[stops.length - 1][1];
+}
+
+export function colour(scale: Scale, v: number): string {
+  if (!Number.isFinite(v)) return MASKED;
+  const [r, g, b] = colourRGB(scale, v);
+  return `rgb(${r} ${g} ${b})`;
+}
+
+/** Text colour for a cell of the given value: near-black or white, whichever contrasts more (WCAG ratio). */
+export function ink(scale: Scale, v: number): string {
+  const cell = Number.isFinite(v) ? colourRGB(scale, v) : MASKED_RGB;
+  return contrastRatio(cell, [17, 17, 17]) >= contrastRatio(cell, [255, 255, 255]) ? "#111" : "#fff";
+}
+
+/** The step 1, 2 or 5 × 10^k that cuts `span` into about `count` parts. */
+export function niceStep(span: number, count = 5): number {
+  if (!(span > 0)) return 1;
+  const raw = span / Math.max(count, 1);
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const f = raw / p;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+/** Ticks at multiples of a round step covering [lo, hi], and the range widened to the outer ticks. */
+export function niceTicks(lo: number, hi: number, count = 5): { ticks: number[]; lo: number; hi: number } {
+  if (!(hi > lo)) [lo, hi] = [lo - 0.5, hi + 0.5];
+  const step = niceStep(hi - lo, count);
+  const first = Math.floor(lo / step + 1e-9);
+  const last = Math.ceil(hi / step - 1e-9);
+  // k * step, rounded to the step's own decimals, so that 0.1 * 3 prints as 0.3
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  const ticks = Array.from({ length: last - first + 1 }, (_, i) => Number(((first + i) * step).toFixed(decimals)));
+  return { ticks, lo: ticks[0], hi: ticks[ticks.length - 1] };
+}
+
+/** Integer ticks for the indices 0 .. n − 1 of a map's axis: round multiples, plus the last index. */
+export function indexTicks(n: number, count = 5): number[] {
+  if (n <= 1) return [0];
+  const step = Math.max(1, niceStep(n - 1, count));
+  const ticks: number[] = [];
+  for (let v = 0; v <= n - 1; v += step) ticks.push(v);
+  const last = ticks[ticks.length - 1];
+  if (last !== n - 1) {
+    if (n - 1 - last < step / 2) ticks.pop();
+    ticks.push(n - 1);
+  }
+  return ticks;
+}
+
+/** WCAG 2 relative luminance of an sRGB colour given as 0–255 channels. */
+export function luminance([r, g, b]: RGB): number {
+  const lin = (c: number) => {
+    const s = c / 255;
+    return s <= 0.03928 ? s / 12.92 : Math.pow((s + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+}
+
+/** WCAG 2 contrast ratio (1 to 21); graphics need 3 against their background. */
+export function contrastRatio(a: RGB, b: RGB): number {
+  const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
+  return (x + 0.05) / (y + 0.05);
+}
+
+export function hexRGB(hex: string): RGB {
+  const h = hex.replace("#", "");
+  const full = h.length === 3 ? [...h].map((c) => c + c).join("") : h;
+  return [0, 2, 4].map((i) => parseInt(full.slice(i, i + 2), 16)) as RGB;
+}
