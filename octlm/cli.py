@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("octlm.train_command", "train a model (the main job)"),
     "generate": ("octlm.generate", "generate text from a trained run, streaming"),
     "inspect": ("octlm.report", "report what the embedding and position tables learned"),
+    "probe": ("octlm.probe", "linear probes: what each layer knows of a token's absolute position"),
     "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
     "export onnx": (
         "octlm.onnx_export",

@@ -277,3 +277,28 @@ def plot_length(
         fig.text(0.01, 0.01, note, fontsize=8)
     fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
     return _save(fig, path)
+
+
+def plot_probe(
+    layers: list[str], panels: list[tuple[str, list[float], list[float], float | None]], path: Path
+) -> Path:
+    """Probe scores against layer, one panel per (y label, scores, shuffled-label control, chance or None).
+
+    The control is dashed; a dotted line marks chance (`octlm probe`, octlm/probe.py).
+    """
+    fig = _figure(4.2 * len(panels), 3.6)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.9, wspace=0.28)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    x = np.arange(len(layers))
+    for ax, (label, scores, control, chance) in zip(axes, panels, strict=True):
+        ax.plot(x, scores, marker="o", markersize=4, label="probe")
+        ax.plot(x, control, marker="o", markersize=3, linestyle="--", label="shuffled-label control")
+        if chance is not None:
+            ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance ({chance:.3f})")
+        ax.set_xticks(x, layers, rotation=30, fontsize=8)
+        ax.set_ylabel(label)
+        ax.set_ylim(min(-0.05, min(control) - 0.05), 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle("What each layer knows of a token's absolute position (held-out windows)", fontsize=10)
+    return _save(fig, path)

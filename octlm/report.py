@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ from octlm.corpus import write_atomic
 from octlm.document import Block, Code, Heading, Image, Inline, Paragraph, Table, render_html, render_markdown
 from octlm.errors import UserError, check_output, check_text, writing
 from octlm.figures import draw_figures, web_export
+from octlm.probe import inspect_probe, report_probe_blocks
 from octlm.run import Run
 
 if TYPE_CHECKING:
@@ -293,6 +295,7 @@ def write_report(
     out: str | Path | None = None,
     export_web: str | Path | None = None,
     counts: np.ndarray | None = None,
+    probe: bool = False,
 ) -> Path:
     """Write the report of a trained run into `out` (default `run_dir/report/`) and return that folder.
 
@@ -318,6 +321,7 @@ def write_report(
             model, untrained_like(config), tokenizer, counts, chosen, top, frequent, run_dir.name, notes
         )
     report["step"] = meta.get("step")
+    report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/probe.py
     folder = Path(out) if out is not None else Run.of(run_dir).report_dir
     return write_files(report, model, tokenizer, folder, export_web)
 
@@ -358,7 +362,7 @@ def write_files(
     with writing(folder):  # a failed write names no file of its own: name the folder
         folder.mkdir(parents=True, exist_ok=True)
         figures = draw_figures(report, folder)
-        blocks = report_blocks(report, figures)
+        blocks = report_blocks(report, figures) + report_probe_blocks(report.get("probe"), folder)
         (folder / "report.md").write_text(render_markdown(blocks, folder), encoding="utf-8")
         (folder / "report.html").write_text(render_html(blocks), encoding="utf-8")
         numbers = to_json(report)
@@ -394,6 +398,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="report folder (default: RUN/report; with --hf: reports/NAME)")
     parser.add_argument("--export-web", metavar="PATH",
                         help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
+    parser.add_argument("--no-probe", action="store_true", help="skip the position probe (octlm probe)")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -418,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
     for text in args.tokens or []:
         check_text(text, "--tokens")
     _check_outputs(args)
-    write = write_report if args.hf is None else write_pretrained_report
+    write = partial(write_report, probe=not args.no_probe) if args.hf is None else write_pretrained_report
     folder = write(
         args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
     )

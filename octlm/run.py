@@ -9,7 +9,7 @@
             config.json            schema version, step, config, RNG states, SHA-256 of everything
         .checkpoint-old/           the previous checkpoint, only for the moment of a swap (or after a crash)
         .checkpoint-tmp-<pid>/     a checkpoint being written
-        report/                    what `octlm inspect` writes
+        report/                    what `octlm inspect` writes (probe/: what `octlm probe` writes)
         tensorboard/               TensorBoard event files, with `--log tensorboard` (octlm.tracking)
         .lock                      the writer's lock, holding its PID, while `octlm train` writes the folder
         .replaced/                 the previous run's files, while an `--overwrite` has no checkpoint of its own
@@ -53,6 +53,8 @@ META_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.jsonl"
 REPORT_DIR = "report"
+PROBE_DIR = "probe"  # inside report/: what `octlm probe` writes
+PROBE_FILES = {"markdown": "probe.md", "json": "probe.json", "figure": "probe.png"}
 TENSORBOARD_DIR = "tensorboard"
 LOCK_FILE = ".lock"
 REPLACED_DIR = ".replaced"
@@ -108,6 +110,10 @@ class Run:
     @property
     def report_dir(self) -> Path:
         return self.path / REPORT_DIR
+
+    @property
+    def probe_dir(self) -> Path:
+        return self.report_dir / PROBE_DIR
 
     @property
     def tensorboard_dir(self) -> Path:
