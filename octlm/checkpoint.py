@@ -1,16 +1,14 @@
 """Checkpoints: the weights, the optimizer and their description, written atomically, loaded without running code.
 
 A checkpoint is one folder inside a run folder (its layout and file names belong to `octlm.run`): the weights
-as safetensors (a tied output head is stored once, as the token table), the optimizer state (torch.save, read
-back with weights_only=True), and the description (schema version, step, the full config, RNG states and the
-SHA-256 of everything), written last.
-
+as safetensors (a tied head stored once, as the token table), the optimizer state (torch.save, read back with
+weights_only=True) and, written last, the description (schema, step, config, RNG states, SHA-256 of everything).
 Everything is written inside a temporary folder; after every file is fsynced the folder is swapped in by
 renames (checkpoint -> previous, temporary -> checkpoint, previous removed). A crash at any point leaves a
 complete current or a complete previous checkpoint, and the loader falls back to the latter when the former is
-missing. A failed write is one UserError naming the file, the cause (by its errno, found by writing the bytes
-again where a library hides it) and the fix; the checkpoint folders are never symbolic links (nothing is
-renamed or deleted outside the run).
+missing; a reader that read across a swap reads the new checkpoint again. A failed write is one UserError naming
+the file, the cause (by its errno, found by writing the bytes again where a library hides it) and the fix; the
+checkpoint folders are never symbolic links (nothing is renamed or deleted outside the run).
 
 Loading is safe with untrusted files: safetensors holds raw tensors only, `torch.load(weights_only=True)`
 refuses pickled objects other than tensors and plain containers, and the description is JSON. RNG states,
@@ -162,13 +160,11 @@ def _remove_stale(run: Run) -> None:
     """Temporary folders left by a crash mid-save (never a complete checkpoint); a link is unlinked, not
     followed."""
     for stale in run.stale_tmp_dirs():
-        try:
+        with contextlib.suppress(OSError):  # whatever blocks it blocks our own mkdir too, which names it
             if stale.is_symlink() or not stale.is_dir():
                 stale.unlink()
             else:
                 shutil.rmtree(stale, ignore_errors=True)
-        except OSError:
-            pass  # whatever blocks it blocks our own mkdir too, which names it
 
 
 def _write_files(
@@ -354,10 +350,30 @@ def load_checkpoint(
     config's model with their shapes, and optimizer.pt (when asked for) matches its SHA-256 and loads with
     weights_only=True.
     """
+    retries = 10  # a writer may swap a new checkpoint in while we read this one: then read the new one
+    while True:
+        folder = Run.of(run_dir).find_checkpoint()
+        before = _identity(folder)
+        try:
+            return _load_folder(folder, map_location, load_optimizer)
+        except UserError:
+            if _identity(folder) == before or not retries:
+                raise
+            retries -= 1
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    """Which folder is at this path now: inode and change time (a reused inode number is a new folder)."""
+    with contextlib.suppress(OSError):
+        info = os.stat(folder)
+        return info.st_ino, info.st_ctime_ns
+    return None
+
+
+def _load_folder(folder: Path, map_location: str | torch.device, load_optimizer: bool) -> Checkpoint:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    folder = Run.of(run_dir).find_checkpoint()
     meta = read_meta(folder)  # validated, config included
     config = config_from_dict(meta["config"], name=str(meta.get("config_name", "custom")))
 

@@ -464,3 +464,38 @@ def test_save_without_optimizer(tmp_path: Path) -> None:
     leaves = [f"config.{section}.{key}" for section, table in ckpt.meta["config"].items() for key in table]
     expected = ["config_name", "schema_version", "state", "step", *leaves]  # an empty state is one leaf
     assert sorted(ckpt.meta["meta_sha256"]) == sorted(expected)
+
+
+def test_a_reader_racing_the_writers_swap_reads_a_whole_checkpoint(
+    tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    """`octlm generate` while training saves: each load returns one complete checkpoint (the weights are the
+    ones its step wrote), never a spurious "modified" or "missing" error from reading across a swap."""
+    import threading
+
+    run_dir, model, optimizer = make_run(tmp_path, tokenizer, step=1)
+    config, done, errors = tiny(), threading.Event(), []
+
+    def writer() -> None:
+        try:
+            for step in range(2, 42):
+                with torch.no_grad():
+                    model.token_embedding.weight.fill_(float(step))  # the step, readable from the weights
+                save_checkpoint(
+                    run_dir, model, optimizer, config, step, {"sha256": {"tokenizer": tokenizer.sha256}}
+                )
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    loads = 0
+    while not done.is_set():
+        ckpt = load_checkpoint(run_dir, load_optimizer=False)
+        table = ckpt.model_state["token_embedding.weight"]
+        assert ckpt.step == 1 or bool((table == float(ckpt.step)).all()), ckpt.step
+        loads += 1
+    thread.join()
+    assert not errors and loads > 5 and load_checkpoint(run_dir).step == 41
