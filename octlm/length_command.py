@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
+    parser.add_argument("--long", action="store_true",
+                        help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)")  # fmt: skip
     parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
                         help="trainings run at once, in worker processes (default: one per CPU core)")  # fmt: skip
     parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
@@ -62,7 +64,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """The --quick or full defaults, overridden by the options given."""
     keys = ("train_length", "eval_lengths", "seeds", "eval_windows")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    chosen = {**(length.QUICK if args.quick else length.FULL), **given}
+    chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
     return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
                     seeds=chosen["seeds"], schemes=args.schemes or list(SCHEMES),
                     eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
@@ -74,6 +76,8 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
     parts = ["octlm", "experiment", "length"]
     if args.quick:
         parts.append("--quick")
+    if args.long:
+        parts.append("--long")  # what it sets is spelled out below; this names the mode
     if args.config:
         parts += ["--config", args.config]
     parts += ["--train-length", str(settings.train_length),

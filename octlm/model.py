@@ -6,6 +6,7 @@
 The position scheme (octlm/positions.py) acts in exactly one place: added to the input (learned, sinusoidal),
 rotating queries and keys in every attention layer (rope), or biasing attention scores (alibi, t5). NoPE uses
 none. Positions are explicit, so incremental decoding with a KV cache runs the same code as a full pass.
+A bias too large to build whole (long sequences) is built one query chunk at a time (`ChunkedBias`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.loss import linear_cross_entropy
 from octlm.positions import UNBOUNDED_SCHEMES, PositionScheme, build_positions
+
+# A bias scheme's [H, Tq, Tk] bias is built whole, once per forward and shared by every layer, up to this many
+# query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle) and
+# costs 4 MB per head. Past it the bias would grow as T^2 (9.5 GB at T = 16,384 for ALiBi at config b), so each
+# layer builds it per query chunk instead (`ChunkedBias`): memory linear in T.
+WHOLE_BIAS_PAIRS = 1024 * 1024
+# Bias entries (heads x queries x keys) per query chunk: 2^21 float32 = 8 MB, about the size of one activation
+# [T, C] at T = 16,384, C = 128; the bias's own temporaries (distances, buckets) are a few times that. Larger
+# chunks were no faster on CPU (benchmarks/README.md), smaller ones pay per-call overhead.
+CHUNK_BIAS_ENTRIES = 2**21
 
 
 class KVCache:
@@ -65,9 +76,9 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, config.bias)
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | ChunkedBias | None,
                 is_causal: bool, cache: KVCache | None = None, layer: int = 0) -> Tensor:  # fmt: skip
-        """`[B, T, C]` -> `[B, T, C]`. `mask` is a bool or additive float mask over `[.., Tq, Tk]`, or None."""
+        """`[B, T, C]` -> `[B, T, C]`. `mask`: a bool or additive float mask `[.., Tq, Tk]`, a `ChunkedBias`, or None."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim],
@@ -83,7 +94,53 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, dropout: float) -> Tensor:  # fmt: skip
+class ChunkedBias:
+    """A scheme's attention bias `[H, Tq, Tk]` that is never built whole: `rows` builds one query chunk of it.
+
+    Queries sit at `q_positions` `[Tq]`, keys at 0 .. Tk - 1 (a full pass, or a cache followed by new tokens).
+    """
+
+    def __init__(self, scheme: PositionScheme, q_positions: Tensor, keys: int, dtype: torch.dtype) -> None:
+        self.scheme, self.q_positions, self.keys, self.dtype = scheme, q_positions, keys, dtype
+
+    def rows(self, start: int, stop: int) -> tuple[Tensor, int]:
+        """The bias `[H, stop - start, end]` of queries start .. stop - 1 over the keys they can see, and `end`.
+
+        The last of these queries sits at position Tk - Tq + stop - 1, so keys from `end` = Tk - Tq + stop on
+        are in every query's future: they are left out, not masked (half the work of a full pass).
+        """
+        end = self.keys - self.q_positions.shape[0] + stop
+        k_positions = torch.arange(end, device=self.q_positions.device)
+        return self.scheme.bias(self.q_positions[start:stop], k_positions).to(self.dtype), end
+
+
+def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropout: float) -> Tensor:
+    """Attention of `[B, H, Tq, D]` queries with `bias` built per query chunk; memory linear in Tq.
+
+    Each chunk is an ordinary `scaled_dot_product_attention` call with its slice of the bias (the causal -inf
+    included) over the keys it can see, so it equals the whole-bias result up to float rounding, and autograd
+    differentiates it (a learned bias table gets its gradient) with no code of its own.
+    """
+    H, Tq = q.shape[1], q.shape[2]
+    size = max(1, CHUNK_BIAS_ENTRIES // (H * bias.keys))  # queries per chunk
+    gqa = k.shape[1] != H
+    outputs = []
+    for start in range(0, Tq, size):
+        stop = min(start + size, Tq)
+        mask, end = bias.rows(start, stop)
+        # [1, H, .., ..]: SDPA's CPU flash kernel takes 4-D masks; a 3-D one runs the math backend, 4-6x slower
+        # and a [B, H, chunk, end] score tensor more
+        mask = mask.unsqueeze(0)
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q[:, :, start:stop], k[:, :, :end], v[:, :, :end], mask, dropout_p=dropout, enable_gqa=gqa
+            )
+        )
+    return torch.cat(outputs, dim=2)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | ChunkedBias | None, is_causal: bool,
+              dropout: float) -> Tensor:  # fmt: skip
     """`scaled_dot_product_attention` over `[B, H, T, D]` queries and `[B, Hkv, T, D]` keys and values.
 
     `mask` together with `is_causal` means: the mask already hides the future (ALiBi and T5 fold the causal
@@ -92,6 +149,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: b
     Its CPU flash kernel does take both and then skips the key blocks above the diagonal: half the attention
     work, 1.8-1.9x faster attention for ALiBi at T = 256-512 (benchmarks/README.md), same numbers.
     """
+    if isinstance(mask, ChunkedBias):
+        return chunked_attention(q, k, v, mask, dropout)
     gqa = k.shape[1] != q.shape[1]
     if mask is not None and is_causal:
         flash_cpu = q.device.type == "cpu" and mask.dtype == q.dtype and not mask.requires_grad
@@ -139,7 +198,7 @@ class Block(nn.Module):
         self.norm2, self.mlp = make_norm(config), MLP(config)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | None,
+    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | ChunkedBias | None,
                 is_causal: bool, cache: KVCache | None, layer: int) -> Tensor:  # fmt: skip
         x = x + self.dropout(self.attn(self.norm1(x), positions, scheme, mask, is_causal, cache, layer))
         return x + self.dropout(self.mlp(self.norm2(x)))
@@ -239,18 +298,22 @@ class Decoder(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
 
-    def _attention_mask(self, positions: Tensor, total: int) -> tuple[Tensor | None, bool]:
+    def _attention_mask(self, positions: Tensor, total: int) -> tuple[Tensor | ChunkedBias | None, bool]:
         """The mask every layer shares: the scheme's bias (causal part included), or the plain causal rule.
 
+        A bias of more than WHOLE_BIAS_PAIRS query-key pairs is handed over as a `ChunkedBias`, built per chunk.
         Without a bias the cheapest correct form is used: SDPA's own `is_causal` when queries and keys are the
         same positions, no mask for one new token (it may see every cached key), and an explicit boolean mask
         for a chunk of several new tokens after a cache (where `is_causal` would align the wrong corner).
         """
+        dtype = self.token_embedding.weight.dtype
+        if self.positions.has_bias and positions.shape[0] * total > WHOLE_BIAS_PAIRS:
+            return ChunkedBias(self.positions, positions, total, dtype), False
         k_positions = torch.arange(total, device=positions.device)
         bias = self.positions.bias(positions, k_positions)
         if bias is not None:
             # The bias holds the causal rule; `is_causal` (queries = keys) lets the kernel skip what it hides.
-            return bias.to(self.token_embedding.weight.dtype), positions.shape[0] == total
+            return bias.to(dtype), positions.shape[0] == total
         if positions.shape[0] == total:
             return None, True
         if positions.shape[0] == 1:

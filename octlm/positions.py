@@ -113,10 +113,14 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-    """ALiBi's score bias with the causal mask folded in, `[H, Tq, Tk]`: -slope·(q - k), -inf where k > q."""
+    """ALiBi's score bias with the causal mask folded in, `[H, Tq, Tk]`: -slope·(q - k), -inf where k > q.
+
+    The -inf goes into the `[Tq, Tk]` distances (as +inf) before the slopes multiply them, so the `[H, Tq, Tk]`
+    result is written in one pass: long sequences build this per query chunk in every layer (octlm/model.py).
+    """
     distance = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)).to(slopes.dtype)  # [Tq, Tk]
-    bias = -slopes.view(-1, 1, 1) * distance
-    return bias.masked_fill(distance < 0, float("-inf"))
+    distance.masked_fill_(distance < 0, float("inf"))  # -slope · inf = -inf: the causal mask
+    return -slopes.view(-1, 1, 1) * distance
 
 
 def t5_bucket(relative_position: Tensor, num_buckets: int = 32, max_distance: int = 128) -> Tensor:
@@ -165,6 +169,11 @@ class PositionScheme(nn.Module):
     def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         """Additive attention-score bias `[H, Tq, Tk]` (causal -inf included), or None."""
         return None
+
+    @property
+    def has_bias(self) -> bool:
+        """Whether the scheme overrides `bias`. The model may then ask for any rows of it (query chunks)."""
+        return type(self).bias is not PositionScheme.bias
 
 
 class NoPositions(PositionScheme):
@@ -308,10 +317,19 @@ class T5Positions(PositionScheme):
         self.table = nn.Embedding(num_buckets, n_heads)
 
     def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        relative = k_positions.unsqueeze(0) - q_positions.unsqueeze(-1)  # [Tq, Tk]
-        buckets = t5_bucket(relative, self.num_buckets, self.max_distance)
-        bias = self.table(buckets).permute(2, 0, 1)  # [H, Tq, Tk]
-        return bias.masked_fill(relative > 0, float("-inf"))
+        """`[H, Tq, Tk]`, looked up per distance and gathered: one pass over the result, not the bucket
+        formula's dozen (long sequences build this per query chunk in every layer, octlm/model.py).
+
+        Every distance from `max_distance` on lands in the last bucket (the buckets never decrease and
+        `max_distance` already reaches the last), so distances clamp to 0 .. max_distance, and -1 stands for
+        every key after the query (-inf).
+        """
+        distances = torch.arange(self.max_distance + 1, device=self.table.weight.device)
+        per_distance = self.table(t5_bucket(-distances, self.num_buckets, self.max_distance)).T  # [H, D+1]
+        future = per_distance.new_full((per_distance.shape[0], 1), float("-inf"))
+        values = torch.cat((future, per_distance), dim=1)  # [H, D+2]: column d + 1 holds distance d
+        index = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)).clamp_(-1, self.max_distance) + 1
+        return values.index_select(1, index.flatten()).view(-1, *index.shape)
 
 
 def build_positions(config: ModelConfig) -> PositionScheme:
