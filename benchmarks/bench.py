@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/bench.py            # full run (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/bench.py --quick    # smoke test: config a only, tiny repetitions (< 60 s)
 
-Measures, in one run: the machine's matmul peak; training tokens/s and model-FLOP utilisation for octlm
+Measures, in one run: the machine's bf16 support and its fp32 and bf16 matmul peaks; fp32 against bf16
+training tokens/s at config c (autocast, and bf16 weights with fp32 master weights); training tokens/s and model-FLOP utilisation for octlm
 with every position scheme and for Hugging Face GPT-2 (learned) and Llama (RoPE) at configs a, b, c; forward
 latency and peak memory against context length; generation tokens/s with and without the KV cache against HF
 `generate`; embedding lookup against one-hot × table; cached against rebuilt position tables; tokenizer
@@ -35,14 +36,16 @@ from typing import Any
 import torch
 from measure import CONFIGS, MFU_FORMULA, THREADS, bench_peak, machine
 from measure_decode import bench_generation
-from measure_forward import bench_context, bench_embedding, memory_worker
+from measure_forward import bench_context, bench_embedding, bench_long, memory_worker
 from measure_tokenizer import bench_tokenizer
-from measure_train import bench_compile, bench_training
-from render import markdown
+from measure_train import bench_compile, bench_precision, bench_training
+from render import header, long_section, markdown
 
 from octlm.runtime import torch_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The long-context section (`--long` runs it alone): bias schemes built whole against per query chunk.
+LONG = {"config": "b", "memory_lengths": [1024, 4096, 16384], "time_lengths": [256, 1024, 4096]}
 
 
 def settings(quick: bool, configs: str | None = None, compile_: bool = True) -> dict[str, Any]:
@@ -55,8 +58,10 @@ def settings(quick: bool, configs: str | None = None, compile_: bool = True) -> 
             "peak_sizes": [1024, 2048],
             "train": list(configs or "a"),
             "compile": [],
+            "precision": ["a"],
             "context": "a",
             "lengths": [128, 256],
+            "long": {"config": "a", "memory_lengths": [2048], "time_lengths": [128]},
             "context_reps": 3,
             "generation": "a",
             "new_tokens": 16,
@@ -72,8 +77,10 @@ def settings(quick: bool, configs: str | None = None, compile_: bool = True) -> 
         "peak_sizes": [512, 1024, 2048],
         "train": list(configs or "abc"),
         "compile": ["a", "b"] if compile_ else [],
+        "precision": ["c"],
         "context": "b",
         "lengths": [128, 256, 512, 1024, 2048, 4096],
+        "long": LONG,
         "context_reps": 7,
         "generation": "b",
         "new_tokens": 128,
@@ -92,10 +99,17 @@ def log_to_stderr(started: float, msg: str) -> None:
 def run_sections(r: dict[str, Any], s: dict[str, Any], log) -> None:
     """Every section of `settings` `s`, in order, each into its key of the results `r`."""
     warmup, reps = s["warmup"], s["reps"]
+    if s.get("device", "cpu") == "cuda":  # on a GPU: the matmul peaks and fp32 against bf16 training only
+        r["peak"] = bench_peak(s["peak_sizes"], reps, "cuda")
+        r["precision"] = {n: bench_precision(n, warmup, reps, log, "cuda") for n in s["precision"]}
+        return
     r["peak"] = bench_peak(s["peak_sizes"], reps)
     r["training"] = bench_training(s["train"], warmup, reps, log)
+    r["precision"] = {n: bench_precision(n, warmup, reps, log) for n in s["precision"]}
     r["compile"] = bench_compile(s["compile"], warmup, reps, log)
     r["context"] = bench_context(s["context"], s["lengths"], warmup, s["context_reps"], log)
+    if s.get("long"):
+        r["long"] = bench_long(**s["long"], warmup=warmup, reps=s["context_reps"], log=log)
     prompt = min(
         16, CONFIGS[s["generation"]]["context_length"] - s["new_tokens"]
     )  # learned: stay in the table
@@ -132,6 +146,8 @@ def run_benchmarks(
         "mfu_formula": MFU_FORMULA,
         "settings": s,
     }
+    if s.get("device", "cpu") == "cuda":
+        r["machine"].update(gpu=torch.cuda.get_device_name(), device="cuda-" + gpu_slug())
     log(
         f"machine: {r['machine']['cpu']}, {r['machine']['threads']} threads, "
         f"load {r['machine']['load_average_at_start']}"
@@ -148,6 +164,26 @@ def run_benchmarks(
     return r
 
 
+def run_long(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--long`: the long-context section alone, written as `<device>-long.json` and `.md`."""
+    started = time.time()
+    log = partial(log_to_stderr, started)
+    r: dict[str, Any] = {"machine": machine(flush_denormal), "quick": s["quick"], "warmup": s["warmup"],
+                         "reps": s["context_reps"], "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    r["long"] = bench_long(**LONG, warmup=s["warmup"], reps=s["context_reps"], log=log)
+    r["wall_s"] = time.time() - started
+    with contextlib.suppress(OSError):
+        r["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    r["markdown"] = "\n".join(header(r) + long_section(r["long"]))
+    write_results(r, out_dir, r["machine"]["device"] + "-long", r["markdown"])
+    return r
+
+
+def gpu_slug() -> str:
+    """The GPU's name as a file stem: "NVIDIA H200" -> "nvidia-h200"."""
+    return "-".join("".join(c if c.isalnum() else " " for c in torch.cuda.get_device_name()).lower().split())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -156,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--configs", default=None, help="training configs to run, e.g. 'ab' (default: abc)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
+    parser.add_argument("--long", action="store_true",
+                        help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     with torch_threads(THREADS):
@@ -170,6 +210,15 @@ def main(argv: list[str] | None = None) -> int:
             memory_worker(json.loads(args.memory_worker))
             return 0
         s = settings(args.quick, args.configs, not args.no_compile)
+        if args.long:
+            r = run_long(s, Path(args.out), flush_denormal)
+            print(r["markdown"])
+            return 0
+        if args.device == "cuda":
+            if not torch.cuda.is_available():
+                print("bench.py: --device cuda but CUDA is not available here", file=sys.stderr)
+                return 2
+            s.update(device="cuda", peak_sizes=[2048, 4096, 8192], precision=list(args.configs or "abc"))
         r = run_benchmarks(s, Path(args.out), flush_denormal=flush_denormal)
     print(r["markdown"])
     return 0

@@ -23,6 +23,8 @@ def header(r: dict[str, Any]) -> list[str]:
         f"- CPU: {m['cpu']} ({m['cpu_capability']}), {m['cores']} cores, torch {m['torch']}, "
         f"{m['threads']} threads, denormals flushed: {m['flush_denormal']}, Python {m['python']}; load average (1/5/15 min) at start "
         f"{m['load_average_at_start']}, at end {m.get('load_average_at_end')}",
+        f"- bf16 support: **{m.get('bf16_support', 'n/a')}** ({m.get('bf16_detected', 'not recorded')})"
+        + (f"; GPU: {m['gpu']}" if "gpu" in m else ""),
         f"- Run: {r['started']}, {r['wall_s']:.0f} s in all; timings are median (min–max) over "
         f"{r['reps']} repetitions after {r['warmup']} warm-up, models interleaved round by round",
         "",
@@ -31,14 +33,46 @@ def header(r: dict[str, Any]) -> list[str]:
 
 
 def peak_section(p: dict[str, Any]) -> list[str]:
-    lines = ["## Matmul peak (fp32 square matmul)", "", "| n | GFLOP/s |", "|---|---|"]
+    lines = ["## Matmul peak (square matmul, fp32 and bf16 interleaved)", ""]
+    lines += ["| n | fp32 GFLOP/s | bf16 GFLOP/s |", "|---|---|---|"]
+    bf16 = p.get("bf16", {}).get("gflops_by_size", {})
     for n, s in p["gflops_by_size"].items():
-        lines.append(f"| {n} | {s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f}) |")
+        b = bf16.get(n)
+        low = f"{b['median']:.0f} ({b['min']:.0f}–{b['max']:.0f})" if b else "n/a"
+        lines.append(f"| {n} | {s['median']:.0f} ({s['min']:.0f}–{s['max']:.0f}) | {low} |")
     lines += [
         "",
-        f"Peak used for MFU: **{p['peak_gflops']:.0f} GFLOP/s** (n = {p['best_size']}, median).",
-        "",
+        f"Peak used for MFU: **{p['peak_gflops']:.0f} GFLOP/s** (fp32, n = {p['best_size']}, median).",
     ]
+    if "bf16" in p:
+        lines.append(
+            f"bf16 peak: **{p['bf16']['peak_gflops']:.0f} GFLOP/s** (n = {p['bf16']['best_size']}), "
+            f"{p['bf16_over_fp32']:.2f}× the fp32 peak in the same rounds."
+        )
+    return [*lines, ""]
+
+
+def precision_section(precision: dict[str, Any] | None) -> list[str]:
+    """fp32 against the two bf16 modes, octlm learned, with the matmul probes of the same rounds."""
+    lines = []
+    for name, pr in (precision or {}).items():
+        c, pg = CONFIGS[name], pr["probe_gflops"]
+        lines += [
+            f"## fp32 against bf16 training (octlm learned, config {name}: V {c['vocab_size']:,}, "
+            f"C {c['d_model']}, {c['n_layers']} layers, T {c['context_length']}, batch {c['batch']})",
+            "",
+            f"matmul probes (n 1024) in these rounds: fp32 {pg['fp32']['median']:.0f}, bf16 "
+            f"{pg['bf16']['median']:.0f} GFLOP/s ({pg['bf16']['median'] / pg['fp32']['median']:.2f}×)",
+            "",
+            "| mode | tokens/s | over fp32 (medians of the same rounds) |",
+            "|---|---|---|",
+        ]
+        for mode, row in pr["rows"].items():
+            t = row["tokens_per_s"]
+            lines.append(
+                f"| {mode} | {t['median']:,.0f} ({t['min']:,.0f}–{t['max']:,.0f}) | {row['over_fp32']:.2f}× |"
+            )
+        lines.append("")
     return lines
 
 
@@ -141,6 +175,46 @@ def context_section(ctx: dict[str, Any]) -> list[str]:
     return lines
 
 
+def long_section(lg: dict[str, Any] | None) -> list[str]:
+    """Bias schemes at long contexts: peak memory and latency, bias built whole (before) or per query chunk."""
+    if not lg:
+        return []
+    c = CONFIGS[lg["config"]]
+    ch = lg["chunk"]
+    lines = [
+        f"## Long contexts: bias whole (before) vs per query chunk (after) (config {lg['config']} shape: "
+        f"C {c['d_model']}, {c['n_layers']} layers, {c['n_heads']} heads; batch 1, inference mode)",
+        "",
+        f"Chunked past {ch['whole_bias_pairs']:,} query-key pairs, {ch['chunk_bias_entries']:,} bias entries "
+        "per chunk. " + lg["memory_method"] + " One fresh process per point; the forward time is that one "
+        "measured pass.",
+        "",
+        "| scheme | length | path | peak memory MiB | × NoPE | forward s |",
+        "|---|---|---|---|---|---|",
+    ]
+    nope = {r["length"]: r.get("bytes") for r in lg["memory"] if r["scheme"] == "nope"}
+    for r in lg["memory"]:
+        b, ref = r.get("bytes"), nope.get(r["length"])
+        mem = f"{b / 2**20:,.1f}" if b is not None else r.get("error", "n/a")
+        times = f"{ref and b / ref:.2f}×" if b is not None and ref else ""
+        secs = f"{r['seconds']:.2f}" if r.get("seconds") is not None else ""
+        lines.append(f"| {r['scheme']} | {r['length']:,} | {r['path']} | {mem} | {times} | {secs} |")
+    lines += ["", "| scheme | length | before ms | after ms | after / before (medians, same rounds) |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for r in lg["time"]:
+        ms = {
+            k: f"{v['median']:,.1f} ({v['min']:,.1f}–{v['max']:,.1f})"
+            for k, v in r.items()
+            if k.endswith("_ms")
+        }
+        ratio_s = f"{r['after_over_before']:.2f}×" if "after_over_before" in r else ""
+        lines.append(
+            f"| {r['scheme']} | {r['length']:,} | {ms.get('before_ms', '')} | {ms['after_ms']} | {ratio_s} |"
+        )
+    lines.append("")
+    return lines
+
+
 def generation_reference(g: dict[str, Any], k: str) -> float:
     """The HF `generate` with cache that row `k` is compared with: same architecture, same threads."""
     if k.endswith("1 thread"):
@@ -212,9 +286,13 @@ def markdown(r: dict[str, Any]) -> str:
     """The whole report: header, then every section in the order the run measures them."""
     lines = header(r)
     lines += peak_section(r["peak"])
+    if "training" not in r:  # `bench.py --device cuda`: the peaks and the precision section only
+        return "\n".join(lines + precision_section(r.get("precision")))
     lines += training_section(r["training"], r["peak"]["peak_gflops"])
+    lines += precision_section(r.get("precision"))
     lines += compile_section(r.get("compile"))
     lines += context_section(r["context"])
+    lines += long_section(r.get("long"))
     lines += generation_section(r["generation"])
     lines += embedding_section(r["embedding"])
     lines += tokenizer_section(r["tokenizer"])

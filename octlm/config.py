@@ -16,11 +16,11 @@ import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
-from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from octlm.builtin_configs import CONFIG_DIR, builtin_config_names, default_config_path
 from octlm.errors import UserError
 from octlm.ranges import SPANS, show
 
@@ -29,6 +29,8 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
+# train.dtype (octlm.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
+DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
 
 
 def _span_problems(section: str, obj: Any) -> list[str]:
@@ -174,6 +176,7 @@ class TrainConfig:
     sample_tokens: int = 120
     report: bool = True
     log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.tracking)
+    dtype: str = "auto"  # "bf16" and "bf16-autocast" on any device; checkpoints stay float32
 
     def problems(self) -> list[str]:
         p = _span_problems("train", self)
@@ -193,8 +196,11 @@ class TrainConfig:
         p += _path_problems("train.out_dir", self.out_dir)
         if not re.fullmatch(r"auto|cpu|cuda(:\d{1,4})?", self.device):
             p.append(f"train.device = {show(self.device)} is unknown; choose auto, cpu, cuda or cuda:N")
-        if self.log not in LOGS:
-            p.append(f"train.log = {show(self.log)} is unknown; choose one of {', '.join(LOGS)}")
+        for name, allowed in (("log", LOGS), ("dtype", DTYPES)):
+            if getattr(self, name) not in allowed:
+                p.append(
+                    f"train.{name} = {show(getattr(self, name))} is unknown; choose one of {', '.join(allowed)}"
+                )
         return p
 
 
@@ -227,6 +233,8 @@ class Config:
         d = self.to_dict()
         for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens", "log"):
             d["train"].pop(key)
+        if d["train"]["dtype"] == "auto":  # the default: runs from before the field keep their hash
+            d["train"].pop("dtype")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -386,21 +394,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         reason = (str(error).splitlines() or [""])[0][:300]
         raise UserError(f"config file {str(path)!r} is not valid TOML: {reason}") from None
     return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
-
-
-# The built-in configs are package data (octlm/configs/*.toml), found through importlib.resources so that an
-# installed wheel finds them too, whatever the working directory.
-CONFIG_DIR: Traversable = files("octlm") / "configs"
-
-
-def builtin_config_names() -> list[str]:
-    if not CONFIG_DIR.is_dir():  # an install without its package data
-        return []
-    return sorted(p.name.removesuffix(".toml") for p in CONFIG_DIR.iterdir() if p.name.endswith(".toml"))
-
-
-def default_config_path() -> Traversable:
-    return CONFIG_DIR / "day1.toml"
 
 
 def add_config_arguments(parser: Any) -> None:

@@ -7,7 +7,8 @@ generation, the length experiment and the benchmarks share one copy:
 - `Dist` / `init_distributed`: the process group torchrun describes (gloo on CPU, NCCL on CUDA).
 - `StopRequest`: turns the first SIGINT (Ctrl-C), SIGTERM or SIGHUP into a request to stop after the current
   step; a second one aborts at once. The command exits with 128 + the signal's number, as a shell reports it.
-- `autocast`: the mixed-precision context for a device (bf16 on CUDA, none on CPU).
+- `autocast`: the mixed-precision context for a device and `train.dtype` (`auto`: bf16 on CUDA, none on CPU).
+- `cpu_bf16_support`: what the processor offers for bf16 (AMX, AVX512-BF16 or none), read from its flags.
 - `seed_rank_streams`: after the model is built, each DDP rank draws its own dropout masks.
 - `rng_state` / `rank_rng_states` / `restore_rng`: the random state a checkpoint carries (every rank's), so a
   resume is bit-identical.
@@ -23,6 +24,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -170,11 +172,56 @@ class StopRequest:
         self._restore()
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """bfloat16 autocast on CUDA; float32 on CPU (where bf16 matmuls are slow and resume must be exact)."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def autocast(device: torch.device, dtype: str = "auto") -> contextlib.AbstractContextManager:
+    """The mixed-precision context for `train.dtype` (`config.DTYPES`): `bf16` and `bf16-autocast` are
+    bfloat16 autocast on any device, `fp32` none, `auto` bf16 on CUDA and fp32 on CPU (where many processors
+    lack bf16 instructions). Weights, gradients and optimizer state stay float32 under autocast. (How `bf16`
+    trains, through a bf16 copy of the weights, is `octlm.precision`; evaluation uses this context.)"""
+    if dtype in ("bf16", "bf16-autocast") or (dtype == "auto" and device.type == "cuda"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if dtype not in ("auto", "fp32"):
+        raise UserError(f"train.dtype = {dtype!r} is unknown; choose auto, fp32, bf16 or bf16-autocast")
     return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class BF16Support:
+    """What the processor offers for bfloat16 matmuls: `kind` is AMX, AVX512-BF16 or none."""
+
+    kind: str
+    detail: str  # what was detected, in words, for the notice and the benchmark
+
+    @property
+    def native(self) -> bool:
+        return self.kind != "none"
+
+
+def bf16_support_from_flags(flags: str, capability: str = "") -> BF16Support:
+    """Read a `/proc/cpuinfo` flags line (x86): `amx_bf16` (AMX tiles, Sapphire Rapids on) beats `avx512_bf16`
+    (dot-product instructions, e.g. Cooper Lake, Zen 4); without either, oneDNN converts bf16 to fp32 and back
+    around fp32 arithmetic. `capability`: torch's vector ISA (`torch.backends.cpu.get_cpu_capability()`)."""
+    found = set(flags.split())
+    isa = f"; torch CPU capability {capability}" if capability else ""
+    if "amx_bf16" in found:
+        return BF16Support("AMX", f"amx_bf16 in the CPU flags{isa}")
+    if "avx512_bf16" in found:
+        return BF16Support("AVX512-BF16", f"avx512_bf16 in the CPU flags, no amx_bf16{isa}")
+    return BF16Support("none", f"neither amx_bf16 nor avx512_bf16 in the CPU flags{isa}")
+
+
+def cpu_bf16_support(cpuinfo: Path = Path("/proc/cpuinfo")) -> BF16Support:
+    """This machine's bf16 support, detected from the first `flags` line of `cpuinfo` (Linux)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    try:
+        lines = cpuinfo.read_text(errors="replace").splitlines()
+    except OSError as error:
+        return BF16Support(
+            "none", f"{cpuinfo} is unreadable ({error.strerror or error}), so nothing was detected"
+        )
+    flags = next((line.split(":", 1)[1] for line in lines if line.startswith("flags")), None)
+    if flags is None:
+        return BF16Support("none", f"{cpuinfo} lists no CPU flags, so nothing was detected")
+    return bf16_support_from_flags(flags, capability)
 
 
 def seed_rank_streams(seed: int, dist: Dist) -> None:

@@ -66,8 +66,11 @@ def evaluate(
     device: torch.device,
     bytes_per_token: float,
     dist: Dist | None = None,
+    dtype: str = "auto",
 ) -> Score:
     """Score every batch `(x [b, T], y [b, T])`; under DDP each rank takes every world-th batch.
+
+    `dtype` is the run's `train.dtype` (`runtime.autocast`): `fp32` on CUDA evaluates in float32 too.
 
     The sums are all-reduced, so every rank returns the same Score. Bytes are tokens × `bytes_per_token`
     (the validation stream's average, EOTs counted). The model's train/eval mode is restored afterwards.
@@ -76,7 +79,7 @@ def evaluate(
     was_training = model.training
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)  # [sum of token losses, token count]
-    with autocast(device):
+    with autocast(device, dtype):
         for i, (x, y) in enumerate(batches):
             if i % dist.world != dist.rank:
                 continue

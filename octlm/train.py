@@ -49,12 +49,12 @@ from octlm.errors import UserError
 from octlm.model import Decoder
 from octlm.optim import lr_at, make_optimizer, set_lr
 from octlm.os_errors import explain
+from octlm.precision import Precision
 from octlm.resume import checkpoint_to_resume, data_for_run
 from octlm.run import Run
 from octlm.runtime import (
     Dist,
     StopRequest,
-    autocast,
     init_distributed,
     rank_rng_states,
     resolve_device,
@@ -93,6 +93,7 @@ class TrainState:
 
     model: Decoder  # the plain module (checkpoints, evaluation)
     train_model: nn.Module  # the module the steps run through (DDP and/or torch.compile around `model`)
+    precision: Precision  # train.dtype: the step's autocast, or the bf16 copy `train_model` wraps
     optimizer: torch.optim.Optimizer
     generator: torch.Generator  # draws the batches; checkpointed with the global RNG
     data: PreparedData
@@ -160,7 +161,8 @@ def build_state(
         model.load_state_dict(ckpt.model_state)
     model.to(device)
     optimizer = make_optimizer(model, tc)
-    state = TrainState(model, model, optimizer, generator, data, hashes, step=0, start_step=0)
+    precision = Precision(model, device, tc.dtype)  # after loading: a bf16 copy is made of the loaded weights
+    state = TrainState(model, precision.step_model, precision, optimizer, generator, data, hashes, 0, 0)
     if ckpt:
         try:
             optimizer.load_state_dict(ckpt.optimizer_state)
@@ -174,7 +176,7 @@ def build_state(
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        state.train_model = DistributedDataParallel(model, device_ids=ids)
+        state.train_model = DistributedDataParallel(state.train_model, device_ids=ids)
     if tc.compile:
         state.train_model = torch.compile(state.train_model)  # type: ignore[assignment]
     return state
@@ -229,9 +231,11 @@ def train_step(state: TrainState, config: Config, device: torch.device, dist: Di
     x, y = random_blocks(state.data.train, T, B * dist.world, state.generator)
     x = x[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
     y = y[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
-    with autocast(device):
+    precision = state.precision
+    with precision.context():  # train.dtype (octlm.precision); the master weights stay float32
         _, loss = state.train_model(x, y, return_logits=False)  # chunked loss, no [B, T, V] logits
     loss.backward()
+    precision.gradients_to_master()
     loss_value = float(dist.all_mean(loss.detach().float()))
     params = [p for p in state.model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf))
@@ -239,6 +243,7 @@ def train_step(state: TrainState, config: Config, device: torch.device, dist: Di
         raise _nonfinite_error(state, loss_value, grad_norm, config, run)
     state.optimizer.step()
     state.optimizer.zero_grad(set_to_none=True)
+    precision.weights_from_master()
     state.step += 1
     state.losses.append(loss_value)
     state.since_eval.append(loss_value)
@@ -252,7 +257,7 @@ def evaluate_and_record(
     tc, B, T = config.train, config.train.batch_size, config.model.context_length
     # The same blocks whatever the world size: eval_batches global batches, split over the ranks.
     blocks = eval_blocks(state.data.val, T, tc.eval_batches * B * dist.world, B)
-    score = evaluate(state.model, blocks, device, state.data.val_bytes_per_token, dist)
+    score = evaluate(state.model, blocks, device, state.data.val_bytes_per_token, dist, tc.dtype)
     state.last_eval = {"val_loss": score.loss, "val_perplexity": score.perplexity, "val_bpb": score.bpb}
     tokens_per_step = B * T * dist.world
     record = {
@@ -319,7 +324,7 @@ def _describe(config: Config, run: Run, state: TrainState, device: torch.device,
     return (
         f"training {run.name} on {device}{f' x {world} processes' if world > 1 else ''}: "
         f"{state.model.num_parameters():,} parameters, position={config.model.position}, batch {B * world} x "
-        f"{T} tokens, steps {state.start_step} -> {config.train.steps}"
+        f"{T} tokens, steps {state.start_step} -> {config.train.steps}, dtype {config.train.dtype}"
     )
 
 

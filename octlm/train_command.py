@@ -10,14 +10,17 @@ the training loop imports neither generation nor the report.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
 from octlm.errors import THREADS_RANGE, int_in_range
 from octlm.run import Run
-from octlm.runtime import torch_threads
+from octlm.runtime import BF16Support, cpu_bf16_support, resolve_device, torch_threads
 from octlm.train import TrainResult, train
 
 
@@ -54,10 +57,29 @@ def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
     return config, Run.default(config)
 
 
-def run(args: argparse.Namespace) -> int:
+def bf16_notice(config: Config, support: BF16Support | None = None, stream: TextIO | None = None) -> bool:
+    """Say once on `stream` (stderr) that `--dtype bf16` will be slower than fp32 on a CPU without bf16
+    instructions, naming what was detected (`support`: detected here when None). True when it spoke."""
+    if not config.train.dtype.startswith("bf16") or resolve_device(config.train.device).type != "cpu":
+        return False
+    support = support or cpu_bf16_support()
+    if support.native:
+        return False
+    print(
+        f"note: --dtype bf16 will be slower than fp32 here: this CPU has no native bf16 ({support.detail}), "
+        "so every bf16 matmul is converted to fp32 and back; use --dtype fp32 unless you are testing bf16",
+        file=stream or sys.stderr,
+    )
+    return True
+
+
+def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
+    """`octlm train`; `bf16`: the processor's bf16 support (detected when None; tests pass one)."""
     with torch_threads(args.threads):
         started = time.perf_counter()
         config, folder = config_and_run(args)
+        if int(os.environ.get("RANK", "0")) == 0:  # one notice per command, not one per DDP rank
+            bf16_notice(config, bf16)
         result = train(
             config,
             folder.path,

@@ -174,7 +174,7 @@ def test_cli_bad_width_is_one_line_naming_the_value(capsys: pytest.CaptureFixtur
     assert captured.out == ""
 
 
-@pytest.mark.parametrize("group, subs", [("export", ["hf", "fixtures"]), ("experiment", ["length"])])
+@pytest.mark.parametrize("group, subs", [("export", ["hf", "onnx", "fixtures"]), ("experiment", ["length"])])
 def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--help", "-h"):
         assert main([group, flag]) == 0

@@ -189,3 +189,97 @@ def test_a_new_cache_lives_on_the_parameters_device():
     assert c.k.device.type == c.v.device.type == "meta"
     direct = KVCache(tiny(), 1, 2, device="meta")
     assert direct.k.device.type == direct.v.device.type == "meta"
+
+
+@pytest.mark.parametrize("position", ["nope", "alibi", "t5"])
+def test_the_attention_mask_is_made_on_the_positions_device(position):
+    # "meta" stands in for a GPU: key positions made on the CPU cannot meet query positions there.
+    m = Decoder(tiny(position=position)).to("meta")
+    mask, causal = m._attention_mask(torch.arange(3, 5, device="meta"), 5)
+    assert mask.device.type == "meta" and not causal
+
+
+def test_attention_called_without_a_layer_writes_layer_0_of_the_cache():
+    cfg = tiny(n_layers=2)
+    attn = Decoder(cfg).blocks[0].attn.double()
+    scheme = Decoder(tiny(position="nope")).positions
+    cache = KVCache(cfg, batch=1, capacity=3, dtype=torch.float64)
+    x = torch.randn(1, 3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    attn(x, torch.arange(3), scheme, None, True, cache)
+    assert cache.k[0].abs().sum() > 0 and not cache.k[1].any() and not cache.v[1].any()
+
+
+def test_attention_dropout_acts_in_training_only():
+    torch.manual_seed(0)
+    cfg = tiny(dropout=0.5, position="nope")
+    attn = Decoder(cfg).blocks[0].attn.double()
+    scheme = Decoder(tiny(position="nope")).positions
+    x = torch.randn(1, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    attn.eval()
+    # eval: exactly the reference attention, no dropout
+    q, k, v = attn.qkv(x).split(8, -1)
+    heads = [t.view(1, 5, 2, 4).transpose(1, 2) for t in (q, k, v)]
+    causal = torch.zeros(5, 5, dtype=torch.float64).masked_fill(
+        torch.ones(5, 5).triu(1).bool(), float("-inf")
+    )
+    want = attn.proj(reference_attention(*heads, causal).transpose(1, 2).reshape(1, 5, 8))
+    torch.testing.assert_close(attn(x, torch.arange(5), scheme, None, True), want, rtol=0, atol=1e-12)
+    attn.train()
+    a, b = attn(x, torch.arange(5), scheme, None, True), attn(x, torch.arange(5), scheme, None, True)
+    assert (a - want).abs().max() > 1e-3 and (a - b).abs().max() > 1e-3  # p = 0.5: far from the mean path
+
+
+def test_attention_takes_the_cpu_flash_kernel_exactly_where_the_docstring_says(monkeypatch):
+    """A same-dtype float mask with `is_causal`, no dropout, no grouped heads: the CPU flash kernel, told the
+    attention is causal (so it skips the hidden key blocks, the 1.8x of benchmarks/README.md); otherwise SDPA."""
+    real = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    calls = []
+
+    def spy(q, k, v, dropout_p, is_causal, attn_mask=None):
+        calls.append((dropout_p, is_causal))
+        return real(q, k, v, dropout_p, is_causal, attn_mask=attn_mask)
+
+    monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", spy)
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=g) for _ in range(3))  # T = 5 differs from H = 2 and D = 4
+    d = torch.arange(5).unsqueeze(1) - torch.arange(5).unsqueeze(0)
+    bias = (-0.5 * d).float().masked_fill(d < 0, float("-inf")).expand(2, 5, 5)
+    got = attention(q, k, v, bias, True, 0.0)
+    assert calls == [(0.0, True)]
+    torch.testing.assert_close(got.double(), reference_attention(q, k, v, bias), rtol=0, atol=1e-6)  # 2e-7
+    calls.clear()
+    attention(q, k[:, :1], v[:, :1], bias, True, 0.0)  # grouped heads
+    attention(q, k, v, bias, True, 0.1)  # dropout
+    attention(q, k, v, bias.clone().requires_grad_(), True, 0.0)  # a mask being trained (T5)
+    attention(q, k, v, bias, False, 0.0)  # not causal
+    assert calls == []
+
+
+def test_an_invalid_config_lists_every_problem_separated_by_semicolons():
+    cfg = tiny(n_heads=3, dropout=1.5)
+    problems = cfg.problems()  # config.py's wording; what the model adds is the prefix and the separator
+    assert len(problems) == 2
+    with pytest.raises(UserError) as e:
+        Decoder(cfg)
+    assert str(e.value) == f"invalid model config: {problems[0]}; {problems[1]}"
+
+
+def test_init_means_are_zero():
+    torch.manual_seed(0)
+    m = Decoder(tiny(d_model=64, d_ff=256, n_heads=4, n_layers=8, vocab_size=512, context_length=8))
+    # N(0, σ²) over n entries: the mean's standard error is σ/√n, at most 0.02/√4096 = 3e-4 here
+    for block in m.blocks:
+        for p in (block.attn.qkv.weight, block.attn.proj.weight, block.mlp.fc.weight, block.mlp.proj.weight):
+            assert abs(p.mean().item()) < 2e-3
+    assert abs(m.token_embedding.weight.mean().item()) < 2e-3
+    assert abs(m.positions.table.weight.mean().item()) < 2e-3
+    assert m.head.bias is None  # the head is the token table: no bias
+
+
+def test_layer_norm_takes_the_configs_eps_and_bias():
+    m = Decoder(tiny(norm_eps=1e-3, bias=False))
+    for norm in (m.blocks[0].norm1, m.blocks[0].norm2, m.norm):
+        assert isinstance(norm, torch.nn.LayerNorm) and norm.eps == 1e-3 and norm.bias is None
+    assert Decoder(tiny(norm_eps=1e-3)).norm.bias is not None
+    rms = Decoder(tiny(norm="rmsnorm", norm_eps=1e-4)).norm
+    assert isinstance(rms, torch.nn.RMSNorm) and rms.eps == 1e-4

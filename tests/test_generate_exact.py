@@ -1,0 +1,327 @@
+"""Exact expected values for the sampling part of octlm/generate.py, written to kill its mutants
+(scripts/mutation, docs/MUTANTS.md).
+
+Expected probabilities are written out by hand (exp and a sum); expected tokens are the argmax of a full
+forward pass or a draw from a reference generator, never a second run of the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from octlm.config import config_from_dict
+from octlm.errors import UserError
+from octlm.generate import (
+    INITIAL_NEW_TOKENS,
+    Sampling,
+    _last_logits,
+    check_sampling,
+    generate,
+    pick_token,
+)
+from octlm.model import Decoder
+
+CONTEXT = 12
+INF = float("inf")
+
+
+class Tok:
+    """What `generate` reads of a tokenizer: the vocabulary size and the EOT id."""
+
+    vocab_size = 64
+    eot_id = 0
+
+
+def model_for(position: str, vocab: int = 64, dropout: float = 0.0) -> Decoder:
+    """A random float64 model with large weights: clear-cut greedy choices, no near ties."""
+    cfg = config_from_dict({"model": {"vocab_size": vocab, "d_model": 16, "n_layers": 1, "n_heads": 2,
+                                      "d_ff": 32, "context_length": CONTEXT, "position": position,
+                                      "dropout": dropout}})  # fmt: skip
+    torch.manual_seed(0)
+    model = Decoder(cfg.model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model.double().eval()
+
+
+def drawn_from(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
+    """The distribution `pick_token` hands to `torch.multinomial` (a spy records it)."""
+    seen: list[torch.Tensor] = []
+    real = torch.multinomial
+
+    def spy(probs: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        seen.append(probs.clone())
+        return real(probs, n, generator=generator)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "multinomial", spy)
+        pick_token(logits, temperature, top_k, top_p, torch.Generator().manual_seed(0))
+    assert len(seen) == 1
+    return seen[0]
+
+
+def softmax_by_hand(values: list[float]) -> torch.Tensor:
+    weights = [0.0 if v == -INF else math.exp(v) for v in values]
+    return torch.tensor([w / sum(weights) for w in weights], dtype=torch.float64)
+
+
+# -- Sampling and the option checks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.5}, r"^temperature = -0.5 must be 0 \(greedy\) or a finite positive number$"),
+        ({"temperature": INF}, r"^temperature = inf must be 0 \(greedy\) or a finite positive number$"),
+        ({"top_k": 0}, r"^top-k = 0 must be at least 1 \(or left unset for no limit\)$"),
+        ({"top_p": 0.0}, r"^top-p = 0.0 must be in \(0, 1\]; 1 keeps every token$"),
+        ({"top_p": 1.0000001}, r"^top-p = 1.0000001 must be in \(0, 1\]; 1 keeps every token$"),
+    ],
+)
+def test_sampling_refuses_out_of_range_settings_by_name(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        Sampling(**kwargs)
+
+
+def test_sampling_accepts_the_edges_and_has_greedy_defaults() -> None:
+    edges = Sampling(temperature=0.0, top_k=1, top_p=1.0, seed=5)
+    assert (edges.temperature, edges.top_k, edges.top_p, edges.seed) == (0.0, 1, 1.0, 5)
+    default = Sampling()
+    assert (default.temperature, default.top_k, default.top_p, default.seed) == (0.0, None, 1.0, 0)
+    Sampling(temperature=1e-300, top_p=1e-300)
+
+
+def test_check_sampling_checks_each_setting() -> None:
+    check_sampling(0.0, 1, 1.0, 0)  # every edge in range
+    with pytest.raises(UserError, match="^temperature = -1 "):
+        check_sampling(-1, None, 1.0, 0)
+    with pytest.raises(UserError, match="^top-k = 0 "):
+        check_sampling(0.5, 0, 1.0, 0)
+    with pytest.raises(UserError, match="^top-p = 2.0 "):
+        check_sampling(0.5, None, 2.0, 0)
+    with pytest.raises(UserError, match="^max-new-tokens = -1 must not be negative$"):
+        check_sampling(0.5, None, 1.0, -1)
+
+
+# -- pick_token ---------------------------------------------------------------------------------------------
+
+
+def test_greedy_is_the_argmax() -> None:
+    assert pick_token(torch.tensor([1.0, 3.0, -2.0, 2.5]), 0.0, None, 1.0, None) == 1
+    assert pick_token(torch.tensor([-5.0, -7.0, -6.0]), 0.0, None, 1.0, None) == 0
+
+
+def test_temperature_one_is_plain_softmax() -> None:
+    logits = [0.5, -1.0, 2.0]
+    torch.testing.assert_close(drawn_from(torch.tensor(logits), 1.0, None, 1.0), softmax_by_hand(logits),
+                               rtol=0, atol=1e-15)  # fmt: skip
+
+
+def test_the_smallest_normal_temperature_does_not_overflow() -> None:
+    """At T = 1e-308 the largest logit must be moved to 0 before dividing: 6 / 1e-308 overflows to inf."""
+    logits = torch.tensor([3.0, 2.95, 1.0], dtype=torch.float64)
+    assert [pick_token(logits, 1e-308, None, 1.0, torch.Generator().manual_seed(s)) for s in range(5)] == [
+        0
+    ] * 5
+
+
+def test_top_k_keeps_exactly_the_k_largest() -> None:
+    logits = [0.0, 3.0, 1.0, 2.0, -1.0]
+    got = drawn_from(torch.tensor(logits), 1.0, 3, 1.0)
+    torch.testing.assert_close(got, softmax_by_hand([-INF, 3.0, 1.0, 2.0, -INF]), rtol=0, atol=1e-15)
+    got = drawn_from(torch.tensor(logits), 1.0, 1, 1.0)
+    assert got.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
+    # top_k past the vocabulary keeps everything
+    torch.testing.assert_close(drawn_from(torch.tensor(logits), 1.0, 9, 1.0), softmax_by_hand(logits),
+                               rtol=0, atol=1e-15)  # fmt: skip
+
+
+def test_top_p_drops_a_token_once_the_ones_before_reach_p() -> None:
+    """Probabilities 1/4, 1/2, 1/8, 1/8 (exact in binary): at p = 1/2 the largest alone reaches p, so only it
+    stays; at p = 3/4 the first two reach it exactly, so the last two go."""
+    logits = torch.tensor([math.log(2), math.log(4), 0.0, 0.0], dtype=torch.float64)
+    assert drawn_from(logits, 1.0, None, 0.5).tolist() == [0.0, 1.0, 0.0, 0.0]
+    two = torch.tensor([1 / 3, 2 / 3, 0.0, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(drawn_from(logits, 1.0, None, 0.5000001), two, rtol=0, atol=1e-15)
+    torch.testing.assert_close(drawn_from(logits, 1.0, None, 0.75), two, rtol=0, atol=1e-15)
+    three = drawn_from(logits, 1.0, None, 0.7500001)
+    assert (three > 0).sum() == 3 and three[:2].sum().item() == pytest.approx(6 / 7, abs=1e-15)
+    # p = 1 keeps even a token of probability e^-50 (a cut at p < 1 would round it away)
+    tiny = drawn_from(torch.tensor([0.0, -50.0], dtype=torch.float64), 1.0, None, 1.0)
+    assert tiny[1].item() == pytest.approx(math.exp(-50) / (1 + math.exp(-50)), rel=1e-12, abs=0)
+
+
+def test_a_tiny_top_p_on_float32_logits_keeps_the_argmax() -> None:
+    """top_p = 1e-50 is 0 in float32: the cut is made in float64, where it is not."""
+    logits = torch.tensor([0.1, 0.3, 0.2])  # float32
+    assert [pick_token(logits, 1.0, None, 1e-50, torch.Generator().manual_seed(s)) for s in range(5)] == [
+        1
+    ] * 5
+
+
+def test_the_draw_uses_the_given_generator() -> None:
+    logits = [0.0, 0.1, -0.2, 0.3, 0.05, -0.1, 0.2, 0.0]
+    probs = softmax_by_hand(logits)
+    want = [int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(s))) for s in range(20)]
+    torch.manual_seed(123)  # the global generator must play no part
+    got = [
+        pick_token(torch.tensor(logits), 1.0, None, 1.0, torch.Generator().manual_seed(s)) for s in range(20)
+    ]
+    assert got == want and len(set(want)) > 3
+
+
+# -- generate and its loop -------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Records every forward call of a model: the ids it reads and the cache's state then."""
+
+    def __init__(self, model: Decoder) -> None:
+        self.calls: list[tuple[list[int], int | None, int | None]] = []  # (ids, cache capacity, cache length)
+        model.register_forward_pre_hook(self.hook, with_kwargs=True)
+
+    def hook(self, _module: Any, args: tuple, kwargs: dict) -> None:
+        cache = kwargs.get("cache")
+        shape = None if cache is None else cache.k.shape[3]
+        self.calls.append((args[0][0].tolist(), shape, None if cache is None else cache.length))
+
+
+def greedy_by_full_passes(model: Decoder, prompt: list[int], n: int) -> list[int]:
+    """The reference: n greedy steps, each the argmax of a full forward pass over every id so far."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def test_generate_defaults_greedy_cached_stops_at_eot_and_tells_stderr(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model = model_for("rope")
+    prompt = [3, 1, 4]
+    want = greedy_by_full_passes(model, prompt, 6)
+    rec = Recorder(model)
+    assert list(generate(model, Tok(), prompt, 6)) == want
+    # the cache: the prompt once, then one token per step; room for the prompt and the new tokens
+    assert rec.calls[0] == (prompt, 3 + 6, 0)
+    assert [c[0] for c in rec.calls[1:]] == [[t] for t in want[:5]]
+    assert [c[2] for c in rec.calls] == [0, 3, 4, 5, 6, 7]
+
+    class EndsAtThird(Tok):
+        eot_id = want[2]
+
+    stopped = list(generate(model, EndsAtThird(), prompt, 6))
+    assert stopped == want[: want.index(want[2]) + 1]
+    learned = model_for("learned")
+    list(generate(learned, Tok(), list(range(1, CONTEXT + 3)), 1))
+    assert capsys.readouterr().err == (
+        "the prompt has 14 tokens; the learned position table has 12 rows, so only the last 12 are read\n"
+    )
+
+
+def test_generate_sampling_defaults_to_seed_0() -> None:
+    model = model_for("nope")
+    a = list(generate(model, Tok(), [5, 6], 15, temperature=1.0, stop_at_eot=False))
+    assert a == list(generate(model, Tok(), [5, 6], 15, temperature=1.0, seed=0, stop_at_eot=False))
+    assert a != list(generate(model, Tok(), [5, 6], 15, temperature=1.0, seed=1, stop_at_eot=False))
+
+
+def test_the_cache_starts_with_room_for_the_prompt_and_at_most_initial_new_tokens() -> None:
+    model = model_for("alibi")
+    rec = Recorder(model)
+    list(generate(model, Tok(), [1, 2], 1, stop_at_eot=False))
+    next(generate(model, Tok(), [1, 2], 10**12, stop_at_eot=False))
+    assert [c[1] for c in rec.calls] == [3, 2 + INITIAL_NEW_TOKENS]
+    learned = model_for("learned")
+    rec = Recorder(learned)
+    list(generate(learned, Tok(), [1, 2], 4, stop_at_eot=False))
+    next(generate(learned, Tok(), [1, 2], 500, stop_at_eot=False))
+    assert [c[1] for c in rec.calls] == [6, 6, 6, 6, CONTEXT]  # never past the learned table
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_learned_table_windows_notice_once_and_fill_exactly(use_cache: bool) -> None:
+    model = model_for("learned")
+    prompt = list(range(1, CONTEXT + 1))  # exactly the table: no notice, read whole (with the cache if used)
+    want = greedy_by_full_windows(model, prompt, 3)
+    rec, notes = Recorder(model), []
+    out = list(generate(model, Tok(), prompt, 3, use_cache=use_cache, stop_at_eot=False, notice=notes.append))
+    assert out == want
+    assert rec.calls[0] == (prompt, CONTEXT if use_cache else None, 0 if use_cache else None)
+    ids = prompt + out
+    assert rec.calls[1:] == [(ids[1 : CONTEXT + 1], None, None), (ids[2 : CONTEXT + 2], None, None)]
+    assert notes == [
+        "passed the learned position table's 12 rows: sliding the window, each new token now re-reads the "
+        "last 12 tokens without the cache"
+    ]
+    # filling the table exactly with the last token is not passing it: no notice
+    notes.clear()
+    list(generate(model, Tok(), [1, 2, 3], CONTEXT - 3 + 1, stop_at_eot=False, notice=notes.append))
+    assert notes == []
+
+
+def greedy_by_full_windows(model: Decoder, prompt: list[int], n: int) -> list[int]:
+    """Greedy steps reading at most the last CONTEXT ids (what a learned table of CONTEXT rows can read)."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids[-CONTEXT:]]))[0][0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+def test_uncached_steps_reread_the_whole_sequence() -> None:
+    model = model_for("t5")
+    rec = Recorder(model)
+    out = list(generate(model, Tok(), [7, 8], 3, use_cache=False, stop_at_eot=False))
+    assert rec.calls == [([7, 8], None, None), ([7, 8, out[0]], None, None), ([7, 8, *out[:2]], None, None)]
+
+
+def test_generate_refuses_bad_prompts_by_name() -> None:
+    model = model_for("nope")
+    with pytest.raises(
+        UserError, match="^the prompt is empty: generation needs at least one token to continue$"
+    ):
+        generate(model, Tok(), [], 3)
+    with pytest.raises(UserError, match=r"^prompt token id 70 is outside the model's vocabulary \[0, 64\)$"):
+        generate(model, Tok(), [3, 70, -1], 3)
+    with pytest.raises(UserError, match=r"^prompt token id -1 is outside"):
+        generate(model, Tok(), [0, -1], 3)
+    with pytest.raises(UserError, match="^max-new-tokens = -2 must not be negative$"):
+        generate(model, Tok(), [1], -2)
+    assert (
+        list(generate(model, Tok(), [0, 63], 0)) == []
+    )  # both edge ids are fine; nothing asked, nothing made
+
+
+def test_generation_runs_in_eval_mode_and_restores_training() -> None:
+    model = model_for("rope", dropout=0.5)
+    want = greedy_by_full_passes(model, [2, 3], 4)  # eval mode: no dropout
+    model.train()
+    assert list(generate(model, Tok(), [2, 3], 4, stop_at_eot=False)) == want
+    assert model.training
+    model.eval()
+    list(generate(model, Tok(), [2, 3], 2, stop_at_eot=False))
+    assert not model.training
+
+
+def test_last_logits_is_the_last_position_in_float32_with_unusable_ids_cut() -> None:
+    model = model_for("sinusoidal")
+    window = [4, 9, 2, 7]
+    with torch.no_grad():
+        full = model(torch.tensor([window]))[0][0, -1]
+    got = _last_logits(model, window, device=torch.device("cpu"), usable=10)
+    assert got.dtype == torch.float32 and got.shape == (64,)
+    assert torch.equal(got[:10], full[:10].float()) and (got[10:] == -INF).all()
+    assert torch.equal(_last_logits(model, window, device=torch.device("cpu"), usable=64), full.float())
+
+
+def test_generate_leaves_the_prompt_list_alone() -> None:
+    prompt = [1, 2]
+    list(generate(model_for("nope"), Tok(), prompt, 3, stop_at_eot=False))
+    assert prompt == [1, 2]
