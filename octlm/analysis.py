@@ -132,9 +132,8 @@ def token_counts(tokens: np.ndarray, vocab_size: int, chunk: int = 1 << 24) -> n
     for start in range(0, len(tokens), chunk):
         part = np.asarray(tokens[start : start + chunk]).astype(np.int64)
         if len(part) and (part.min() < 0 or part.max() >= vocab_size):
-            raise UserError(
-                f"the token stream holds id {int(part.max())}, outside the vocabulary of {vocab_size}"
-            )
+            bad = int(part.min() if part.min() < 0 else part.max())  # name the offending id, not the largest
+            raise UserError(f"the token stream holds id {bad}, outside the vocabulary of {vocab_size}")
         counts += np.bincount(part, minlength=vocab_size)
     return counts
 
