@@ -239,8 +239,11 @@ def test_sigint_checkpoints_and_says_how_to_resume(lab: Lab, tmp_path: Path) -> 
     run_dir = lab.root / "runs" / "sigint"
     argv = [PYTHON, "-m", "octlm", "train", *tiny_flags(lab.root, lab.root / "text", steps=100000), "--name",
             "sigint", "--no-progress"]  # fmt: skip
+    # SIGINT as a terminal gives it: a background job (`cmd &`, nohup) inherits it ignored, and octlm then keeps
+    # ignoring it, as Unix tools do.
+    reset = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     proc = subprocess.Popen(argv, cwd=tmp_path, env=quiet_env(), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
+                            stderr=subprocess.PIPE, preexec_fn=reset)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / "checkpoint" / "config.json").is_file():

@@ -261,10 +261,17 @@ def test_absurd_learning_rate_is_a_clear_error(tmp_path: Path, corpus: Path) -> 
 
 
 def test_sigint_finishes_the_step_and_checkpoints(
-    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    corpus: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     real, calls = octlm.train.random_blocks, []
-    # Whatever handler the test started with (SIG_IGN under nohup or a background job), training restores it.
+    # Ctrl-C as a terminal delivers it: pytest run as a background job inherits SIGINT ignored, and octlm keeps
+    # an ignored signal ignored. Whatever handler is there, training puts it back.
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, outer))
     before = signal.getsignal(signal.SIGINT)
 
     def interrupting(*args: Any, **kwargs: Any) -> Any:
