@@ -47,17 +47,8 @@ export function sampleFrom(candidates: Candidate[], u: number): number {
   return candidates[candidates.length - 1].id; // u within rounding of 1
 }
 
-/** A small seeded generator (mulberry32): the same seed gives the same samples, so a sample can be repeated. */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The seeded generator the sampler draws from: math.ts's mulberry32, so a seed gives the same samples. */
+export { rng as mulberry32 } from "./math";
 
 /**
  * Bits per token along a text: for logits `[T, V]` (row-major, row t predicts token t + 1) and the text's ids
