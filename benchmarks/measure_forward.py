@@ -22,10 +22,11 @@ import torch.nn.functional as F
 from measure import CONFIGS, THREADS, interleaved, octlm_config, summary
 
 import octlm.model
-from octlm.config import POSITIONS
 from octlm.model import Decoder
-from octlm.positions import AlibiPositions, T5Positions, t5_bucket
+from octlm.positions import t5_bucket
 from octlm.runtime import torch_threads
+from octlm.schemes import scheme_names
+from octlm.schemes.bias import AlibiPositions, T5Positions
 
 # The command whose hidden `--memory-worker` flag runs `memory_worker` in a fresh process (same threads and
 # denormal setting as the benchmark itself).
@@ -98,7 +99,7 @@ def memory_worker(spec: dict[str, Any]) -> None:
 
 
 def measure_memory(
-    config: str, lengths: list[int], log, schemes=POSITIONS, whole: bool = False, cap: int | None = None
+    config: str, lengths: list[int], log, schemes=None, whole: bool = False, cap: int | None = None
 ) -> dict[tuple[str, int], int | None]:
     """Peak forward memory by (scheme, length), from `memory_worker` in a fresh process; {} if it failed."""
     return {k: r["bytes"] for k, r in memory_rows(config, lengths, log, schemes, whole, cap).items()}
@@ -110,7 +111,7 @@ def memory_rows(
     """`memory_worker`'s lines by (scheme, length), from a fresh process; {} if it failed."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     spec = json.dumps(
-        {"config": config, "shape": CONFIGS[config], "schemes": list(schemes), "lengths": lengths,
+        {"config": config, "shape": CONFIGS[config], "schemes": list(schemes or scheme_names()), "lengths": lengths,
          "whole_bias": whole, "cap_bytes": cap}
     )  # fmt: skip
     proc = subprocess.run(
@@ -141,7 +142,7 @@ def bench_context(config: str, lengths: list[int], warmup: int, reps: int, log) 
     log(f"context lengths {lengths} (config {config} shape)")
     memory = measure_memory(config, lengths, log)
     rows = []
-    for pos in POSITIONS:
+    for pos in scheme_names():
         model = Decoder(octlm_config(config, pos)).eval()
         for length in lengths:
             row: dict[str, Any] = {"scheme": pos, "length": length}
@@ -163,13 +164,9 @@ def bench_context(config: str, lengths: list[int], warmup: int, reps: int, log) 
 
 def bench_embedding(config: str, warmup: int, reps: int, log) -> dict[str, Any]:
     """Embedding lookup vs one-hot × table, and cached vs rebuilt position tables (forward only)."""
-    from octlm.positions import (
-        RotaryPositions,
-        SinusoidalPositions,
-        add_positions,
-        rope_rotate,
-        sinusoidal_table,
-    )
+    from octlm.positions import add_positions, rope_rotate, sinusoidal_table
+    from octlm.schemes.absolute import SinusoidalPositions
+    from octlm.schemes.rotary import RotaryPositions
 
     log(f"embedding and position tables (config {config} shape)")
     c = CONFIGS[config]

@@ -20,9 +20,9 @@ from measure import (
     summary,
 )
 
-from octlm.config import POSITIONS
 from octlm.model import Decoder
 from octlm.precision import Precision
+from octlm.schemes import scheme_names
 
 
 class TrainStep:
@@ -58,7 +58,7 @@ class TrainStep:
 def training_models(name: str) -> dict[str, tuple[torch.nn.Module, bool]]:
     """Every model trained at config `name`, with whether it is a Hugging Face model."""
     models: dict[str, tuple[torch.nn.Module, bool]] = {}
-    for pos in POSITIONS:
+    for pos in scheme_names():
         models[f"octlm {pos}"] = (Decoder(octlm_config(name, pos)), False)
     models["octlm rope llama-shaped"] = (Decoder(octlm_config(name, "rope", llama=True)), False)
     models["HF GPT2LMHeadModel"] = (hf_gpt2(name), True)

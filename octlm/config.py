@@ -11,20 +11,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
 import tomllib
-import typing
 from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
 from octlm.builtin_configs import CONFIG_DIR, builtin_config_names, default_config_path
+from octlm.config_types import coerce, field_types, is_list, printable
 from octlm.errors import UserError
+from octlm.positions import SCHEMES, PositionScheme
 from octlm.ranges import SPANS, show
+from octlm.schemes import scheme_names
 
-POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -41,6 +41,12 @@ def _span_problems(section: str, obj: Any) -> list[str]:
         if span is not None and (problem := span.problem(f"{section}.{f.name}", getattr(obj, f.name))):
             found.append(problem)
     return found
+
+
+def _hooks(scheme: type) -> set[str]:
+    """The hooks of octlm.positions.PositionScheme that `scheme` overrides."""
+    hooks = ("embed", "rotate", "bias", "contextual_bias")
+    return {h for h in hooks if getattr(scheme, h) is not getattr(PositionScheme, h)}
 
 
 def _path_problems(where: str, value: str) -> list[str]:
@@ -72,6 +78,16 @@ class ModelConfig:
     sinusoidal_scale: float = 0.02  # the table's size relative to token rows (std 0.02); 1 = the seed's sum
     t5_buckets: int = 32
     t5_max_distance: int = 128
+    # Options of the newer schemes (octlm/schemes/); each scheme class names the fields it reads.
+    rope_fraction: float = 1.0  # rope: the share of each head's channels rotated (GPT-NeoX's rotary_pct)
+    prope_fraction: float = 0.75  # p-rope: the share of RoPE's frequencies kept, the highest ones
+    xpos_scale_base: float = 512.0  # xpos: positions per e-fold of the per-pair decay
+    fire_hidden: int = 32  # fire: hidden width of the MLP over the transformed distance
+    fire_threshold: float = 512.0  # fire: the learned threshold L's initial value (progressive interpolation)
+    cope_positions: int = 64  # cope: interpolated position embeddings 0 .. cope_positions - 1 per head
+    nope_layers: list[int] = field(
+        default_factory=list
+    )  # layers that use no position signal (Llama 4, SmolLM3)
 
     @property
     def head_dim(self) -> int:
@@ -96,7 +112,7 @@ class ModelConfig:
                 "pick a width that is a multiple of the head count"
             )
         for name, allowed in (
-            ("position", POSITIONS),
+            ("position", scheme_names()),
             ("norm", NORMS),
             ("mlp", MLPS),
             ("rope_layout", ROPE_LAYOUTS),
@@ -105,25 +121,25 @@ class ModelConfig:
                 p.append(
                     f"model.{name} = {show(getattr(self, name))} is unknown; choose one of {', '.join(allowed)}"
                 )
-        if (
-            self.position == "rope"
-            and self.n_heads >= 1
-            and self.d_model % self.n_heads == 0
-            and self.head_dim % 2
-        ):
-            p.append(
-                f"model.position = 'rope' needs an even head size, but d_model / n_heads = {self.head_dim}; "
-                "change d_model or n_heads"
-            )
-        if self.position == "sinusoidal" and self.d_model % 2:
-            p.append(f"model.position = 'sinusoidal' needs an even d_model, got {self.d_model}")
-        if self.t5_buckets >= 2 and self.t5_max_distance <= self.t5_buckets // 2:
-            # Below this the log-spaced buckets divide by log(max_distance / exact range) <= 0.
-            p.append(
-                f"model.t5_max_distance = {self.t5_max_distance} must be larger than half of "
-                f"model.t5_buckets ({self.t5_buckets // 2}), the range of exact buckets"
-            )
-        return p
+        if self.position in SCHEMES:
+            p += SCHEMES[self.position].problems(self)
+        return p + self._nope_layer_problems()
+
+    def _nope_layer_problems(self) -> list[str]:
+        """`nope_layers` must name distinct layers, and a scheme that acts inside attention (an added table
+        acts once, before every layer)."""
+        wrong = [i for i in self.nope_layers if not 0 <= i < self.n_layers]
+        if wrong:
+            return [
+                f"model.nope_layers = {self.nope_layers} names layers {wrong} outside 0 .. {self.n_layers - 1}"
+            ]
+        if len(set(self.nope_layers)) != len(self.nope_layers):
+            return [f"model.nope_layers = {self.nope_layers} names a layer twice"]
+        scheme = SCHEMES.get(self.position)
+        if self.nope_layers and scheme is not None and "embed" in _hooks(scheme):
+            return [f"model.nope_layers needs a scheme that acts inside attention, and model.position = "
+                    f"{self.position!r} adds its vectors once, before every layer; use rope, alibi, t5 or another"]  # fmt: skip
+        return []
 
 
 @dataclass
@@ -241,86 +257,6 @@ class Config:
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
-def _coerce(value: Any, kind: Any, where: str, problems: list[str], parse_strings: bool) -> Any:
-    """Check a value against a field's type. Strings are parsed only when they come from the command line
-    (`parse_strings`): in a TOML file, `d_model = "128"` is a type error, not a number."""
-    if isinstance(value, str) and parse_strings and kind is not str and not _is_list(kind):
-        value = _parse_cli_string(value, kind)
-    if _is_list(kind):
-        if isinstance(value, str) and parse_strings:
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            problems.append(f"{where} = {show(value)} must be a list of strings")
-            return None
-        if any("\0" in v for v in value):
-            problems.append(f"{where} = {show(value)} holds a NUL character, which no path can contain")
-            return None
-        return value
-    if kind is bool:
-        if not isinstance(value, bool):
-            problems.append(f"{where} = {show(value)} must be true or false")
-            return None
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{where} = {show(value)} must be a whole number")
-            return None
-        if value.bit_length() > 64:  # TOML and Python integers have no size; torch's and JSON readers' do
-            problems.append(f"{where} = {show(value)} does not fit in 64 bits")
-            return None
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problems.append(f"{where} = {show(value)} must be a number")
-            return None
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        # NaN passes every `<` check silently and turns every logit into NaN: refuse it here.
-        if not math.isfinite(number):
-            problems.append(f"{where} = {show(value)} must be a finite number")
-            return None
-        return number
-    if not isinstance(value, str):
-        problems.append(f"{where} = {show(value)} must be a string")
-        return None
-    if "\0" in value:  # the OS refuses it in a path, and Python raises ValueError rather than OSError
-        problems.append(f"{where} = {show(value)} holds a NUL character")
-        return None
-    return value
-
-
-def _printable(name: str) -> str:
-    """A key as written, or quoted with escapes when it holds a newline or other control character (a quoted
-    TOML key may), so that every error stays on one line."""
-    return name if name.isprintable() else repr(name)
-
-
-def _is_list(kind: Any) -> bool:
-    return kind is list or typing.get_origin(kind) is list
-
-
-def _parse_cli_string(text: str, kind: Any) -> Any:
-    """`"128"` -> 128, `"3e-4"` -> 0.0003, `"true"` -> True; anything unparsable is returned as is (and then
-    reported with the field's expected type)."""
-    try:
-        if kind is bool and text.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return text.lower() in ("true", "1", "yes")
-        if kind is int:
-            return int(text.replace("_", ""))
-        if kind is float:
-            return float(text)
-    except ValueError:
-        pass
-    return text
-
-
 def config_from_dict(
     raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None
 ) -> Config:
@@ -337,7 +273,7 @@ def config_from_dict(
         )
     for section, table in raw.items():
         if section not in SECTIONS:
-            problems.append(f"unknown section [{_printable(section)}]; sections are {', '.join(SECTIONS)}")
+            problems.append(f"unknown section [{printable(section)}]; sections are {', '.join(SECTIONS)}")
             continue
         if not isinstance(table, dict):
             problems.append(f"[{section}] must be a table, got {table!r}")
@@ -355,17 +291,15 @@ def config_from_dict(
 
     built: dict[str, Any] = {}
     for section, cls in SECTIONS.items():
-        types_ = _field_types(cls)
+        types_ = field_types(cls)
         kwargs: dict[str, Any] = {}
         for key, value in values[section].items():
             if key not in types_:
                 close = [k for k in types_ if k.startswith(key[:3])]
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
-                problems.append(f"unknown key {section}.{_printable(key)}{hint}")
+                problems.append(f"unknown key {section}.{printable(key)}{hint}")
                 continue
-            coerced = _coerce(
-                value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli
-            )
+            coerced = coerce(value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli)
             if coerced is not None:
                 kwargs[key] = coerced
         built[section] = cls(**kwargs)
@@ -411,9 +345,9 @@ def add_config_arguments(parser: Any) -> None:
     for name, section in seen.items():
         if section:
             flag = "--" + name.replace("_", "-")
-            # A boolean field is a switch as well (`--compile` = `--compile true`); `text` takes many paths.
-            is_bool = _field_types(SECTIONS[section])[name] is bool
-            nargs = "+" if name == "text" else "?" if is_bool else None
+            # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
+            is_bool = field_types(SECTIONS[section])[name] is bool
+            nargs = "+" if is_list(field_types(SECTIONS[section])[name]) else "?" if is_bool else None
             parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
                                 const="true" if is_bool else None, metavar=name.upper(),
                                 help=f"override {section}.{name}")  # fmt: skip

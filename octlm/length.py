@@ -40,15 +40,15 @@ import numpy as np
 import torch
 
 from octlm import length_cells, length_results
-from octlm.config import POSITIONS, Config, config_from_dict
+from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
-from octlm.positions import rope_frequencies
+from octlm.positions import rope_frequencies, table_order
 from octlm.rope_scaling import VARIANTS, scaled_frequencies
 from octlm.run import Run
 from octlm.runtime import torch_threads
+from octlm.schemes import scheme_names
 from octlm.scoring import Score, summed_loss
 
-SCHEMES = POSITIONS  # learned, sinusoidal, rope, alibi, t5, nope
 MODES = ("windows", "sliding")
 RECORDS_FILE = (
     "results.jsonl"  # the output folder's other files: length_cells' and length_results' (docstring)
@@ -79,7 +79,7 @@ class Settings:
     train_length: int = 64
     eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
     seeds: int = 3
-    schemes: list[str] = field(default_factory=lambda: list(SCHEMES))
+    schemes: list[str] = field(default_factory=lambda: list(table_order(scheme_names())))
     eval_windows: int = 16  # N = eval_windows × max(eval_lengths) scored tokens
     modes: tuple[str, ...] = MODES  # how each length is cut into windows (see windows_for)
     rope_factor: float | None = None  # None: max(eval_lengths) / train_length
@@ -89,7 +89,7 @@ class Settings:
     threads: int = 1  # torch threads per worker
 
     def problems(self) -> list[str]:
-        unknown, known = [s for s in self.schemes if s not in SCHEMES], ", ".join(SCHEMES)
+        unknown, known = [s for s in self.schemes if s not in scheme_names()], ", ".join(scheme_names())
         checks = [
             (not 2 <= self.train_length <= MAX_LENGTH,
              f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}"),
@@ -312,11 +312,11 @@ def scored_runs(
 
 def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
     """The settings that define the grid (length_cells.GRID_KEYS), recorded with every cell."""
-    normal = run_config(config, SCHEMES[0], 0, settings, Path("runs"))  # nothing of any one cell
+    normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
     tokens = hashlib.sha256(text.tokens.tobytes() + text.token_bytes.tobytes()).hexdigest()
     return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
             "eval_windows": settings.eval_windows, "modes": list(settings.modes), "rope_factor": settings.factor,
-            "schemes": [s for s in SCHEMES if s in settings.schemes], "seeds": seeds,
+            "schemes": table_order(settings.schemes), "seeds": seeds,
             "config_sha256": normal.hash(), "eval_sha256": tokens}  # fmt: skip
 
 
@@ -351,7 +351,7 @@ def run_cells(
     started = time.perf_counter()
     say = print if progress else (lambda *a, **k: None)
     seeds = [config.train.seed + i for i in range(settings.seeds)]
-    schemes = [s for s in SCHEMES if s in settings.schemes]
+    schemes = table_order(settings.schemes)
     jobs = length_cells.parse_only(only, schemes, seeds) if only else length_cells.grid_cells(schemes, seeds)
     with length_cells.locked(out_dir):  # cells started together: the first builds the token cache
         data = prepare_data(

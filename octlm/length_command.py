@@ -19,7 +19,9 @@ from octlm import length, length_results
 from octlm.config import add_config_arguments, load_config, overrides_from_args
 from octlm.corpus import write_atomic
 from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
-from octlm.length import SCHEMES, Settings
+from octlm.length import Settings
+from octlm.positions import table_order
+from octlm.schemes import scheme_names
 
 # Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
 MAX_JOBS = 4096
@@ -33,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
     parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
-                        help=f"position schemes (default all: {' '.join(SCHEMES)})")  # fmt: skip
+                        help="position schemes (default: every registered one)")  # fmt: skip
     parser.add_argument("--eval-windows", type=int, default=None,
                         help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
     parser.add_argument("--rope-factor", type=float, default=None,
@@ -66,7 +68,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
     return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
-                    seeds=chosen["seeds"], schemes=args.schemes or list(SCHEMES),
+                    seeds=chosen["seeds"], schemes=args.schemes or table_order(scheme_names()),
                     eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
                     jobs=args.jobs, threads=args.threads)  # fmt: skip
 
@@ -83,7 +85,7 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
     parts += ["--train-length", str(settings.train_length),
               "--eval-lengths", *map(str, settings.eval_lengths),
               "--seeds", str(settings.seeds), "--eval-windows", str(settings.eval_windows)]  # fmt: skip
-    if settings.schemes != list(SCHEMES):
+    if settings.schemes != table_order(scheme_names()):
         parts += ["--schemes", *settings.schemes]
     if settings.rope_factor is not None:
         parts += ["--rope-factor", f"{settings.rope_factor:g}"]

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from octlm.config import POSITIONS
 from octlm.document import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.figures import Curve, plot_length
 from octlm.jsonable import to_json
+from octlm.positions import table_order
 from octlm.rope_scaling import LABELS, VARIANTS
 
 if TYPE_CHECKING:  # octlm.length imports this module to write its results (annotations only here)
@@ -47,11 +47,11 @@ class RunFacts:
 
 
 def row_order(settings: Settings) -> list[tuple[str, str]]:
-    """Table rows (scheme, variant): schemes in POSITIONS order, RoPE followed by its extension variants."""
+    """Table rows (scheme, variant): schemes in table order (each variant after its family, as p-RoPE after
+    RoPE), RoPE followed by its extension variants."""
     rows: list[tuple[str, str]] = []
-    for scheme in POSITIONS:
-        if scheme in settings.schemes:
-            rows += [(scheme, v) for v in VARIANTS] if scheme == "rope" else [(scheme, "")]
+    for scheme in table_order(settings.schemes):
+        rows += [(scheme, v) for v in VARIANTS] if scheme == "rope" else [(scheme, "")]
     return rows
 
 
@@ -134,7 +134,7 @@ def training_table(records: list[dict], settings: Settings) -> Table:
     A scheme whose final loss is more than 1 nat/token above the best did not learn in this budget; it is
     flagged, since its length rows then say nothing about extrapolation.
     """
-    schemes = [s for s in POSITIONS if s in settings.schemes]
+    schemes = table_order(settings.schemes)
     runs = {  # one record per seed: the training figures are the same in all of a run's records
         scheme: list({r["seed"]: r for r in records if r["scheme"] == scheme}.values()) for scheme in schemes
     }

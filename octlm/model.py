@@ -3,10 +3,12 @@
     ids [B, T] -> token_embedding -> [B, T, C] -> positions.embed -> blocks (attention + MLP) -> norm
                -> head (the token table, transposed) -> logits [B, T, V]
 
-The position scheme (octlm/positions.py) acts in exactly one place: added to the input (learned, sinusoidal),
-rotating queries and keys in every attention layer (rope), or biasing attention scores (alibi, t5). NoPE uses
-none. Positions are explicit, so incremental decoding with a KV cache runs the same code as a full pass.
-A bias too large to build whole (long sequences) is built one query chunk at a time (`ChunkedBias`).
+The position scheme (the interface in octlm/positions.py, the schemes in octlm/schemes/) acts in one place:
+added to the input (learned, sinusoidal), rotating queries and keys in every attention layer (rope and its
+variants), or biasing attention scores (alibi, t5, fire; cope's bias depends on q and k as well). NoPE uses
+none, and layers listed in `model.nope_layers` skip the scheme. Positions are explicit, so incremental decoding
+with a KV cache runs the same code as a full pass. A bias too large to build whole (long sequences) is built
+one query chunk at a time (`ChunkedBias`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from torch import Tensor, nn
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.loss import linear_cross_entropy
-from octlm.positions import UNBOUNDED_SCHEMES, PositionScheme, build_positions
+from octlm.positions import NoPositions, PositionScheme, unbounded_schemes
+from octlm.schemes import build_positions
 
 # A bias scheme's [H, Tq, Tk] bias is built whole, once per forward and shared by every layer, up to this many
 # query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle) and
@@ -90,6 +93,10 @@ class Attention(nn.Module):
         q, k = scheme.rotate(q, k, positions)  # keys are cached after rotation; values are never rotated
         if cache is not None:
             k, v = cache.update(layer, k, v)
+        if scheme.is_contextual:  # the bias needs this layer's q and k: the shared mask is not used
+            mask = ContextualBias(scheme, q, k, positions, layer)
+            if q.shape[2] * k.shape[2] <= WHOLE_BIAS_PAIRS:
+                mask, is_causal = mask.rows(0, q.shape[2])[0], False
         y = attention(q, k, v, mask, is_causal, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -114,6 +121,21 @@ class ChunkedBias:
         return self.scheme.bias(self.q_positions[start:stop], k_positions).to(self.dtype), end
 
 
+class ContextualBias(ChunkedBias):
+    """A bias that depends on this layer's queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` as well as their
+    positions (`PositionScheme.contextual_bias`): `rows` builds `[B, H, stop - start, end]` for a query chunk."""
+
+    def __init__(self, scheme: PositionScheme, q: Tensor, k: Tensor, q_positions: Tensor, layer: int) -> None:
+        super().__init__(scheme, q_positions, k.shape[2], q.dtype)
+        self.q, self.k, self.layer = q, k, layer
+
+    def rows(self, start: int, stop: int) -> tuple[Tensor, int]:
+        end = self.keys - self.q_positions.shape[0] + stop
+        k_positions = torch.arange(end, device=self.q_positions.device)
+        q, k, q_positions = self.q[:, :, start:stop], self.k[:, :, :end], self.q_positions[start:stop]
+        return self.scheme.contextual_bias(q, k, q_positions, k_positions, self.layer).to(self.dtype), end
+
+
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropout: float) -> Tensor:
     """Attention of `[B, H, Tq, D]` queries with `bias` built per query chunk; memory linear in Tq.
 
@@ -129,8 +151,8 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropou
         stop = min(start + size, Tq)
         mask, end = bias.rows(start, stop)
         # [1, H, .., ..]: SDPA's CPU flash kernel takes 4-D masks; a 3-D one runs the math backend, 4-6x slower
-        # and a [B, H, chunk, end] score tensor more
-        mask = mask.unsqueeze(0)
+        # and a [B, H, chunk, end] score tensor more (a contextual bias is 4-D already: [B, H, .., ..])
+        mask = mask.unsqueeze(0) if mask.dim() == 3 else mask
         outputs.append(
             F.scaled_dot_product_attention(
                 q[:, :, start:stop], k[:, :, :end], v[:, :, :end], mask, dropout_p=dropout, enable_gqa=gqa
@@ -215,6 +237,7 @@ class Decoder(nn.Module):
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)  # E: [V, C]
         self.positions = build_positions(config)
+        self.no_positions = NoPositions()  # what the layers in config.nope_layers use
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = make_norm(config)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -262,7 +285,7 @@ class Decoder(nn.Module):
         if limit is not None and length > limit:
             raise UserError(
                 f"a sequence of length {length} is longer than the learned position table ({limit} rows); "
-                f"use at most {limit} tokens, or a scheme with no maximum: {', '.join(UNBOUNDED_SCHEMES)}"
+                f"use at most {limit} tokens, or a scheme with no maximum: {', '.join(unbounded_schemes())}"
             )
 
     def new_cache(self, batch: int, capacity: int | None = None) -> KVCache:
@@ -283,11 +306,12 @@ class Decoder(nn.Module):
         T = ids.shape[1]
         positions = torch.arange(offset, offset + T, device=ids.device)
         x = self.positions.embed(self.token_embedding(ids), positions)  # [B, T, C]
-        mask, is_causal = self._attention_mask(positions, offset + T)
+        masks = {s: self._attention_mask(positions, offset + T, s) for s in self._layer_schemes()}
         if cache is not None:
             cache.reserve(offset + T)
         for layer, block in enumerate(self.blocks):
-            x = block(x, positions, self.positions, mask, is_causal, cache, layer)
+            scheme = self.layer_scheme(layer)
+            x = block(x, positions, scheme, *masks[scheme], cache, layer)
         if cache is not None:
             cache.length = offset + T
         if targets is not None and not return_logits:
@@ -298,7 +322,17 @@ class Decoder(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         return logits, loss
 
-    def _attention_mask(self, positions: Tensor, total: int) -> tuple[Tensor | ChunkedBias | None, bool]:
+    def layer_scheme(self, layer: int) -> PositionScheme:
+        """The scheme layer `layer` uses: NoPE if `config.nope_layers` lists it, the model's otherwise."""
+        return self.no_positions if layer in self.config.nope_layers else self.positions
+
+    def _layer_schemes(self) -> list[PositionScheme]:
+        """The schemes the layers use: the model's, and NoPE where `config.nope_layers` says so."""
+        nope = len(self.config.nope_layers)
+        return [self.positions] * (nope < len(self.blocks)) + [self.no_positions] * (nope > 0)
+
+    def _attention_mask(self, positions: Tensor, total: int,
+                        scheme: PositionScheme | None = None) -> tuple[Tensor | ChunkedBias | None, bool]:  # fmt: skip
         """The mask every layer shares: the scheme's bias (causal part included), or the plain causal rule.
 
         A bias of more than WHOLE_BIAS_PAIRS query-key pairs is handed over as a `ChunkedBias`, built per chunk.
@@ -306,11 +340,11 @@ class Decoder(nn.Module):
         same positions, no mask for one new token (it may see every cached key), and an explicit boolean mask
         for a chunk of several new tokens after a cache (where `is_causal` would align the wrong corner).
         """
-        dtype = self.token_embedding.weight.dtype
-        if self.positions.has_bias and positions.shape[0] * total > WHOLE_BIAS_PAIRS:
-            return ChunkedBias(self.positions, positions, total, dtype), False
+        dtype, scheme = self.token_embedding.weight.dtype, scheme or self.positions
+        if scheme.has_bias and positions.shape[0] * total > WHOLE_BIAS_PAIRS:
+            return ChunkedBias(scheme, positions, total, dtype), False
         k_positions = torch.arange(total, device=positions.device)
-        bias = self.positions.bias(positions, k_positions)
+        bias = scheme.bias(positions, k_positions)
         if bias is not None:
             # The bias holds the causal rule; `is_causal` (queries = keys) lets the kernel skip what it hides.
             return bias.to(dtype), positions.shape[0] == total

@@ -44,15 +44,11 @@ from torch import Tensor, nn
 import octlm.model
 from octlm.errors import UserError, check_output, int_in_range, writing
 from octlm.model import Decoder
-from octlm.positions import (
-    PositionScheme,
-    RotaryPositions,
-    SinusoidalPositions,
-    add_positions,
-    apply_rope,
-)
+from octlm.positions import PositionScheme, add_positions, apply_rope
 from octlm.rope_scaling import METHODS, scaled_frequencies
 from octlm.run import Run
+from octlm.schemes.absolute import SinusoidalPositions
+from octlm.schemes.rotary import RotaryPositions
 
 ONNX_FILE, TOKENIZER_FILE, INFO_FILE = "model.onnx", "tokenizer.json", "model.json"
 FORMAT = "octlm-onnx"  # model.json's mark: --force replaces only a folder that carries it
@@ -152,11 +148,16 @@ class ProbedDecoder(nn.Module):
         m, T = self.model, ids.shape[1]
         positions = torch.arange(T, device=ids.device)
         x = self.scheme.embed(m.token_embedding(ids), positions)  # [B, T, C]
-        mask, is_causal = m._attention_mask(positions, T)  # the same mask the model builds for this pass
+        # the same masks the model builds for this pass; layers in nope_layers use NoPE's
+        masks = {
+            False: m._attention_mask(positions, T),
+            True: m._attention_mask(positions, T, m.no_positions),
+        }
         record: list[Tensor] = []
         with recording_attention(record):
             for layer, block in enumerate(m.blocks):
-                x = block(x, positions, self.scheme, mask, is_causal, None, layer)
+                plain = layer in m.config.nope_layers
+                x = block(x, positions, m.no_positions if plain else self.scheme, *masks[plain], None, layer)
         if len(record) != len(m.blocks):  # octlm.model stopped calling `attention`: the hook went stale
             raise RuntimeError(
                 f"recorded {len(record)} attention layers of {len(m.blocks)}; see recording_attention"

@@ -12,22 +12,30 @@ where each token sits. There are three places to do it, and each scheme uses at 
 
 NoPE uses none of them: the causal mask is its only order information.
 
+A fourth hook, `contextual_bias(q, k, q_positions, k_positions, layer)`, is for schemes whose bias depends
+on the content as well as the positions (CoPE counts gated keys); the model calls it in every layer.
+
 Every hook takes explicit integer positions, so decoding with a KV cache (new tokens at positions
 `offset .. offset + T - 1`) goes through exactly the same code as a full forward pass.
+
+Schemes are found by name in one registry (`register`, `scheme_class`, `scheme_names`): config validation,
+model building, `octlm inspect`, the length experiment, the benchmark and the fixture export all ask it. The
+classic schemes live here; the newer ones each have a module under `octlm/schemes/`, and `import octlm.schemes`
+registers them all.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
-from octlm.config import ModelConfig
 from octlm.errors import UserError
 
-UNBOUNDED_SCHEMES = ("sinusoidal", "rope", "alibi", "t5", "nope")
+if TYPE_CHECKING:
+    from octlm.config import ModelConfig
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,13 +158,32 @@ def cosine_similarity_matrix(x: Tensor) -> Tensor:
 
 
 class PositionScheme(nn.Module):
-    """The interface every scheme implements; each default does nothing.
+    """The interface every scheme implements; each hook's default does nothing.
 
-    `max_length` is the longest sequence the scheme can describe (None: no maximum).
+    A subclass declares what the rest of octlm needs to know of it, and `register` files it by `name`:
+    `options` (the `ModelConfig` fields it reads), `bounded` (whether it has a maximum length; the instance's
+    `max_length` says which), `family` (the scheme whose variant it is, grouped with it in tables), and `shows`
+    (what `octlm inspect` can show of it: "vectors", "frequencies", "bias", read through `vectors`,
+    `frequencies` and `bias_by_distance`). `from_config` builds it and `problems` lists what a config gets
+    wrong for it, with the rest of the config's problems.
     """
 
-    name = "nope"
+    name: ClassVar[str] = "nope"
+    options: ClassVar[tuple[str, ...]] = ()
+    bounded: ClassVar[bool] = False
+    family: ClassVar[str] = ""
+    shows: ClassVar[tuple[str, ...]] = ()
     max_length: int | None = None
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> PositionScheme:
+        """The scheme a valid `config` asks for."""
+        return cls()
+
+    @classmethod
+    def problems(cls, config: ModelConfig) -> list[str]:
+        """What `config` gets wrong for this scheme, as readable lines (empty when nothing)."""
+        return []
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         """Token vectors `[B, T, C]` plus position information; positions `[T]`."""
@@ -170,10 +197,93 @@ class PositionScheme(nn.Module):
         """Additive attention-score bias `[H, Tq, Tk]` (causal -inf included), or None."""
         return None
 
+    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
+                        layer: int) -> Tensor | None:  # fmt: skip
+        """A bias that depends on queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` too: `[B, H, Tq, Tk]`
+        (causal -inf included), or None. `layer` lets a scheme keep parameters per layer."""
+        return None
+
+    # What `octlm inspect` reads, for the capabilities a scheme lists in `shows` (octlm/analysis.py).
+
+    def vectors(self, length: int) -> Tensor:
+        """ "vectors": the position rows `[length, C]` that `embed` adds (what it adds to zero vectors)."""
+        width = self.vector_width
+        zero = torch.zeros(1, length, width, device=self.device)
+        return self.embed(zero, torch.arange(length, device=self.device))[0].detach()
+
+    def frequencies(self) -> Tensor:
+        """ "frequencies": the angular frequency of each rotated channel pair, `[D/2]` float64 (0: not rotated)."""
+        raise NotImplementedError(
+            f"{self.name} lists 'frequencies' in shows but does not define frequencies()"
+        )
+
+    def bias_by_distance(self, length: int) -> Tensor:
+        """ "bias": the bias `[H, length]` that a query at position length - 1 adds to the key d positions
+        back, d = 0 .. length - 1 (for a scheme whose bias depends on the distance alone, at any query)."""
+        positions = torch.arange(length, device=self.device)
+        row = self.bias(positions[-1:], positions)  # [H, 1, length]: keys 0 .. length - 1
+        return row[:, 0].flip(-1).detach()  # column d: the key at distance d
+
+    @property
+    def device(self) -> torch.device:
+        """Where the scheme's tensors live (the CPU for a scheme with none)."""
+        tensor = next(iter(self.parameters()), None)
+        tensor = tensor if tensor is not None else next(iter(self.buffers()), None)
+        return tensor.device if tensor is not None else torch.device("cpu")
+
+    vector_width: int = 0  # the model width, for `vectors` (set by schemes that embed)
+
     @property
     def has_bias(self) -> bool:
         """Whether the scheme overrides `bias`. The model may then ask for any rows of it (query chunks)."""
         return type(self).bias is not PositionScheme.bias
+
+    @property
+    def is_contextual(self) -> bool:
+        """Whether the scheme overrides `contextual_bias` (computed in every layer, from q and k)."""
+        return type(self).contextual_bias is not PositionScheme.contextual_bias
+
+
+# The registry: every scheme by name, in the order tables list them.
+SCHEMES: dict[str, type[PositionScheme]] = {}
+
+
+def register(cls: type[PositionScheme]) -> type[PositionScheme]:
+    """Class decorator: file a `PositionScheme` subclass under its `name` (a second class of a name replaces
+    the first, so a test or a notebook can redefine one)."""
+    if not (isinstance(cls, type) and issubclass(cls, PositionScheme)):
+        raise TypeError(f"register() takes a PositionScheme subclass, got {cls!r}")
+    SCHEMES[cls.name] = cls
+    return cls
+
+
+def scheme_names() -> tuple[str, ...]:
+    """Every registered scheme's name, in registration order."""
+    return tuple(SCHEMES)
+
+
+def unbounded_schemes() -> tuple[str, ...]:
+    """The registered schemes with no maximum length."""
+    return tuple(name for name, cls in SCHEMES.items() if not cls.bounded)
+
+
+def scheme_class(name: str) -> type[PositionScheme]:
+    """The registered class called `name`; a UserError naming the choices otherwise."""
+    if name not in SCHEMES:
+        raise UserError(f"unknown position scheme {name!r}; choose one of {', '.join(SCHEMES)}")
+    return SCHEMES[name]
+
+
+def family_of(name: str) -> str:
+    """The scheme a registered name is grouped under (itself unless it declares a `family`)."""
+    return SCHEMES[name].family or name if name in SCHEMES else name
+
+
+def table_order(names: list[str] | tuple[str, ...]) -> list[str]:
+    """`names` in the order tables list them: registration order, each variant right after its family."""
+    rank = {name: i for i, name in enumerate(SCHEMES)}
+    known = [n for n in names if n in rank]
+    return sorted(known, key=lambda n: (rank.get(family_of(n), rank[n]), rank[n]))
 
 
 class NoPositions(PositionScheme):
@@ -182,170 +292,7 @@ class NoPositions(PositionScheme):
     name = "nope"
 
 
-class LearnedPositions(PositionScheme):
-    """A learned table with one row per position (GPT-2). It has no row past its last one."""
-
-    name = "learned"
-
-    def __init__(self, context_length: int, width: int) -> None:
-        super().__init__()
-        self.max_length = context_length
-        self.table = nn.Embedding(context_length, width)
-
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        return add_positions(x, self.table(positions))
-
-
-class SinusoidalPositions(PositionScheme):
-    """The fixed sinusoidal table times `scale`, computed once and grown on demand; no maximum length.
-
-    The waves have amplitude 1, but token rows start at std 0.02: added unscaled, position drowns out which
-    token it is, and the day1 model sat at the unigram level (3.25 bits per byte) for its first ~750 steps.
-    Scaling the table to the rows' starting size trains like the learned table (docs/LOG.md). `scale = 1`
-    gives the unscaled sum of the seed and of Vaswani et al. (who multiplied token rows by sqrt(C) instead).
-    """
-
-    name = "sinusoidal"
-
-    def __init__(self, width: int, base: float = 10000.0, initial_length: int = 128, scale: float = 1.0):
-        super().__init__()
-        self.width, self.base, self.scale = width, base, scale
-        self.register_buffer("table", self._rows(initial_length), persistent=False)
-
-    def _rows(self, length: int) -> Tensor:
-        return sinusoidal_table(length, self.width, self.base) * self.scale
-
-    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
-        needed = int(positions[-1]) + 1
-        if needed > self.table.shape[0]:
-            # Grow to the next power of two so that decoding token by token rebuilds rarely.
-            self.table = self._rows(2 ** math.ceil(math.log2(needed))).to(self.table.device)
-        return add_positions(x, self.table[positions].to(x.dtype))
-
-
-class RotaryPositions(PositionScheme):
-    """RoPE (Su et al.): rotate query and key channel pairs by position × frequency inside attention.
-
-    The cos/sin tables are non-persistent buffers grown on demand. `set_frequencies` swaps in scaled
-    frequencies (position interpolation, NTK, YaRN) and an attention scaling factor that multiplies cos and sin
-    (YaRN's temperature), as context-extension methods do at inference.
-    """
-
-    name = "rope"
-
-    def __init__(self, head_dim: int, base: float = 10000.0, layout: str = "half", initial_length: int = 128):
-        super().__init__()
-        self.head_dim, self.layout = head_dim, layout
-        self.inv_freq = rope_frequencies(head_dim, base)  # float64, [D/2]
-        self.attention_scaling = 1.0
-        self.register_buffer("cos", torch.empty(0), persistent=False)
-        self.register_buffer("sin", torch.empty(0), persistent=False)
-        self._build(initial_length)
-
-    def set_frequencies(self, inv_freq: Tensor, attention_scaling: float = 1.0) -> None:
-        """Replace θ_i (float64 `[D/2]`) and the cos/sin scaling; the cached tables are rebuilt."""
-        self.inv_freq = inv_freq.to(torch.float64).cpu()
-        self.attention_scaling = attention_scaling
-        self._build(self.cos.shape[0])
-
-    def _build(self, length: int) -> None:
-        angle = torch.arange(length, dtype=torch.float64).unsqueeze(1) * self.inv_freq  # [T, D/2]
-        device = self.cos.device
-        self.cos = (angle.cos() * self.attention_scaling).to(torch.float32).to(device)
-        self.sin = (angle.sin() * self.attention_scaling).to(torch.float32).to(device)
-
-    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
-        needed = int(positions[-1]) + 1
-        if needed > self.cos.shape[0]:
-            self._build(2 ** math.ceil(math.log2(needed)))
-        cos, sin = self.cos[positions].to(q.dtype), self.sin[positions].to(q.dtype)
-        if self.layout == "half":
-            return _HalfRotation.apply(q, cos, sin), _HalfRotation.apply(k, cos, sin)
-        return apply_rope(q, cos, sin, self.layout), apply_rope(k, cos, sin, self.layout)
-
-
-class _HalfRotation(torch.autograd.Function):
-    """`apply_rope(x, cos, sin, "half")` with less memory traffic, for the hot path.
-
-    The forward writes both halves straight into one output (no temporaries, no `cat`). A rotation's gradient
-    is the inverse rotation, the same formula with -sin, so the backward is one more rotation instead of
-    autograd's chain of products, a negation and a `cat` (RoPE's training overhead over learned positions
-    fell from 13% to about 6% at config b; benchmarks/README.md). cos and sin are fixed tables: no gradient.
-    """
-
-    @staticmethod
-    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        out = torch.empty_like(x)
-        (a, b), (out_a, out_b) = x.chunk(2, dim=-1), out.chunk(2, dim=-1)
-        torch.mul(a, cos, out=out_a).addcmul_(b, sin, value=-1)  # a cos - b sin
-        torch.mul(a, sin, out=out_b).addcmul_(b, cos)  # a sin + b cos
-        return out
-
-    @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        ctx.save_for_backward(cos, sin)
-        return _HalfRotation.rotate(x, cos, sin)
-
-    @staticmethod
-    @once_differentiable  # the rotation writes with out=, which autograd cannot differentiate again
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
-        cos, sin = ctx.saved_tensors
-        return _HalfRotation.rotate(grad, cos, -sin), None, None
-
-
-class AlibiPositions(PositionScheme):
-    """ALiBi: a fixed penalty proportional to distance, with a different slope per head."""
-
-    name = "alibi"
-
-    def __init__(self, n_heads: int) -> None:
-        super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
-
-    def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        return alibi_bias(self.slopes, q_positions, k_positions)
-
-
-class T5Positions(PositionScheme):
-    """T5's relative bias: one learned number per head and distance bucket, shared by all layers."""
-
-    name = "t5"
-
-    def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128) -> None:
-        super().__init__()
-        self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.table = nn.Embedding(num_buckets, n_heads)
-
-    def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        """`[H, Tq, Tk]`, looked up per distance and gathered: one pass over the result, not the bucket
-        formula's dozen (long sequences build this per query chunk in every layer, octlm/model.py).
-
-        Every distance from `max_distance` on lands in the last bucket (the buckets never decrease and
-        `max_distance` already reaches the last), so distances clamp to 0 .. max_distance, and -1 stands for
-        every key after the query (-inf).
-        """
-        distances = torch.arange(self.max_distance + 1, device=self.table.weight.device)
-        per_distance = self.table(t5_bucket(-distances, self.num_buckets, self.max_distance)).T  # [H, D+1]
-        future = per_distance.new_full((per_distance.shape[0], 1), float("-inf"))
-        values = torch.cat((future, per_distance), dim=1)  # [H, D+2]: column d + 1 holds distance d
-        index = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)).clamp_(-1, self.max_distance) + 1
-        return values.index_select(1, index.flatten()).view(-1, *index.shape)
-
-
 def build_positions(config: ModelConfig) -> PositionScheme:
-    """The position scheme named by `config.position`."""
-    if config.position == "learned":
-        return LearnedPositions(config.context_length, config.d_model)
-    if config.position == "sinusoidal":
-        return SinusoidalPositions(
-            config.d_model, config.sinusoidal_base, config.context_length, config.sinusoidal_scale
-        )
-    if config.position == "rope":
-        return RotaryPositions(config.head_dim, config.rope_base, config.rope_layout, config.context_length)
-    if config.position == "alibi":
-        return AlibiPositions(config.n_heads)
-    if config.position == "t5":
-        return T5Positions(config.n_heads, config.t5_buckets, config.t5_max_distance)
-    if config.position == "nope":
-        return NoPositions()
-    raise UserError(f"unknown position scheme {config.position!r}")
+    """The registered scheme named by `config.position`, built from the config (`import octlm.schemes` first,
+    as octlm.model does, so that every built-in scheme is registered)."""
+    return scheme_class(config.position).from_config(config)

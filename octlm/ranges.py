@@ -60,6 +60,14 @@ SPANS: dict[str, Span] = {
     "model.sinusoidal_scale": Span(0.0, low_open=True),
     "model.t5_buckets": Span(2, 2**16),
     "model.t5_max_distance": Span(1, INT64_MAX),
+    "model.rope_fraction": Span(
+        0.0, 1.0, low_open=True, why="the share of each head's channels RoPE rotates"
+    ),
+    "model.prope_fraction": Span(0.0, 1.0, why="the share of RoPE's frequencies p-RoPE keeps"),
+    "model.xpos_scale_base": Span(0.0, low_open=True),
+    "model.fire_hidden": Span(1, 2**16),
+    "model.fire_threshold": Span(0.0, low_open=True),
+    "model.cope_positions": Span(1, 2**24),
     "data.hub_max_documents": Span(1, INT64_MAX),
     "data.val_fraction": Span(0.0, 1.0, low_open=True, high_open=True),
     "train.steps": Span(1, INT64_MAX),

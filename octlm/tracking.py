@@ -26,9 +26,10 @@ import torch
 
 from octlm.config import Config
 from octlm.errors import UserError
-from octlm.positions import LearnedPositions, SinusoidalPositions, cosine_similarity_matrix
+from octlm.positions import cosine_similarity_matrix
 from octlm.run import Run
 from octlm.runtime import Dist
+from octlm.schemes.absolute import LearnedPositions, SinusoidalPositions
 
 SCALARS = {  # metrics.jsonl key -> TensorBoard tag
     "train_loss": "loss/train",

@@ -16,7 +16,8 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from octlm.config import SECTIONS, Config, _field_types, config_from_dict, load_config
+from octlm.config import SECTIONS, Config, config_from_dict, load_config
+from octlm.config_types import field_types as _field_types
 from octlm.corpus import Document
 from octlm.errors import UserError
 from octlm.generate import StreamDecoder, check_sampling, pick_token

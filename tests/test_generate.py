@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config import POSITIONS, config_from_dict
+from octlm.config import config_from_dict
 from octlm.corpus import Document
 from octlm.errors import UserError
 from octlm.generate import (
@@ -28,6 +28,7 @@ from octlm.generate import (
     sample_text,
 )
 from octlm.model import Decoder
+from octlm.schemes import scheme_names
 from octlm.tokenizer import Tokenizer, train_tokenizer
 
 CONTEXT = 12
@@ -69,7 +70,7 @@ def model_for(position: str, vocab: int = 64, seed: int = 0) -> Decoder:
     return model.double().eval()
 
 
-@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("position", scheme_names())
 def test_cached_and_uncached_greedy_agree(position: str) -> None:
     """Token for token, well past the trained context (learned positions slide their window instead)."""
     model = model_for(position)

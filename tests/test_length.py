@@ -21,7 +21,6 @@ from octlm.document import render_markdown
 from octlm.errors import UserError
 from octlm.length import (
     MODES,
-    SCHEMES,
     EvalText,
     Settings,
     evaluate_run,
@@ -33,9 +32,12 @@ from octlm.length import (
 from octlm.length_cells import GRID_KEYS
 from octlm.length_results import bpb_table, summarize
 from octlm.model import Decoder
-from octlm.positions import rope_frequencies
+from octlm.positions import rope_frequencies, table_order
 from octlm.rope_scaling import VARIANTS
+from octlm.schemes import scheme_names
 from octlm.scoring import Score, evaluate
+
+SCHEMES = table_order(scheme_names())
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
 LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds

@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_leaves
 import octlm.model
 from octlm.config import ModelConfig
 from octlm.model import ChunkedBias, Decoder
-from octlm.positions import build_positions
+from octlm.schemes import build_positions
 
 BIAS_SCHEMES = [
     ("alibi", {}),

@@ -24,7 +24,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from octlm.checkpoint import save_checkpoint  # noqa: E402
-from octlm.config import POSITIONS, Config, ModelConfig  # noqa: E402
+from octlm.config import Config, ModelConfig  # noqa: E402
 from octlm.corpus import Document  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.model import Decoder  # noqa: E402
@@ -40,6 +40,7 @@ from octlm.onnx_export import (  # noqa: E402
 from octlm.positions import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
 from octlm.rope_scaling import scaled_frequencies  # noqa: E402
 from octlm.run import Run  # noqa: E402
+from octlm.schemes import scheme_names  # noqa: E402
 from octlm.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 
 # Largest |logit difference| onnxruntime vs PyTorch measured here (float32), over every scheme and length:
@@ -141,7 +142,7 @@ def run_onnx(e: Exported, ids: torch.Tensor) -> list[np.ndarray]:
 
 
 def test_every_config_scheme_is_covered() -> None:
-    assert {name.split("-")[0] for name in VARIANTS} == set(POSITIONS)
+    assert {name.split("-")[0] for name in VARIANTS} == set(scheme_names())
 
 
 def test_logits_match_pytorch_at_every_length(exported: Exported, tokenizer: Tokenizer) -> None:

@@ -18,10 +18,6 @@ from hypothesis import strategies as st
 
 from octlm.errors import UserError
 from octlm.positions import (
-    RotaryPositions,
-    SinusoidalPositions,
-    T5Positions,
-    _HalfRotation,
     add_positions,
     alibi_bias,
     alibi_slopes,
@@ -31,6 +27,9 @@ from octlm.positions import (
     sinusoidal_table,
     t5_bucket,
 )
+from octlm.schemes.absolute import SinusoidalPositions
+from octlm.schemes.bias import T5Positions
+from octlm.schemes.rotary import RotaryPositions, _HalfRotation
 
 # ------------------------------------------------------------------------------------------------------------
 # Independent references

@@ -13,19 +13,16 @@ import torch
 
 from octlm.config import ModelConfig
 from octlm.positions import (
-    AlibiPositions,
-    LearnedPositions,
     NoPositions,
-    RotaryPositions,
-    SinusoidalPositions,
-    T5Positions,
-    _HalfRotation,
     apply_rope,
-    build_positions,
     cosine_similarity_matrix,
     rope_rotate,
     t5_bucket,
 )
+from octlm.schemes import build_positions
+from octlm.schemes.absolute import LearnedPositions, SinusoidalPositions
+from octlm.schemes.bias import AlibiPositions, T5Positions
+from octlm.schemes.rotary import RotaryPositions, _HalfRotation
 
 F64 = torch.float64
 
@@ -203,7 +200,9 @@ def test_build_positions_passes_every_setting_through(position, cls):
 def test_build_positions_names_an_unknown_scheme():
     from octlm.errors import UserError
 
-    with pytest.raises(UserError, match="^unknown position scheme 'bogus'$"):
+    with pytest.raises(
+        UserError, match="^unknown position scheme 'bogus'; choose one of learned, sinusoidal, rope, "
+    ):
         build_positions(ModelConfig(position="bogus"))
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from octlm.errors import UserError
-from octlm.positions import RotaryPositions, rope_frequencies
+from octlm.positions import rope_frequencies
 from octlm.rope_scaling import (
     METHODS,
     dynamic_ntk_frequencies,
@@ -20,6 +20,7 @@ from octlm.rope_scaling import (
     yarn_frequencies,
     yarn_mscale,
 )
+from octlm.schemes.rotary import RotaryPositions
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
