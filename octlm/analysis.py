@@ -20,14 +20,25 @@ from torch import Tensor
 
 from octlm import jsonable
 from octlm.errors import UserError
-from octlm.positions import cosine_similarity_matrix, sinusoidal_table, t5_bucket
+from octlm.positions import sinusoidal_table, t5_bucket
+from octlm.similarity import (
+    DEFAULT_TOP,
+    Array,
+    nearest_positions,
+    nearest_tokens,
+    pca_2d,
+    probe_distances,
+    probe_positions,
+    row_norms,
+    similarity_by_distance,
+    similarity_matrix,
+)
 
 if TYPE_CHECKING:
     from octlm.model import Decoder
     from octlm.tokenizer import Tokenizer
 
 INIT_STD = 0.02  # Decoder._init_weights: every embedding row starts as N(0, 0.02²) per entry
-DEFAULT_TOP = 5  # neighbours shown per token or position
 DEFAULT_FREQUENT = 12  # frequent tokens shown by default, besides token 0
 PCA_TOKENS = 60  # frequent tokens placed in the PCA figure
 REPORT_SCHEMA = 1
@@ -36,94 +47,6 @@ DIGITS = 5
 MODEL_FIELDS = ("vocab_size", "d_model", "context_length", "n_layers", "n_heads", "position",
                 "tie_embeddings")  # fmt: skip
 MAP_POSITIONS = 1024  # position x position maps cover at most this many positions (GPT-2's whole table)
-
-Array = Tensor | np.ndarray
-Neighbours = list[tuple[int, float]]  # (row index, cosine similarity), most similar first
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Numbers: pure functions on arrays
-
-
-def _as_tensor(table: Array) -> Tensor:
-    if isinstance(table, np.ndarray):
-        table = torch.from_numpy(table)
-    return table.detach().to("cpu", torch.float64)
-
-
-def cosine_neighbours(table: Array, rows: Sequence[int], k: int) -> list[Neighbours]:
-    """For each index in `rows`, the `k` other rows of `table` `[N, C]` most similar by cosine, best first.
-
-    A row is never its own neighbour; ties go to the lower index. Returns one list of (index, similarity)
-    per row.
-    """
-    table = _as_tensor(table)
-    n = table.shape[0]
-    for row in rows:
-        if not 0 <= int(row) < n:
-            raise UserError(f"row {row} is outside the table's {n} rows")
-    k = max(0, min(k, n - 1))
-    unit = table / table.norm(dim=-1, keepdim=True).clamp(min=1e-12)
-    index = torch.as_tensor([int(r) for r in rows], dtype=torch.long)
-    sims = unit[index] @ unit.T  # [R, N]
-    sims[torch.arange(len(index)), index] = -math.inf
-    # A stable sort on -similarity keeps lower indices first among equal similarities.
-    order = torch.sort(-sims, dim=-1, stable=True).indices[:, :k]
-    return [[(int(j), float(sims[i, j])) for j in order[i]] for i in range(len(index))]
-
-
-def nearest_tokens(table: Array, ids: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
-    """Nearest token ids to each of `ids` in a token table `[V, C]` (see `cosine_neighbours`)."""
-    return cosine_neighbours(table, ids, k)
-
-
-def nearest_positions(table: Array, positions: Sequence[int], k: int = DEFAULT_TOP) -> list[Neighbours]:
-    """Nearest positions to each of `positions` in a position table `[T, C]` (see `cosine_neighbours`)."""
-    return cosine_neighbours(table, positions, k)
-
-
-def partner_hits(table: Array, partner: dict[int, int]) -> int:
-    """How many ids in `partner` have their partner as nearest neighbour in `table` `[V, C]`."""
-    ids = sorted(partner)
-    firsts = cosine_neighbours(table, ids, 1)
-    return sum(1 for i, nb in zip(ids, firsts, strict=True) if nb and nb[0][0] == partner[i])
-
-
-def similarity_matrix(table: Array) -> np.ndarray:
-    """Cosine similarity between every pair of rows of `table` `[N, C]`, `[N, N]` float64."""
-    return cosine_similarity_matrix(_as_tensor(table)).numpy()
-
-
-def similarity_by_distance(similarity: np.ndarray, distances: Sequence[int]) -> dict[int, float]:
-    """Mean of `similarity` `[T, T]` over all pairs (t, t + d), for each distance d below T."""
-    n = similarity.shape[0]
-    return {int(d): float(np.diagonal(similarity, offset=int(d)).mean()) for d in distances if 0 <= d < n}
-
-
-def pca_2d(rows: Array) -> tuple[np.ndarray, np.ndarray]:
-    """Project `rows` `[N, C]` onto their first two principal components.
-
-    Returns (coordinates `[N, 2]`, fraction of the variance each component explains `[2]`). Signs are fixed so
-    that each component's largest loading is positive, so the picture does not flip between runs.
-    """
-    x = _as_tensor(rows).numpy()
-    x = x - x.mean(axis=0, keepdims=True)
-    _, s, vt = np.linalg.svd(x, full_matrices=False)
-    components = vt[:2]  # [2, C]
-    flip = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
-    components = components * flip[:, None]
-    coords = x @ components.T
-    variance = s**2
-    explained = variance[:2] / max(variance.sum(), 1e-30)
-    if coords.shape[1] < 2:  # fewer than two rows or columns: pad with zeros
-        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
-        explained = np.pad(explained, (0, 2 - len(explained)))
-    return coords, explained
-
-
-def row_norms(table: Array) -> np.ndarray:
-    """Euclidean norm of each row of `table` `[N, C]`, `[N]`."""
-    return _as_tensor(table).norm(dim=-1).numpy()
 
 
 def token_counts(tokens: np.ndarray, vocab_size: int, chunk: int = 1 << 24) -> np.ndarray:
@@ -142,17 +65,6 @@ def most_frequent(counts: np.ndarray, n: int) -> list[int]:
     """The `n` ids with the highest counts (only ids seen at least once), most frequent first, ties by id."""
     order = np.argsort(-counts, kind="stable")
     return [int(i) for i in order[:n] if counts[i] > 0]
-
-
-def probe_positions(length: int) -> list[int]:
-    """Positions worth asking about in a context of `length`: 0, 1, the middle and the last."""
-    return sorted({p for p in (0, 1, length // 2, length - 1) if 0 <= p < length})
-
-
-def probe_distances(length: int) -> list[int]:
-    """Distances 1, 2, 4, ... below `length`, plus `length - 1`."""
-    out = [2**i for i in range(int(math.log2(max(length - 1, 1))) + 1) if 2**i < length]
-    return sorted(set(out + ([length - 1] if length > 1 else [])))
 
 
 def unseen_rows(trained: np.ndarray, initial: np.ndarray, counts: np.ndarray) -> dict[str, Any]:
@@ -222,7 +134,26 @@ def tables_of(model: Decoder | Tables) -> Tables:
     elif cfg.position == "t5":
         tables.scheme = {"bias": _array(pos.table.weight), "buckets": cfg.t5_buckets,
                          "max_distance": cfg.t5_max_distance}  # fmt: skip
+    elif cfg.position not in SCHEME_SECTIONS:
+        tables.scheme = registered_tables(model)
     return tables
+
+
+def registered_tables(model: Decoder) -> dict[str, Any]:
+    """What a scheme without a section of its own shows (its class's `shows`), read through the scheme's
+    `vectors` `[T, C]`, `frequencies` `[P]` and `bias_by_distance` `[H, T]`, T = min(context, MAP_POSITIONS)."""
+    scheme, length = model.positions, min(model.config.context_length, MAP_POSITIONS)
+    shows = type(scheme).shows
+    about = " ".join((type(scheme).__doc__ or "").split("\n\n")[0].split())
+    out: dict[str, Any] = {"shows": list(shows), "about": about}
+    with torch.no_grad():
+        if "vectors" in shows:
+            out["vectors"] = _array(scheme.vectors(length))
+        if "frequencies" in shows:
+            out["frequencies"] = _array(scheme.frequencies())
+        if "bias" in shows:
+            out["bias"] = _array(scheme.bias_by_distance(length))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -245,10 +176,10 @@ def position_section(model: Tables, initial: Tables, k: int = DEFAULT_TOP) -> di
     section: dict[str, Any] = {"scheme": scheme, "context_length": length, "probe_positions": probes,
                                "distances": distances,
                                "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
-                               "has_vectors": scheme in ("learned", "sinusoidal")}  # fmt: skip
+                               "has_vectors": scheme in ("learned", "sinusoidal") or "vectors" in model.scheme}  # fmt: skip
     if mapped < length:
         section["map_positions"] = mapped
-    SCHEME_SECTIONS[scheme](model, initial, section, k)
+    SCHEME_SECTIONS.get(scheme, _registered_section)(model, initial, section, k)
     if mapped < length:
         section["summary"] += f" Position x position maps cover the first {mapped:,} positions."
     return section
@@ -338,6 +269,40 @@ SCHEME_SECTIONS: dict[str, Callable[[Tables, Tables, dict[str, Any], int], None]
     "t5": _t5_section,
     "nope": _nope_section,
 }
+
+
+def _registered_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
+    """Any other registered scheme: what its class `shows` (registered_tables), trained beside untrained."""
+    data, before, length = model.scheme, initial.scheme, section["context_length"]
+    parts = [f"{section['scheme']}: {data['about']}"]
+    if "vectors" in data:
+        for name, tables in (("trained", data), ("untrained", before)):
+            section[name] = _vector_positions(
+                tables["vectors"], section["probe_positions"], section["distances"], k
+            )
+        parts.append(f"Its {len(data['vectors'])} position vectors are compared with the untrained ones.")
+    if "frequencies" in data:
+        theta = data["frequencies"]  # [P]; 0 where a pair is not rotated
+        wavelength = np.divide(2 * math.pi, theta, out=np.full_like(theta, np.inf), where=theta > 0)
+        section["frequencies"] = {
+            "theta": theta,
+            "wavelength": wavelength,
+            "turns_in_context": length * theta / (2 * math.pi),
+        }
+        rotating = int((theta > 0).sum())
+        fastest = f"; the fastest turns once every {wavelength.min():.1f} positions" if rotating else ""
+        parts.append(f"{rotating} of {len(theta)} channel pairs rotate{fastest}.")
+    if "bias" in data:
+        trained, untrained = data["bias"], before["bias"]  # [H, T]: column d is distance d
+        section["bias"] = {"trained": trained, "untrained": untrained,
+                           "bias_at_distance": {int(d): trained[:, d] for d in section["distances"]}}  # fmt: skip
+        spans = [
+            f"{float(b.min()) + 0.0:.3f} to {float(b.max()) + 0.0:.3f}" for b in (trained, untrained)
+        ]  # no -0.000
+        parts.append(
+            f"Bias against distance, seen from the last position: {spans[0]} trained, {spans[1]} untrained."
+        )
+    section["summary"] = " ".join(parts)
 
 
 def _vector_positions(table: Array, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:

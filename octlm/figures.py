@@ -110,8 +110,9 @@ def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
     Returns None for schemes with nothing to draw here.
     """
     length = section["context_length"]
-    if "rope" in section:
-        rope = section["rope"]
+    if "rope" in section or "frequencies" in section:
+        rope = section.get("rope") or section["frequencies"]
+        name = "RoPE" if "rope" in section else section["scheme"]
         fig = _figure(5.0, 3.4)
         fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
         ax = fig.subplots()
@@ -119,9 +120,11 @@ def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
         ax.axhline(length, color="black", linestyle="--", linewidth=0.8, label=f"context ({length})")
         ax.set_xlabel("channel pair i")
         ax.set_ylabel("wavelength 2π/θ_i (positions)")
-        ax.set_title("RoPE: one rotation frequency per channel pair", fontsize=9)
+        ax.set_title(f"{name}: one rotation frequency per channel pair (none: not rotated)", fontsize=9)
         ax.legend(fontsize=7)
         return _save(fig, path)
+    if "bias" in section:
+        return _plot_bias(section["scheme"], section["bias"], path)
     if "alibi" in section or "t5" in section:
         fig = _figure(5.4, 3.6)
         fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
@@ -151,16 +154,32 @@ def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
     return None
 
 
+def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
+    """A registered scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted)."""
+    fig = _figure(5.4, 3.6)
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
+    ax = fig.subplots()
+    distance = np.arange(bias["trained"].shape[1])
+    for h, row in enumerate(bias["trained"]):
+        line = ax.plot(distance, row, linewidth=1, label=f"head {h}")[0]
+        ax.plot(distance, bias["untrained"][h], linewidth=0.8, linestyle=":", color=line.get_color())
+    ax.set_title(f"{scheme}: bias per head, seen from the last position (dotted: untrained)", fontsize=9)
+    ax.set_xlabel("distance (query - key)")
+    ax.set_ylabel("added to the attention score")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
 def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
     """Every figure of `report` into `folder`; returns name -> path."""
     figures: dict[str, Path] = {}
     pos = report["positions"]
     scheme, width = pos["scheme"], report["model"]["d_model"]
     sinusoidal = (f"sinusoidal (fixed, C = {width})", pos["sinusoidal_reference"]["similarity"])
-    if scheme == "learned":
+    if "untrained" in pos:  # learned, or a registered scheme with position vectors
         maps = [
-            ("learned, trained", pos["trained"]["similarity"]),
-            ("learned, untrained", pos["untrained"]["similarity"]),
+            (f"{scheme}, trained", pos["trained"]["similarity"]),
+            (f"{scheme}, untrained", pos["untrained"]["similarity"]),
             sinusoidal,
         ]
     else:

@@ -83,28 +83,36 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_
     _check_max_new_tokens(max_new_tokens)
 
 
-def pick_token(
+def choose_tokens(
     logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
-) -> int:
-    """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
+) -> Tensor:
+    """Token ids `[...]` (long, on the logits' device) from `logits` `[..., V]`: every row on its own, one
+    draw per row, no host round trip. Entries set to -inf are never chosen."""
     # float64, and the largest logit moved to 0 first: a tiny temperature then sends the others to -inf
     # instead of overflowing to inf (softmax NaN), and a tiny top-p is not rounded to 0.
     logits = logits.double()
     if temperature == 0:
-        return int(torch.argmax(logits))
-    logits = (logits - logits.max()) / temperature
-    if top_k is not None and top_k < logits.shape[0]:
-        kth = torch.topk(logits, top_k).values[-1]
+        return torch.argmax(logits, dim=-1)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = torch.softmax(sorted_logits, dim=-1)
         # Drop a token when the tokens before it already reach top_p; the most likely one always stays.
         drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(0, order, sorted_logits)
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = torch.softmax(logits, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def pick_token(
+    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
+) -> int:
+    """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
+    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
 
 
 def _stderr(message: str) -> None:

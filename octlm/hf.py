@@ -1,34 +1,32 @@
-"""octlm <-> Hugging Face `transformers`: map weights both ways and export a trained run as a model folder.
+"""octlm <-> Hugging Face `transformers`: convert models both ways and export a trained run as a model folder.
 
-Two octlm stacks have an exact counterpart in `transformers`:
-
-- GPT-2 (`GPT2LMHeadModel`): learned positions, LayerNorm, GELU MLP, biases everywhere, no grouped KV heads.
-- Llama (`LlamaForCausalLM`): RoPE in the `half` layout, RMSNorm, SwiGLU MLP, no biases (GQA allowed).
-
-Any other mix (sinusoidal, ALiBi, T5, NoPE, interleaved RoPE, LayerNorm with SwiGLU, ...) has no standard
-architecture to load into, so `to_hf` raises a `UserError` that names every setting that differs.
-
-The mapping is renaming plus two layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the transpose
-of `nn.Linear`), and octlm fuses projections that `transformers` keeps apart (Llama's q/k/v and gate/up).
+Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, GPT-NeoX for
+RoPE on a fraction of the channels with LayerNorm and GELU) and the weight names on both sides live in
+`octlm.hf_arch`; any other mix (sinusoidal, ALiBi, T5, interleaved RoPE, LayerNorm with SwiGLU, ...) has no
+standard architecture to load into, so `to_hf` raises a `UserError` that names every setting that differs.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
 
-from octlm.config import ModelConfig
 from octlm.errors import UserError, check_output, writing
+from octlm.hf_arch import (
+    CLASSES,
+    STATES,
+    check_rope_untouched,
+    config_from_hf,
+    hf_architecture,
+    hf_config,
+)
 from octlm.model import Decoder
-from octlm.positions import rope_frequencies
 from octlm.run import Run
 
 if TYPE_CHECKING:
@@ -38,156 +36,31 @@ if TYPE_CHECKING:
 
 EOT = "<|endoftext|>"  # the same string as octlm.tokenizer.EOT (not imported: this module loads without it)
 
-# What each target architecture requires of an octlm config: (field, required value).
-_GPT2_NEEDS = (("position", "learned"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", True))
-_LLAMA_NEEDS = (
-    ("position", "rope"),
-    ("rope_layout", "half"),
-    ("norm", "rmsnorm"),
-    ("mlp", "swiglu"),
-    ("bias", False),
-)
-
-
-def _differences(config: ModelConfig, needs: tuple[tuple[str, Any], ...]) -> list[str]:
-    return [
-        f"{name}={getattr(config, name)!r} (needs {want!r})"
-        for name, want in needs
-        if getattr(config, name) != want
-    ]
-
-
-def hf_architecture(config: ModelConfig) -> str:
-    """The `transformers` architecture that holds this config exactly: "gpt2" or "llama".
-
-    Raises UserError "not representable in transformers: ..." naming what differs from each target.
-    """
-    gpt2 = _differences(config, _GPT2_NEEDS)
-    if config.kv_heads != config.n_heads:
-        gpt2.append(f"n_kv_heads={config.n_kv_heads} (GPT-2 has no grouped-query attention; needs 0)")
-    llama = _differences(config, _LLAMA_NEEDS)
-    if not gpt2:
-        return "gpt2"
-    if not llama:
-        return "llama"
-    raise UserError(
-        "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in " + ", ".join(gpt2)
-        + "; as Llama (LlamaForCausalLM) it differs in " + ", ".join(llama)
-    )  # fmt: skip
-
-
-def _check_rope_untouched(model: Decoder) -> None:
-    """Llama's default RoPE is base^(-2i/D) unscaled; refuse a model whose frequencies were replaced."""
-    scheme = model.positions
-    default = rope_frequencies(model.config.head_dim, model.config.rope_base)
-    inv_freq = getattr(scheme, "inv_freq", default)
-    if getattr(scheme, "attention_scaling", 1.0) != 1.0 or not torch.allclose(inv_freq.cpu(), default):
-        raise UserError(
-            "not representable in transformers: this model's RoPE frequencies were replaced with "
-            "set_frequencies (context extension); export the model as trained, before scaling them"
-        )
-
-
-def _rope_kwargs(llama_config: type, base: float) -> dict[str, Any]:
-    """RoPE's base in the installed transformers' spelling: `rope_parameters` (5.x) or `rope_theta` (4.x).
-
-    Checked rather than assumed, because 4.x would silently keep an unknown keyword and use base 10,000.
-    """
-    if "rope_parameters" in inspect.signature(llama_config.__init__).parameters:
-        return {"rope_parameters": {"rope_type": "default", "rope_theta": float(base)}}
-    return {"rope_theta": float(base)}
-
-
-def _hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
-    """The `transformers` config for an octlm ModelConfig (arch from `hf_architecture`)."""
-    from transformers import GPT2Config, LlamaConfig
-
-    common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_embeddings,
-                  bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=None)  # fmt: skip
-    if arch == "gpt2":
-        return GPT2Config(
-            n_embd=config.d_model, n_layer=config.n_layers, n_head=config.n_heads,
-            n_positions=config.context_length, n_inner=config.d_ff,
-            activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
-            layer_norm_epsilon=config.norm_eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
-        )  # fmt: skip
-    return LlamaConfig(
-        hidden_size=config.d_model, intermediate_size=config.d_ff, num_hidden_layers=config.n_layers,
-        num_attention_heads=config.n_heads, num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
-        hidden_act="silu", **_rope_kwargs(LlamaConfig, config.rope_base),
-        rms_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
-        attention_bias=False, mlp_bias=False, attention_dropout=0.0, **common,
-    )  # fmt: skip
-
-
-def _gpt2_state(model: Decoder) -> dict[str, Tensor]:
-    s: dict[str, Tensor] = {
-        "transformer.wte.weight": model.token_embedding.weight,
-        "transformer.wpe.weight": model.positions.table.weight,
-        "transformer.ln_f.weight": model.norm.weight,
-        "transformer.ln_f.bias": model.norm.bias,
-        "lm_head.weight": model.head.weight,
-    }
-    for i, b in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        s |= {
-            p + "ln_1.weight": b.norm1.weight, p + "ln_1.bias": b.norm1.bias,
-            # Conv1D is x @ W + b, W [in, out]: the transpose of nn.Linear. c_attn is [q | k | v] like qkv.
-            p + "attn.c_attn.weight": b.attn.qkv.weight.T, p + "attn.c_attn.bias": b.attn.qkv.bias,
-            p + "attn.c_proj.weight": b.attn.proj.weight.T, p + "attn.c_proj.bias": b.attn.proj.bias,
-            p + "ln_2.weight": b.norm2.weight, p + "ln_2.bias": b.norm2.bias,
-            p + "mlp.c_fc.weight": b.mlp.fc.weight.T, p + "mlp.c_fc.bias": b.mlp.fc.bias,
-            p + "mlp.c_proj.weight": b.mlp.proj.weight.T, p + "mlp.c_proj.bias": b.mlp.proj.bias,
-        }  # fmt: skip
-    return s
-
-
-def _llama_state(model: Decoder) -> dict[str, Tensor]:
-    c = model.config
-    q_rows, kv_rows = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
-    s: dict[str, Tensor] = {
-        "model.embed_tokens.weight": model.token_embedding.weight,
-        "model.norm.weight": model.norm.weight,
-        "lm_head.weight": model.head.weight,
-    }
-    for i, b in enumerate(model.blocks):
-        p = f"model.layers.{i}."
-        q, k, v = b.attn.qkv.weight.split([q_rows, kv_rows, kv_rows], dim=0)
-        gate, up = b.mlp.fc.weight.split([c.d_ff, c.d_ff], dim=0)  # MLP.forward: gate, up = h.chunk(2)
-        s |= {
-            p + "input_layernorm.weight": b.norm1.weight,
-            p + "self_attn.q_proj.weight": q,
-            p + "self_attn.k_proj.weight": k,
-            p + "self_attn.v_proj.weight": v,
-            p + "self_attn.o_proj.weight": b.attn.proj.weight,
-            p + "post_attention_layernorm.weight": b.norm2.weight,
-            p + "mlp.gate_proj.weight": gate,
-            p + "mlp.up_proj.weight": up,
-            p + "mlp.down_proj.weight": b.mlp.proj.weight,
-        }  # fmt: skip
-    return s
-
 
 def to_hf(
     model: Decoder, eos_token_id: int | None = None, attn_implementation: str = "sdpa"
 ) -> PreTrainedModel:
-    """A float32, eval-mode `GPT2LMHeadModel` or `LlamaForCausalLM` computing the same logits as `model`.
+    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM` or
+    `GPTNeoXForCausalLM` computing the same logits as `model`.
 
     `eos_token_id` (the tokenizer's `<|endoftext|>` id) is recorded as bos/eos for `generate`. Raises
     UserError when the model's architecture has no counterpart in `transformers` (see `hf_architecture`).
     """
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM
+    import transformers
 
     config = model.config
     arch = hf_architecture(config)
-    if arch == "llama":
-        _check_rope_untouched(model)
-    hf_config = _hf_config(config, arch, eos_token_id)
-    cls = GPT2LMHeadModel if arch == "gpt2" else LlamaForCausalLM
+    if arch != "gpt2":
+        check_rope_untouched(model)
+    cls = getattr(transformers, CLASSES[arch])
     # Random init is wasted work (every weight is overwritten) but keeps us on the public constructor.
-    hf_model = cls._from_config(hf_config, attn_implementation=attn_implementation)
-    state = _gpt2_state(model) if arch == "gpt2" else _llama_state(model)
-    state = {name: t.detach().to("cpu", torch.float32).contiguous() for name, t in state.items()}
+    hf_model = cls._from_config(
+        hf_config(config, arch, eos_token_id), attn_implementation=attn_implementation
+    )
+    shapes = {name: t.shape for name, t in hf_model.state_dict().items()}
+    # reshape: a mapped tensor may be a regrouping view of ours (GPT-NeoX's per-head q/k/v); a no-op elsewhere
+    state = {name: t.detach().to("cpu", torch.float32).reshape(shapes[name]).contiguous()
+             for name, t in STATES[arch](model).items()}  # fmt: skip
     hf_model.load_state_dict(state, strict=True)  # strict: a missing or extra name is a mapping bug
     if config.tie_embeddings:
         hf_model.tie_weights()
@@ -195,60 +68,19 @@ def to_hf(
 
 
 def from_hf(hf_model: PreTrainedModel) -> Decoder:
-    """The octlm Decoder for a `GPT2LMHeadModel` or `LlamaForCausalLM` of a representable configuration.
+    """The octlm Decoder for a `transformers` model of a representable configuration (the inverse of `to_hf`).
 
-    The inverse of `to_hf`. Raises UserError for other architectures or settings octlm does not have
-    (GPT-2's tanh GELU, biased Llama projections, scaled RoPE, ...).
+    Raises UserError for other architectures or settings octlm does not have (see `hf_arch.config_from_hf`).
     """
-    hc = hf_model.config
-    if hc.model_type == "gpt2":
-        problems = [f"{k}={getattr(hc, k)!r}" for k, ok in (
-            ("activation_function", hc.activation_function == "gelu"),
-            ("scale_attn_by_inverse_layer_idx", not hc.scale_attn_by_inverse_layer_idx),
-            ("add_cross_attention", not hc.add_cross_attention),
-            ("scale_attn_weights", hc.scale_attn_weights),
-        ) if not ok]  # fmt: skip
-        config = ModelConfig(
-            vocab_size=hc.vocab_size, d_model=hc.n_embd, context_length=hc.n_positions, n_layers=hc.n_layer,
-            n_heads=hc.n_head, d_ff=hc.n_inner or 4 * hc.n_embd, position="learned", norm="layernorm",
-            mlp="gelu", bias=True, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.layer_norm_epsilon,
-        )  # fmt: skip
-    elif hc.model_type == "llama":
-        # transformers 5.x: rope_parameters; 4.x: rope_theta plus rope_scaling (None for plain RoPE).
-        rope = getattr(hc, "rope_parameters", None) or {
-            "rope_type": (getattr(hc, "rope_scaling", None) or {}).get("rope_type", "default"),
-            "rope_theta": getattr(hc, "rope_theta", 10000.0),
-        }
-        problems = [f"{k}={v!r}" for k, v, ok in (
-            ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
-            ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
-            ("attention_bias", hc.attention_bias, not hc.attention_bias),
-            ("mlp_bias", hc.mlp_bias, not hc.mlp_bias),
-            ("head_dim", hc.head_dim, hc.head_dim * hc.num_attention_heads == hc.hidden_size),
-        ) if not ok]  # fmt: skip
-        config = ModelConfig(
-            vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
-            n_layers=hc.num_hidden_layers, n_heads=hc.num_attention_heads,
-            n_kv_heads=0 if hc.num_key_value_heads == hc.num_attention_heads else hc.num_key_value_heads,
-            d_ff=hc.intermediate_size, position="rope", rope_layout="half",
-            rope_base=float(rope["rope_theta"]), norm="rmsnorm", mlp="swiglu", bias=False,
-            tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.rms_norm_eps,
-        )  # fmt: skip
-    else:
-        raise UserError(
-            f"octlm reads only gpt2 and llama models from transformers, not model_type {hc.model_type!r}"
-        )
-    if problems:
-        raise UserError(f"not representable in octlm: this {hc.model_type} model has " + ", ".join(problems))
-
+    config = config_from_hf(hf_model.config)
     model = Decoder(config)
-    mapped = _gpt2_state(model) if config.position == "learned" else _llama_state(model)
+    mapped = STATES[hf_model.config.model_type](model)
     hf_state = hf_model.state_dict()
     with torch.no_grad():
-        # Each mapped tensor is a view of an octlm parameter (a transpose or a row slice), so copying into the
-        # view writes the parameter itself.
+        # Each mapped tensor is a view of an octlm parameter (a transpose, a row slice, a regrouping), so
+        # copying into the view writes the parameter itself.
         for name, target in mapped.items():
-            target.copy_(hf_state[name].to(target.dtype))
+            target.copy_(hf_state[name].reshape(target.shape).to(target.dtype))
     return model.eval()
 
 
@@ -397,7 +229,17 @@ def export_hf(run_dir: str | Path, out: str | Path, force: bool = False) -> Path
 # `octlm export hf`
 
 
+# What `octlm export hf --help` says maps where (hf_arch.hf_architecture decides; its refusal says the same).
+SHAPES = (
+    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, layernorm, "
+    "gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV heads "
+    "allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction as "
+    "rotary_pct, layernorm, gelu, bias). Anything else is refused, naming what differs."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = SHAPES
     parser.add_argument(
         "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-learned"
     )

@@ -37,7 +37,6 @@ from octlm.analysis import (
     DEFAULT_FREQUENT,
     DEFAULT_TOP,
     INIT_STD,
-    Neighbours,
     Tables,
     analyze,
     resolve_tokens,
@@ -49,7 +48,9 @@ from octlm.document import Block, Code, Heading, Image, Inline, Paragraph, Table
 from octlm.errors import UserError, check_output, check_text, writing
 from octlm.figures import draw_figures, web_export
 from octlm.probe import inspect_probe, report_probe_blocks
+from octlm.report_schemes import instead_blocks
 from octlm.run import Run
+from octlm.similarity import Neighbours
 
 if TYPE_CHECKING:
     from octlm.config import Config
@@ -146,26 +147,21 @@ def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[B
                 [str(p), ", ".join(f"{q} ({s:.2f})" for q, s in nb)] for p, nb in data["neighbours"].items()
             ]
             blocks += [Paragraph(f"Nearest positions, {name}:"), Table(["position", "nearest"], rows)]
-        headers = (
-            ["distance"]
-            + [name for name, _ in versions]
-            + (["sinusoidal"] if m["position"] == "learned" else [])
-        )
-        sources = [data for _, data in versions] + (
-            [pos["sinusoidal_reference"]] if m["position"] == "learned" else []
-        )
+        learned = "untrained" in pos  # a table that training changed (learned, or a registered scheme's)
+        headers = ["distance"] + [name for name, _ in versions] + (["sinusoidal"] if learned else [])
+        sources = [data for _, data in versions] + ([pos["sinusoidal_reference"]] if learned else [])
         rows = [
             [str(d)] + [f"{s['similarity_by_distance'][d]:.3f}" for s in sources] for d in pos["distances"]
         ]
         blocks += [Paragraph("Mean cosine similarity of positions t and t + d:"), Table(headers, rows)]
         caption = (
-            "Position x position cosine similarity: the learned table after and before training, beside the "
-            "sinusoidal table of the same width."
-            if m["position"] == "learned"
+            f"Position x position cosine similarity: the {m['position']} vectors after and before training, "
+            "beside the sinusoidal table of the same width."
+            if learned
             else "Position x position cosine similarity of the sinusoidal table (fixed; trained = untrained)."
         )
     else:
-        blocks += _instead_blocks(pos)
+        blocks += instead_blocks(pos)
         caption = (
             f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model adds "
             "no position vectors to its input, so it has no similarity map of its own."
@@ -176,41 +172,6 @@ def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[B
             Image(figures["position_scheme"], f"What {m['position']} has instead of position vectors.")
         )
     return blocks
-
-
-def _instead_blocks(pos: dict[str, Any]) -> list[Block]:
-    """The table a scheme without position vectors shows instead."""
-    distances = pos["distances"]
-    if "rope" in pos:
-        r = pos["rope"]
-        rows = [
-            [str(i), f"{t:.6g}", f"{w:,.1f}", f"{n:.3g}"]
-            for i, (t, w, n) in enumerate(
-                zip(r["theta"], r["wavelength"], r["turns_in_context"], strict=True)
-            )
-        ]
-        return [Table(["pair i", "θ_i (radians per position)", "wavelength 2π/θ_i", "turns within T"], rows)]
-    if "alibi" in pos:
-        a = pos["alibi"]
-        rows = [
-            [str(h), f"{s:.6g}"] + [f"{-s * d:.3f}" for d in distances] for h, s in enumerate(a["slopes"])
-        ]
-        return [Table(["head", "slope"] + [f"d = {d}" for d in distances], rows)]
-    if "t5" in pos:
-        t5 = pos["t5"]
-        heads = t5["bias"].shape[1]
-        rows = [
-            [str(b), f"{lo}–{hi}" if hi > lo else str(lo)]
-            + [f"{t5['bias'][b, h]:+.3f}" for h in range(heads)]
-            for b, (lo, hi) in t5["bucket_distances"].items()
-        ]
-        return [
-            Paragraph(
-                "Learned bias per bucket (the distances each bucket covers within the context) and head:"
-            ),
-            Table(["bucket", "distances"] + [f"head {h}" for h in range(heads)], rows),
-        ]
-    return []
 
 
 def _unseen_blocks(unseen: dict[str, Any], m: dict[str, Any]) -> list[Block]:

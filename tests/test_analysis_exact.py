@@ -16,11 +16,9 @@ from octlm.analysis import (
     MAP_POSITIONS,
     Tables,
     analyze,
-    cosine_neighbours,
     most_frequent,
     nearest_positions,
     nearest_tokens,
-    partner_hits,
     pca_2d,
     position_section,
     probe_distances,
@@ -38,6 +36,7 @@ from octlm.analysis import (
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model import Decoder
+from octlm.similarity import cosine_neighbours, partner_hits
 
 S = 1 / math.sqrt(2)
 # Six unit-ish rows whose cosines are known: row 1 is row 0 scaled, row 2 at 45°, row 3 orthogonal,

@@ -158,7 +158,7 @@ def test_from_hf_refuses_other_models() -> None:
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=20
     )
     bert = transformers.BertForMaskedLM(bert_config)
-    with pytest.raises(UserError, match="only gpt2 and llama"):
+    with pytest.raises(UserError, match="only gpt2, llama, smollm3 and gpt_neox models"):
         from_hf(bert)
 
 
@@ -182,7 +182,10 @@ LLAMA_PARTS = {"position": "rope", "norm": "rmsnorm", "mlp": "swiglu", "bias": F
         ({**LLAMA_PARTS, "rope_layout": "interleaved"}, "rope_layout='interleaved'"),
         ({**LLAMA_PARTS, "bias": True}, "bias=True"),  # Llama with biases
         ({**LLAMA_PARTS, "norm": "layernorm"}, "norm='layernorm'"),  # LayerNorm + SwiGLU + RoPE
-        ({"position": "rope"}, "position='rope'"),  # RoPE into the GPT-2 stack
+        ({"position": "rope", "n_kv_heads": 2}, "(GPT-NeoX has no grouped-query attention"),
+        ({"position": "rope", "nope_layers": [1]}, "nope_layers=[1] (GPT-NeoX has no NoPE layers"),
+        ({"position": "alibi", "nope_layers": [1]}, "position='alibi' (needs 'rope')"),
+        ({**LLAMA_PARTS, "rope_fraction": 0.5}, "rope_fraction=0.5 (needs 1.0)"),  # partial RoPE: NeoX only
     ],
 )
 def test_unrepresentable_configs_are_refused(changes: dict, named: str) -> None:

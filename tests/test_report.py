@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from octlm import analysis, report
+from octlm import analysis, report, similarity
 from octlm.checkpoint import load_model
 from octlm.cli import main
 from octlm.config import ModelConfig, config_from_dict
@@ -79,7 +79,7 @@ def test_planted_pairs_are_each_others_nearest_neighbours() -> None:
     # Chance: a random row's nearest of 39 others is its partner with probability 1/39, so about 1 of 40.
     assert untrained <= 5, f"untrained model already finds {untrained}/40 partners; the test proves nothing"
     assert trained >= 38, f"trained model finds only {trained}/40 partners as nearest neighbours"
-    assert analysis.partner_hits(model.token_embedding.weight, partner) == trained
+    assert similarity.partner_hits(model.token_embedding.weight, partner) == trained
 
 
 # ------------------------------------------------------------------------------------------------------------
