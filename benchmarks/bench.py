@@ -39,7 +39,7 @@ from measure_decode import bench_generation
 from measure_forward import bench_context, bench_embedding, bench_long, memory_worker
 from measure_tokenizer import bench_tokenizer
 from measure_train import bench_compile, bench_precision, bench_training
-from render import header, long_section, markdown
+from render import generation_section, header, long_section, markdown
 
 from octlm.runtime import torch_threads
 
@@ -179,6 +179,22 @@ def run_long(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str
     return r
 
 
+def run_decode(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--only decode`: the generation section alone, written as `<device>-decode.json` and `.md`."""
+    started = time.time()
+    r: dict[str, Any] = {"machine": machine(flush_denormal), "quick": s["quick"], "warmup": 1, "reps": s["reps"],
+                         "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    prompt = min(16, CONFIGS[s["generation"]]["context_length"] - s["new_tokens"])
+    log = partial(log_to_stderr, started)
+    r["generation"] = bench_generation(s["generation"], prompt, s["new_tokens"], 1, s["reps"], log)
+    r["wall_s"] = time.time() - started
+    with contextlib.suppress(OSError):
+        r["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    r["markdown"] = "\n".join(header(r) + generation_section(r["generation"]))
+    write_results(r, out_dir, r["machine"]["device"] + "-decode", r["markdown"])
+    return r
+
+
 def gpu_slug() -> str:
     """The GPU's name as a file stem: "NVIDIA H200" -> "nvidia-h200"."""
     return "-".join("".join(c if c.isalnum() else " " for c in torch.cuda.get_device_name()).lower().split())
@@ -196,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
     parser.add_argument("--long", action="store_true",
                         help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
+    parser.add_argument("--only", choices=("decode",), default=None,
+                        help="decode: only the generation section (octlm generate, the floor, HF generate)")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     with torch_threads(THREADS):
@@ -210,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             memory_worker(json.loads(args.memory_worker))
             return 0
         s = settings(args.quick, args.configs, not args.no_compile)
+        if args.only == "decode":
+            r = run_decode(s, Path(args.out), flush_denormal)
+            print(r["markdown"])
+            return 0
         if args.long:
             r = run_long(s, Path(args.out), flush_denormal)
             print(r["markdown"])

@@ -1,19 +1,40 @@
 """The generation section: new tokens/s with and without the KV cache against HF `generate`, and the floor
-under cached decoding (the model's weight GEMVs alone)."""
+under cached decoding (the model's weight GEMVs alone); then what `octlm generate` itself does (the lean
+decoding step, sampling, streaming text to a file) greedy, sampled and batched, against HF `generate` doing
+the same, at the CLI's one thread."""
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
 from measure import CONFIGS, hf_gpt2, hf_llama, interleaved, octlm_config, summary
 
+from octlm.corpus import Document
+from octlm.generate import Sampling, generate_batch, stream_text
 from octlm.model import Decoder
 from octlm.runtime import torch_threads
+from octlm.tokenizer import Tokenizer, train_tokenizer
 
 FLOOR = "floor: octlm learned's weight GEMVs alone"
+# `octlm generate`'s rows: its defaults (temperature 0.8, no top-k, top-p 1, one thread), HF given the same.
+CLI_GREEDY, CLI_SAMPLED = "octlm generate (CLI path), greedy", "octlm generate (CLI path), sampled"
+HF_GREEDY, HF_SAMPLED = (
+    "HF GPT-2 generate, cache, greedy, 1 thread",
+    "HF GPT-2 generate, cache, sampled, 1 thread",
+)
+FLOOR_1 = FLOOR + ", 1 thread"
+BATCH = 8  # `octlm generate --num-samples 8`
+CLI_BATCH, HF_BATCH = (
+    f"octlm generate --num-samples {BATCH}, sampled",
+    f"HF GPT-2 generate, cache, batch {BATCH}, sampled, 1 thread",
+)
+TEMPERATURE = 0.8  # the CLI's default
 
 
 def octlm_generate(model: Decoder, prompt: torch.Tensor, new: int, use_cache: bool) -> torch.Tensor:
@@ -60,18 +81,53 @@ def weights_only_decode(model: Decoder, new: int) -> Callable[[], None]:
     return partial(weight_gemvs, layers, inputs, new)
 
 
-def hf_generate(model: Any, prompt: torch.Tensor, new: int, use_cache: bool) -> torch.Tensor:
-    """Greedy decoding of exactly `new` tokens after `prompt` with a Hugging Face model's `generate`."""
+def hf_generate(
+    model: Any, prompt: torch.Tensor, new: int, use_cache: bool, sample: bool = False
+) -> torch.Tensor:
+    """Exactly `new` tokens after `prompt` `[B, T]` with a Hugging Face model's `generate`: greedy, or (`sample`)
+    drawn at the CLI's temperature from every token (`top_k=0`: HF's default would keep only 50)."""
+    sampling = (
+        {"do_sample": True, "temperature": TEMPERATURE, "top_k": 0, "top_p": 1.0}
+        if sample
+        else {"do_sample": False}
+    )
     with torch.inference_mode():
         return model.generate(
             prompt,
             attention_mask=torch.ones_like(prompt),
-            do_sample=False,
             max_new_tokens=new,
             min_new_tokens=new,
             use_cache=use_cache,
             pad_token_id=0,
+            **sampling,
         )
+
+
+def bench_tokenizer(vocab: int) -> Tokenizer:
+    """A byte-level BPE of up to `vocab` entries, trained on a few stdlib modules (a second or so)."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    docs = [
+        Document(n, (lib / n).read_text(encoding="utf-8")) for n in ("argparse.py", "inspect.py", "typing.py")
+    ]
+    return train_tokenizer(docs, vocab)
+
+
+def cli_generate(model: Decoder, tokenizer: Tokenizer, new: int, sampling: Sampling, out: Any) -> int:
+    """What `octlm generate --keep-going` does once the run is loaded: prompt, `new` tokens, text streamed to
+    `out` (a file on /dev/null: every piece is written and flushed), exactly `new` tokens."""
+    with torch_threads(1):  # the CLI's default
+        count = stream_text(model, tokenizer, "class", new, sampling, out, stop_at_eot=False)
+    assert count == new
+    return count
+
+
+def cli_batch(model: Decoder, tokenizer: Tokenizer, new: int, sampling: Sampling) -> int:
+    """`octlm generate --num-samples BATCH --keep-going`'s decoding: one batch, `new` tokens per sample."""
+    with torch_threads(1):
+        rows = generate_batch(model, tokenizer, [tokenizer.eot_id, *tokenizer.encode("class")], BATCH, new,
+                              sampling, stop_at_eot=False)  # fmt: skip
+    assert [len(r) for r in rows] == [new] * BATCH
+    return BATCH * new
 
 
 def one_thread(fn: Callable[[], Any]) -> Any:
@@ -103,6 +159,23 @@ def generation_paths(
     return fns, learned
 
 
+def cli_paths(learned: Decoder, gpt2: Any, new: int, out: Any) -> dict[str, Callable[[], Any]]:
+    """`octlm generate`'s own path greedy, sampled and batched, HF `generate` likewise, and the floor, all at
+    one thread (the CLI's default). HF's prompt is as long as the CLI's ("class" after EOT)."""
+    tokenizer = bench_tokenizer(learned.config.vocab_size)
+    prompt = torch.zeros(1, len(tokenizer.encode("class")) + 1, dtype=torch.long)
+    batch = prompt.repeat(BATCH, 1)
+    return {
+        CLI_GREEDY: partial(cli_generate, learned, tokenizer, new, Sampling(), out),
+        HF_GREEDY: partial(one_thread, partial(hf_generate, gpt2, prompt, new, True)),
+        CLI_SAMPLED: partial(cli_generate, learned, tokenizer, new, Sampling(TEMPERATURE), out),
+        HF_SAMPLED: partial(one_thread, partial(hf_generate, gpt2, prompt, new, True, True)),
+        FLOOR_1: partial(one_thread, weights_only_decode(learned, new)),
+        CLI_BATCH: partial(cli_batch, learned, tokenizer, new, Sampling(TEMPERATURE)),
+        HF_BATCH: partial(one_thread, partial(hf_generate, gpt2, batch, new, True, True)),
+    }
+
+
 def bench_generation(config: str, prompt_len: int, new: int, warmup: int, reps: int, log) -> dict[str, Any]:
     log(f"generation config {config}: prompt {prompt_len}, {new} new tokens, batch 1, greedy")
     c = CONFIGS[config]
@@ -111,12 +184,17 @@ def bench_generation(config: str, prompt_len: int, new: int, warmup: int, reps: 
     for name, fn in fns.items():  # every path must really make `new` tokens
         if name != FLOOR:
             assert fn().shape[1] == prompt_len + new, name
-    times = interleaved(fns, warmup, reps)
+    with open(os.devnull, "w", encoding="utf-8") as out:
+        cli = cli_paths(learned, hf_gpt2(config).eval(), new, out)
+        times = interleaved({**fns, **cli}, warmup, reps)
+    tokens = {k: BATCH * new if k in (CLI_BATCH, HF_BATCH) else new for k in times}
     return {
         "config": config,
         "prompt": prompt_len,
         "new_tokens": new,
-        "rows": {k: {"tokens_per_s": summary([new / s for s in v])} for k, v in times.items()},
+        "batch": BATCH,
+        "cli_rows": list(cli),
+        "rows": {k: {"tokens_per_s": summary([tokens[k] / s for s in v])} for k, v in times.items()},
         "weight_megabytes_per_token": sum(
             m.weight.numel() * m.weight.element_size() for m in linear_layers(learned)
         )

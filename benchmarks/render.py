@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from measure import CONFIGS, MFU_FORMULA, summary
+from measure_decode import CLI_BATCH, CLI_GREEDY, CLI_SAMPLED, FLOOR_1, HF_BATCH, HF_GREEDY, HF_SAMPLED
 
 
 def fmt_range(values: list[float], digits: int = 0) -> str:
@@ -232,6 +233,8 @@ def generation_section(g: dict[str, Any]) -> list[str]:
         "|---|---|---|",
     ]
     for k, row in g["rows"].items():
+        if k in g.get("cli_rows", ()):
+            continue  # their own table, below
         s = row["tokens_per_s"]
         ref = generation_reference(g, k)
         lines.append(
@@ -243,6 +246,36 @@ def generation_section(g: dict[str, Any]) -> list[str]:
         "that every cached decoding step must do (each `nn.Linear` of octlm's learned model, tied head "
         "included, on one token), and nothing else: the most tokens/s fp32 decoding through torch's GEMV "
         "can reach on this machine.",
+        "",
+    ]
+    return lines + cli_section(g) if "cli_rows" in g else lines
+
+
+CLI_PAIRS = {CLI_GREEDY: HF_GREEDY, CLI_SAMPLED: HF_SAMPLED, CLI_BATCH: HF_BATCH}  # octlm row: its HF row
+
+
+def cli_section(g: dict[str, Any]) -> list[str]:
+    """`octlm generate` itself (lean step, sampling, text streamed to /dev/null) against the floor and HF."""
+    rows = g["rows"]
+    med = {k: rows[k]["tokens_per_s"]["median"] for k in g["cli_rows"]}
+    lines = [
+        f'### `octlm generate` (config {g["config"]}, 1 thread, its default; prompt "class", {g["new_tokens"]} '
+        "new tokens, `--keep-going`)",
+        "",
+        "| path | new tokens/s | % of the floor (1 thread) | vs HF generate with cache, same sampling |",
+        "|---|---|---|---|",
+    ]
+    for k in g["cli_rows"]:
+        s = rows[k]["tokens_per_s"]
+        hf = CLI_PAIRS.get(k)
+        versus = f"{med[k] / med[hf]:.2f}×" if hf else ""
+        share = "" if k in (CLI_BATCH, HF_BATCH) else f"{100 * med[k] / med[FLOOR_1]:.0f}%"
+        lines.append(f"| {k} | {s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f}) | {share} | {versus} |")
+    lines += [
+        "",
+        f"The CLI rows run what `octlm generate --keep-going` runs once the run is loaded (prompt, decoding, "
+        f"every text piece written and flushed to /dev/null); batched rows count the tokens of all "
+        f"{g.get('batch', 8)} samples. Ratios are of medians from the same interleaved rounds.",
         "",
     ]
     return lines

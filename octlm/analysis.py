@@ -128,7 +128,10 @@ def tables_of(model: Decoder | Tables) -> Tables:
         tables.position_table = _array(pos.table.weight)
     elif cfg.position == "rope":
         tables.rope = {"inv_freq": _array(pos.inv_freq), "head_dim": cfg.head_dim, "base": cfg.rope_base,
-                       "layout": cfg.rope_layout}  # fmt: skip
+                       "layout": cfg.rope_layout, "rotary_dims": pos.rotary_dims}  # fmt: skip
+        if pos.rotary_dims < cfg.head_dim:  # model.rope_fraction < 1, said as hf_inspect says it of GPT-NeoX
+            tables.rope["note"] = (f" Only dimensions 0 to {pos.rotary_dims - 1} of each head's {cfg.head_dim} "
+                                   f"rotate; the other {cfg.head_dim - pos.rotary_dims} carry no position.")  # fmt: skip
     elif cfg.position == "alibi":
         tables.scheme = {"slopes": _array(pos.slopes)}
     elif cfg.position == "t5":

@@ -84,7 +84,9 @@ class ModelConfig:
     xpos_scale_base: float = 512.0  # xpos: positions per e-fold of the per-pair decay
     fire_hidden: int = 32  # fire: hidden width of the MLP over the transformed distance
     fire_threshold: float = 512.0  # fire: the learned threshold L's initial value (progressive interpolation)
-    cope_positions: int = 64  # cope: interpolated position embeddings 0 .. cope_positions - 1 per head
+    cope_positions: int = (
+        64  # cope: interpolated position embeddings 0 .. cope_positions - 1 per layer, shared by its heads
+    )
     nope_layers: list[int] = field(
         default_factory=list
     )  # layers that use no position signal (Llama 4, SmolLM3)

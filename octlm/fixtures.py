@@ -1,13 +1,15 @@
 """`octlm export fixtures`: the JSON files that the web site's TypeScript math is tested against.
 
 The explainer site (web/) recomputes the position math in the browser, in `web/src/math.ts`. So that the two
-never drift, this command evaluates the functions of `octlm/positions.py` on small fixed inputs and writes one
-JSON file per function into `web/fixtures/`, inputs included. `web/tests/unit/parity.test.ts` runs every
-TypeScript twin on the same inputs and fails when any value differs by more than 1e-5, and
-`tests/test_fixtures.py` fails when the committed files are not what this command writes today.
+never drift, this command evaluates the formulas of `octlm/positions.py` and `octlm/schemes/` on small fixed
+inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file).
+`web/tests/unit/parity.test.ts` runs every TypeScript twin on the same inputs and fails when any value differs by
+more than 1e-7, and `tests/test_fixtures.py` fails when the committed files are not what this command writes today.
+`schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks and the class
+docstring's summary of every scheme `import octlm.schemes` registers), from which the site lists the schemes.
 
 The files are stable byte for byte: keys sorted, values converted to float64 and rounded to 12 significant
-digits: far below the 1e-5 tolerance, far above the last-bit noise by which one CPU's `sin` may differ from
+digits: far below the 1e-7 tolerance, far above the last-bit noise by which one CPU's `sin` may differ from
 another's.
 A masked entry (an ALiBi bias of minus infinity) is written as `null`, because JSON has no infinity.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +62,62 @@ def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:
     return out
 
 
+# Where a scheme can act, in the order of the forward pass (the PositionScheme hooks).
+HOOKS = ("embed", "rotate", "bias", "contextual_bias")
+
+
+def _summary(cls: type) -> str:
+    """A class docstring's summary: its first paragraph on one line (a first physical line may stop mid-sentence)."""
+    doc = (cls.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def scheme_table() -> dict[str, Any]:
+    """`schemes.json`: every registered scheme in table order, as the site lists them.
+
+    `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme` hooks it
+    overrides (where it acts), `bounded` whether it has a maximum length.
+    """
+    import octlm.schemes  # noqa: F401  registers every built-in scheme
+    from octlm import positions as P
+
+    rows = []
+    for name in P.table_order(P.scheme_names()):
+        cls = P.SCHEMES[name]
+        hooks = [h for h in HOOKS if getattr(cls, h) is not getattr(P.PositionScheme, h)]
+        rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
+                     "options": list(cls.options), "hooks": hooks, "doc": _summary(cls)})  # fmt: skip
+    note = ("the position-scheme registry (octlm.positions.SCHEMES after `import octlm.schemes`), in table order; "
+            "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads")  # fmt: skip
+    return {"source": "octlm/positions.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
+
+
 def build_fixtures() -> dict[str, dict[str, Any]]:
-    """Every fixture file by name: {"function", "source", "schema", "note", "cases": [{inputs, output}]}."""
+    """Every fixture file by name: {"function", "source", "schema", "note", "cases": [{inputs, output}]}, and
+    `schemes.json` (the registry as data)."""
+    files: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, note: str, cases: list[dict[str, Any]], source: str = "octlm/positions.py") -> None:
+        files[f"{name}.json"] = {"function": name, "source": source, "schema": SCHEMA, "note": note,
+                                 "cases": _clean(cases)}  # fmt: skip
+
+    # The registry first: the modules below register their schemes as they are imported, and schemes.json lists
+    # what `import octlm.schemes` registers (in a fresh process that is all octlm has, in its table order).
+    files["schemes.json"] = scheme_table()
+    _formula_fixtures(add)
+    _scheme_formula_fixtures(add)
+    _cope_fixtures(add)
+    return dict(sorted(files.items()))
+
+
+def _formula_fixtures(add: Callable[..., None]) -> None:
+    """The formulas of octlm/positions.py on small fixed inputs."""
     import torch
 
     from octlm import positions as P
 
     def f64(rows: list[list[float]]) -> torch.Tensor:
         return torch.tensor(rows, dtype=torch.float64)
-
-    files: dict[str, dict[str, Any]] = {}
-
-    def add(name: str, note: str, cases: list[dict[str, Any]]) -> None:
-        files[f"{name}.json"] = {"function": name, "source": "octlm/positions.py", "schema": SCHEMA,
-                                 "note": note, "cases": _clean(cases)}  # fmt: skip
 
     add("sinusoidal_table", "output[t][2i] = sin(t / base^(2i/width)), output[t][2i+1] = cos(same)", [
         {"inputs": {"length": n, "width": w, "base": b}, "output": P.sinusoidal_table(n, w, b)}
@@ -133,7 +178,103 @@ def build_fixtures() -> dict[str, dict[str, Any]]:
         shape_cases.append({"inputs": {"token_shape": tokens, "table_shape": table}, "output": message})
     add("add_positions", "the error add_positions raises for [B, T, C] + [T', C'] (null: the shapes fit)",
         shape_cases)  # fmt: skip
-    return files
+
+
+def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
+    """The plain formulas of the newer schemes (octlm/schemes/), each fixture naming its source file."""
+    import torch
+
+    from octlm.schemes import fire, rotary, xpos
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    def exact(value: torch.Tensor) -> Any:
+        """`value` as the fixture stores it, so that both languages start from the very same numbers."""
+        return f64(_clean(value))
+
+    src = "octlm/schemes/rotary.py"
+    add("rotary_dims", "int(head_dim * fraction) rounded down to whole pairs (GPT-NeoX rotary_pct)", [
+        {"inputs": {"head_dim": d, "fraction": f}, "output": rotary.rotary_dims(d, f)}
+        for d, f in [(64, 1.0), (64, 0.25), (64, 0.3), (16, 0.5), (10, 0.35), (8, 0.2), (2, 0.99), (96, 0.1)]
+    ], src)  # fmt: skip
+    add("prope_frequencies", "theta_i = base^(-2i/head_dim) for the round(kept * D/2) smallest i (half up), else 0", [
+        {"inputs": {"head_dim": d, "base": b, "kept": k}, "output": rotary.prope_frequencies(d, b, k)}
+        for d, b, k in [(8, 10000.0, 0.75), (8, 10000.0, 0.625), (12, 500.0, 0.75), (16, 10000.0, 0.25),
+                        (8, 10000.0, 0.0), (8, 10000.0, 1.0), (64, 10000.0, 0.75)]
+    ], src)  # fmt: skip
+
+    src = "octlm/schemes/xpos.py"
+    add("xpos_scales", "zeta_i = (2i / head_dim + gamma) / (1 + gamma), one per channel pair", [
+        {"inputs": {"head_dim": d, "gamma": g}, "output": xpos.xpos_scales(d, g)}
+        for d, g in [(8, 0.4), (16, 0.4), (64, 0.4), (2, 0.4), (10, 0.1)]
+    ], src)  # fmt: skip
+    add("xpos_safe_length", "the first position whose key scale zeta_0^(-t / scale_base) passes 2^64", [
+        {"inputs": {"head_dim": d, "scale_base": sb, "gamma": g}, "output": xpos.xpos_safe_length(d, sb, g)}
+        for d, sb, g in [(64, 512.0, 0.4), (16, 512.0, 0.4), (64, 64.0, 0.4), (8, 2048.0, 0.4), (32, 512.0, 1.0)]
+    ], src)  # fmt: skip
+
+    src = "octlm/schemes/fire.py"
+    fire_cases = []
+    for c, threshold, q, k in [(0.1, 4.0, [0, 1, 2, 3, 4, 5, 6, 7], list(range(8))), (0.5, 2.0, [5, 9], list(range(10))),
+                               (2.0, 100.0, [100, 300], [0, 1, 50, 100, 299, 300])]:  # fmt: skip
+        out = fire.fire_inputs(f64(c), f64(threshold), torch.tensor(q), torch.tensor(k))
+        fire_cases.append({"inputs": {"c": c, "threshold": threshold, "q_positions": q, "k_positions": k},
+                           "output": out})  # fmt: skip
+    add("fire_inputs", "psi(i - j) / psi(max(L, i)), psi(x) = log(c x + 1), for query i and key j <= i (0 for j > i)",
+        fire_cases, src)  # fmt: skip
+    mlp_cases = []
+    for heads, hidden, seed in [(2, 4, 21), (3, 8, 22)]:
+        x = exact(fire_cases[1]["output"] if heads == 2 else fire_cases[0]["output"])
+        rows = f64(_inputs(4, heads * hidden, seed))  # four rows of fixed values in [-1, 1]
+        w1, b1, w2, b2 = (
+            rows[0, :hidden] * 2,
+            rows[1, :hidden],
+            rows[2].reshape(heads, hidden),
+            rows[3, :heads],
+        )
+        weights = {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
+        mlp_cases.append({"inputs": {"x": x, **weights}, "output": fire.fire_mlp(x, **weights)})
+    add("fire_mlp", "output[h][q][k] = w2[h] . relu(w1 x[q][k] + b1) + b2[h]", mlp_cases, src)
+
+
+def _cope_fixtures(add: Callable[..., None]) -> None:
+    """CoPE's gated counts and their interpolated bias (octlm/schemes/cope.py)."""
+    import torch
+
+    from octlm.schemes import cope
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    src = "octlm/schemes/cope.py"
+    count_cases, bias_cases = [], []
+    for (b, h, hkv, tq, tk, d, limit, offset, seed) in [(1, 2, 2, 5, 5, 4, 8, 0, 31), (2, 4, 2, 3, 7, 4, 3, 4, 32),
+                                                          (1, 1, 1, 6, 6, 8, 63, 0, 33)]:  # fmt: skip
+        # times 3: scores of a few units, so that the gates spread over (0, 1) instead of all sitting near 1/2
+        q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
+        k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
+        qp, kp = list(range(offset, offset + tq)), list(range(tk))
+        counts = cope.gated_counts(q, k, torch.tensor(qp), torch.tensor(kp), limit)
+        inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp, "limit": limit}
+        count_cases.append({"inputs": inputs, "output": counts})
+        table = f64(_inputs(limit + 1, d, seed + 200))
+        p = f64(_clean(counts))  # the counts as the fixture stores them: both sides start from them
+        # (a copy goes in: interpolated_bias overwrites its counts with their fractional parts)
+        bias_cases.append(
+            {
+                "inputs": {"q": q, "table": table, "counts": p},
+                "output": cope.interpolated_bias(q, table, p.clone()),
+            }
+        )
+    add("gated_counts", "p[b][h][i][j] = min(sum over keys t = j..i of sigmoid(q_i . k_t / sqrt(D)), limit); 0 for j > i; "
+        "query head h reads key head h // (H / Hkv)", count_cases, src)  # fmt: skip
+    add(
+        "interpolated_bias",
+        "z = (1 - w) q . e[floor(p)] + w q . e[ceil(p)], w = p - floor(p)",
+        bias_cases,
+        src,
+    )
 
 
 def render(fixture: dict[str, Any]) -> str:

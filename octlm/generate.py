@@ -24,11 +24,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from torch import Tensor, nn
 
+from octlm.decode import DecodeStep
 from octlm.errors import SEED_RANGE, THREADS_RANGE, UserError, check_text, int_in_range
 from octlm.runtime import resolve_device, torch_threads
 
@@ -42,6 +43,8 @@ SAMPLE_TOP_K = 40
 # huge --max-new-tokens costs nothing up front, and growth copies each cached entry about once on average.
 INITIAL_NEW_TOKENS = 256
 DEVICES = "auto, cpu, cuda or cuda:N"
+# `--num-samples`: one batch, one KV cache of N rows; past a few thousand rows a cache would not fit in memory.
+NUM_SAMPLES_RANGE = (1, 4096)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
@@ -124,6 +127,19 @@ def _silent(message: str) -> None:
     """Drop a notice (`generate(..., notice=None)`)."""
 
 
+def _checked_prompt(model: nn.Module, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    """The prompt as a list of ints, or a UserError naming what is wrong with it or with `max_new_tokens`."""
+    _check_max_new_tokens(max_new_tokens)
+    prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise UserError("the prompt is empty: generation needs at least one token to continue")
+    vocab = model.config.vocab_size
+    bad = [i for i in prompt if not 0 <= i < vocab]
+    if bad:
+        raise UserError(f"prompt token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
+    return prompt
+
+
 def generate(
     model: nn.Module,
     tokenizer: Any,
@@ -143,24 +159,41 @@ def generate(
     vocabulary larger than the tokenizer's) are never chosen. Options are checked before anything runs.
     """
     sampling = Sampling(temperature, top_k, top_p, seed)
-    _check_max_new_tokens(max_new_tokens)
-    prompt = [int(i) for i in prompt_ids]
-    if not prompt:
-        raise UserError("the prompt is empty: generation needs at least one token to continue")
-    vocab = model.config.vocab_size
-    bad = [i for i in prompt if not 0 <= i < vocab]
-    if bad:
-        raise UserError(f"prompt token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
-    return _generate(
-        model,
-        tokenizer,
-        prompt,
-        max_new_tokens,
-        sampling,
-        use_cache=use_cache,
-        stop_at_eot=stop_at_eot,
-        notice=notice or _silent,
-    )
+    prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
+    return _generate(model, tokenizer, [prompt], max_new_tokens, sampling, use_cache=use_cache,
+                     stop_at_eot=stop_at_eot, notice=notice or _silent)  # fmt: skip
+
+
+def generate_batch(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    num_samples: int,
+    max_new_tokens: int,
+    sampling: Sampling,
+    use_cache: bool = True,
+    stop_at_eot: bool = True,
+    notice: Callable[[str], None] | None = _stderr,
+) -> list[list[int]]:
+    """`num_samples` continuations of one prompt, decoded together as a batch (one cache, one forward per
+    step for all of them), each drawn from its own row of logits by one seeded generator.
+
+    Each list stops after its own EOT when `stop_at_eot` (the EOT id included); the batch stops when all did.
+    """
+    if num_samples < 1:
+        raise UserError(f"num-samples = {num_samples} must be at least 1")
+    prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
+    outs: list[list[int]] = [[] for _ in range(num_samples)]
+    done = [False] * num_samples
+    for tokens in _generate(model, tokenizer, [prompt] * num_samples, max_new_tokens, sampling,
+                            use_cache=use_cache, stop_at_eot=False, notice=notice or _silent):  # fmt: skip
+        for out, token, finished in zip(outs, tokens, done, strict=True):
+            if not finished:
+                out.append(token)
+        done = [d or (stop_at_eot and t == tokenizer.eot_id) for d, t in zip(done, tokens, strict=True)]
+        if all(done):
+            break
+    return outs
 
 
 def _last_logits(
@@ -170,67 +203,95 @@ def _last_logits(
     set to -inf). With a cache, `window` is only the tokens it does not hold yet."""
     x = torch.tensor([window], dtype=torch.long, device=device)  # [1, T]
     logits, _ = model(x, cache=cache)
-    out = logits[0, -1].float()  # [V]
-    if usable < out.shape[0]:
-        out[usable:] = float("-inf")
+    return _usable(logits[0, -1], usable)
+
+
+def _usable(logits: Tensor, usable: int) -> Tensor:
+    """`logits` `[..., V]` in float32, ids from `usable` on (which the tokenizer lacks) set to -inf."""
+    out = logits.float()
+    if usable < out.shape[-1]:
+        out[..., usable:] = float("-inf")
     return out
 
 
 def _generate(
     model: nn.Module,
     tokenizer: Any,
-    ids: list[int],
+    rows: list[list[int]],
     max_new_tokens: int,
     sampling: Sampling,
     *,
     use_cache: bool,
     stop_at_eot: bool,
     notice: Callable[[str], None],
-) -> Iterator[int]:
-    """`generate` once its arguments are checked; appends the new tokens to `ids`."""
+) -> Iterator[Any]:
+    """`generate` once its arguments are checked, for `rows` (prompts of one length): one int per step for a
+    single row, a list of ints (one per row) for several. Stops at EOT (`stop_at_eot`, single row only)."""
     limit: int | None = model.positions.max_length  # None: the scheme has no maximum length
-    if limit is not None and len(ids) > limit:
+    if limit is not None and len(rows[0]) > limit:
         notice(
-            f"the prompt has {len(ids)} tokens; the learned position table has {limit} rows, "
+            f"the prompt has {len(rows[0])} tokens; the learned position table has {limit} rows, "
             f"so only the last {limit} are read"
         )
     if not max_new_tokens:
         return
-    device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(sampling.seed)
-    usable = min(tokenizer.vocab_size, model.config.vocab_size)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            if use_cache and (limit is None or len(ids) <= limit):
-                capacity = len(ids) + min(max_new_tokens, INITIAL_NEW_TOKENS)
-                cache = model.new_cache(1, capacity if limit is None else min(limit, capacity))
-                window = ids
-            else:
-                cache, window = None, ids[-limit:] if limit else ids
-            sliding = False
-            for n in range(max_new_tokens):
-                logits = _last_logits(model, window, device=device, usable=usable, cache=cache)
-                token = pick_token(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator)
+            ids = torch.tensor(rows, dtype=torch.long, device=next(model.parameters()).device)
+            for tokens in _token_steps(model, ids, max_new_tokens, sampling, tokenizer, use_cache, notice):
+                if len(rows) > 1:
+                    yield tokens.tolist()  # one device sync per step for the whole batch
+                    continue
+                token = int(tokens[0])  # the one host round trip per token: the caller prints it now
                 yield token
-                if (stop_at_eot and token == tokenizer.eot_id) or n == max_new_tokens - 1:
+                if stop_at_eot and token == tokenizer.eot_id:
                     return
-                ids.append(token)
-                if limit is not None and len(ids) > limit:  # past the learned table: slide, no cache
-                    if not sliding:
-                        notice(
-                            f"passed the learned position table's {limit} rows: sliding the window, each "
-                            f"new token now re-reads the last {limit} tokens without the cache"
-                        )
-                        sliding = True
-                    cache, window = None, ids[-limit:]
-                elif cache is not None:
-                    window = [token]  # the cache holds everything before it
-                else:
-                    window = ids
     finally:
         model.train(was_training)
+
+
+def _token_steps(model: nn.Module, ids: Tensor, max_new_tokens: int, sampling: Sampling, tokenizer: Any,
+                 use_cache: bool, notice: Callable[[str], None]) -> Iterator[Tensor]:  # fmt: skip
+    """The new token ids `[B]` of each step after `ids` `[B, T]`, on the device, `max_new_tokens` of them.
+
+    With the cache, the prompt is read once and each step reads one token (through `DecodeStep` where it
+    computes what the model would); a learned table that the sequence outgrows drops the cache and slides
+    its window. Without the cache, every step re-reads the whole sequence (the last `limit` tokens).
+    """
+    limit: int | None = model.positions.max_length
+    usable = min(tokenizer.vocab_size, model.config.vocab_size)
+    generator = torch.Generator(device=ids.device).manual_seed(sampling.seed)
+    cache, step = None, None
+    if use_cache and (limit is None or ids.shape[1] <= limit):
+        capacity = ids.shape[1] + min(max_new_tokens, INITIAL_NEW_TOKENS)
+        cache = model.new_cache(ids.shape[0], capacity if limit is None else min(limit, capacity))
+        step = DecodeStep(model) if DecodeStep.supports(model) else None
+    first = ids if cache is not None or not limit else ids[:, -limit:]
+    logits, sliding = _usable(model(first, cache=cache)[0][:, -1], usable), False
+    for n in range(max_new_tokens):
+        tokens = choose_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator)
+        yield tokens
+        if n == max_new_tokens - 1:
+            return
+        if cache is None or limit is not None:  # what an uncached pass, or a sliding window, reads
+            ids = torch.cat((ids, tokens[:, None]), dim=1)
+        if limit is not None and ids.shape[1] > limit:  # past the learned table: slide, no cache
+            if not sliding:
+                sliding = True
+                notice(
+                    f"passed the learned position table's {limit} rows: sliding the window, each "
+                    f"new token now re-reads the last {limit} tokens without the cache"
+                )
+            cache = None
+        if step is not None and cache is not None:
+            logits = step(tokens, cache)
+        elif cache is not None:
+            logits = model(tokens[:, None], cache=cache)[0][:, -1]
+        else:
+            logits = model(ids[:, -limit:] if limit else ids)[0][:, -1]
+        logits = _usable(logits, usable)
 
 
 class StreamDecoder:
@@ -303,6 +364,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", type=device_name, default="auto", help=DEVICES + " (default auto)")
     parser.add_argument("--no-cache", action="store_true", help="re-run the whole sequence for every token")
     parser.add_argument("--keep-going", action="store_true", help="do not stop at the end-of-text token")
+    parser.add_argument("--num-samples", type=int_in_range(*NUM_SAMPLES_RANGE), default=1,
+                        help="continuations decoded together as one batch, printed when done (default 1: stream)")  # fmt: skip
     # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
     # 2-core machine two threads measured 15x slower), so one is the default.
     parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
@@ -328,26 +391,35 @@ def _run(args: argparse.Namespace) -> int:
     from octlm.checkpoint import load_model
 
     model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device, "--device"))
-    prompt_ids = encode_prompt(tokenizer, args.prompt)
-    out = sys.stdout
-    out.write(args.prompt)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    options = {"use_cache": not args.no_cache, "stop_at_eot": not args.keep_going}
+    start = time.perf_counter()
+    if args.num_samples == 1:
+        count = stream_text(
+            model, tokenizer, args.prompt, args.max_new_tokens, sampling, sys.stdout, **options
+        )
+    else:
+        count = print_samples(model, tokenizer, args.prompt, args.num_samples, args.max_new_tokens, sampling,
+                              sys.stdout, **options)  # fmt: skip
+    seconds = time.perf_counter() - start
+    _stderr(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]")
+    return 0
+
+
+def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, sampling: Sampling,
+                out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+    """What `octlm generate` prints: `prompt`, then each new piece of text as soon as it is whole, flushed.
+
+    Returns the number of tokens made (a final EOT counts, and is not printed).
+    """
+    out.write(prompt)
     out.flush()
-    stream = StreamDecoder(tokenizer)
-    start, count = time.perf_counter(), 0
-    for token in generate(
-        model,
-        tokenizer,
-        prompt_ids,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        use_cache=not args.no_cache,
-        stop_at_eot=not args.keep_going,
-    ):
+    stream, count = StreamDecoder(tokenizer), 0
+    for token in generate(model, tokenizer, encode_prompt(tokenizer, prompt), max_new_tokens,
+                          sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed,
+                          use_cache=use_cache, stop_at_eot=stop_at_eot):  # fmt: skip
         count += 1
-        if token == tokenizer.eot_id and not args.keep_going:
+        if token == tokenizer.eot_id and stop_at_eot:
             break  # the end of a document: nothing to print
         piece = stream.push(token)
         if piece:
@@ -355,6 +427,17 @@ def _run(args: argparse.Namespace) -> int:
             out.flush()
     out.write(stream.flush() + "\n")
     out.flush()
-    seconds = time.perf_counter() - start
-    _stderr(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]")
-    return 0
+    return count
+
+
+def print_samples(model: nn.Module, tokenizer: Any, prompt: str, num_samples: int, max_new_tokens: int,
+                  sampling: Sampling, out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+    """`octlm generate --num-samples N`: N continuations decoded as one batch, printed whole when done, each
+    as `prompt` + text after a `--- sample i ---` line. Returns the number of tokens made, all samples."""
+    samples = generate_batch(model, tokenizer, encode_prompt(tokenizer, prompt), num_samples, max_new_tokens,
+                             sampling, use_cache=use_cache, stop_at_eot=stop_at_eot)  # fmt: skip
+    for i, ids in enumerate(samples):
+        text = tokenizer.decode(ids[:-1] if stop_at_eot and ids and ids[-1] == tokenizer.eot_id else ids)
+        out.write(f"--- sample {i + 1} ---\n{prompt}{text}\n")
+    out.flush()
+    return sum(len(ids) for ids in samples)

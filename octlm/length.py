@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from octlm import length_cells, length_results
+from octlm import length_cells, length_results, probe
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
+from octlm.jsonable import to_json
 from octlm.positions import rope_frequencies, table_order
 from octlm.rope_scaling import VARIANTS, scaled_frequencies
 from octlm.run import Run
@@ -193,13 +194,17 @@ def score(model: torch.nn.Module, text: EvalText, length: int, mode: str, batch_
 
 def set_rope_variant(model: torch.nn.Module, variant: str, length: int, settings: Settings) -> None:
     """Give a RoPE model the frequencies of `variant` (rope_scaling.VARIANTS) for windows of `length` tokens."""
-    method, mc = VARIANTS[variant], model.config
+    method, mc, dims = (
+        VARIANTS[variant],
+        model.config,
+        model.positions.rotary_dims,
+    )  # rotated channels per head
     if method is None:
-        freqs = rope_frequencies(mc.head_dim, mc.rope_base), 1.0
+        freqs = rope_frequencies(dims, mc.rope_base), 1.0
     else:
         # Dynamic: Hugging Face's formula with factor 1, so the NTK factor is exactly L / train length.
         factor = 1.0 if method == "dynamic" else settings.factor
-        freqs = scaled_frequencies(method, mc.head_dim, mc.rope_base, factor, settings.train_length, length)
+        freqs = scaled_frequencies(method, dims, mc.rope_base, factor, settings.train_length, length)
     model.positions.set_frequencies(*freqs)
 
 
@@ -282,7 +287,10 @@ def train_and_score(config: Config, text: EvalText, settings: Settings) -> tuple
         model, info = trained_model(config, run.path, settings.retrain, progress=False)
         t1 = time.perf_counter()
         records = evaluate_run(model, config.model.position, config.train.seed, text, settings)
-    info.update(train_wall=t1 - t0, eval_seconds=time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        # What each layer knows of absolute position, at the training length, on the same held-out tokens.
+        info["probe"] = to_json(probe.probe_model(model, text.tokens, seed=config.train.seed), 6)
+    info.update(train_wall=t1 - t0, eval_seconds=t2 - t1, probe_seconds=time.perf_counter() - t2)
     final = run.last_metrics()
     for r in records:
         r["train_seconds"] = final.get("elapsed_seconds")  # train.py's clock at its last evaluation
@@ -410,8 +418,12 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     seconds = sum(c.facts["info"]["train_wall"] + c.facts["info"]["eval_seconds"] for c in cells)
     wall = time.perf_counter() - ran.started if ran else seconds
     summary = length_results.summarize(records, settings)
+    probes = {}  # scheme -> the probe of its first seed's model (cells written before the probe have none)
+    for cell in cells:
+        if "probe" in cell.facts["info"] and cell.scheme not in probes:
+            probes[cell.scheme] = cell.facts["info"]["probe"] | {"seed": cell.seed}
     facts = length_results.RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
-                                    first["scored_bytes"], workers, wall, missing)  # fmt: skip
+                                    first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
     markdown = length_results.write_results(out_dir, summary, records, settings, config, facts)
     if progress:
         files = [length_results.MD_FILE, RECORDS_FILE, length_results.FIGURE_FILE, length_results.WEB_FILE]

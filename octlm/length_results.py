@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from octlm import probe
 from octlm.document import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.figures import Curve, plot_length
 from octlm.jsonable import to_json
@@ -40,6 +41,7 @@ class RunFacts:
     workers: int | None  # None: collected from cells run separately (wall_seconds: their time in all)
     wall_seconds: float
     missing: list[str] = field(default_factory=list)  # cells of the grid left out, as scheme:seed
+    probes: dict[str, dict] = field(default_factory=dict)  # scheme -> octlm.probe's result for one seed
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -206,7 +208,24 @@ def results_blocks(
             "(a spread-out sample of the validation split, so not the same tokens as the tables above)."
         ),
         training_table(records, settings),
+        *probe_blocks(facts.probes, settings),
     ]
+
+
+def probe_blocks(probes: dict[str, dict], settings: Settings) -> list[Block]:
+    """The position probe of every scheme's first-seed model, layer by layer (octlm/probe.py)."""
+    if not probes:
+        return []
+    first = next(iter(probes.values()))
+    about = (
+        f"A linear probe of each token's absolute position from the residual stream (the embedding output, then "
+        f"after each block), at the training length {settings.train_length}, on {first['tokens']['test']:,} held-out "
+        f"tokens of the evaluation text: ridge regression (R², mean absolute error in positions) and a classifier "
+        f"over {first['buckets']} position buckets, each beside the same probe on shuffled positions (control). "
+        "One model per scheme, its first seed."
+    )
+    ordered = {s: probes[s] for s in table_order(list(probes))}
+    return [Heading("What each layer knows of position"), Paragraph(about), probe.comparison_table(ordered)]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 import octlm.model
 from octlm.errors import UserError, check_output, int_in_range, writing
 from octlm.model import Decoder
-from octlm.positions import PositionScheme, add_positions, apply_rope
+from octlm.positions import PositionScheme, add_positions
 from octlm.rope_scaling import METHODS, scaled_frequencies
 from octlm.run import Run
 from octlm.schemes.absolute import SinusoidalPositions
@@ -100,14 +100,16 @@ def recording_attention(record: list[Tensor]) -> Iterator[None]:
 class FixedTables(PositionScheme):
     """`scheme`, with the tables it grows on demand grown once to `length` rows and read without a branch.
 
-    Sinusoidal: the table `[length, C]`; RoPE: cos and sin `[length, D/2]`, as the scheme built them (scaled
-    frequencies and attention scaling included). Every other scheme is passed through unchanged.
+    Sinusoidal: the table `[length, C]`; RoPE and its variants: every table the scheme builds (`tables`: cos
+    and sin `[length, rotary_dims/2]`, xPos's key tables too), scaled frequencies and attention scaling
+    included, turned by the scheme's own plain formula. Every other scheme, its bias and contextual bias
+    included, is passed through unchanged.
     """
 
     def __init__(self, scheme: PositionScheme, length: int) -> None:
         super().__init__()
         self.scheme, self.name, self.max_length = scheme, scheme.name, length
-        for name in ("table", "cos", "sin"):  # buffers, so that the graph holds them as named initializers
+        for name in ("table", "cos", "sin", "key_cos", "key_sin"):  # buffers: the graph's named initializers
             self.register_buffer(name, None, persistent=False)
         positions = torch.arange(length)
         if isinstance(scheme, SinusoidalPositions):
@@ -115,8 +117,9 @@ class FixedTables(PositionScheme):
             self.table = scheme.table[:length].clone()
         elif isinstance(scheme, RotaryPositions):
             probe = torch.zeros(1, 1, length, scheme.head_dim)
-            scheme.rotate(probe, probe, positions)  # grows scheme.cos and scheme.sin
-            self.cos, self.sin = scheme.cos[:length].clone(), scheme.sin[:length].clone()
+            scheme.rotate(probe, probe, positions)  # grows the scheme's tables
+            for name in scheme.tables:
+                setattr(self, name, getattr(scheme, name)[:length].clone())
 
     def embed(self, x: Tensor, positions: Tensor) -> Tensor:
         """`[B, T, C]` plus the rows at `positions` `[T]` (SinusoidalPositions.embed without the growth)."""
@@ -129,11 +132,22 @@ class FixedTables(PositionScheme):
         if self.cos is None:
             return self.scheme.rotate(q, k, positions)
         cos, sin = self.cos[positions].to(q.dtype), self.sin[positions].to(q.dtype)
-        layout = self.scheme.layout
-        return apply_rope(q, cos, sin, layout), apply_rope(k, cos, sin, layout)
+        if self.key_cos is None:
+            key_cos, key_sin = cos, sin
+        else:  # xPos scales queries and keys inversely: its keys have tables of their own
+            key_cos, key_sin = self.key_cos[positions].to(q.dtype), self.key_sin[positions].to(q.dtype)
+        return self.scheme.turn(q, cos, sin, fused=False), self.scheme.turn(k, key_cos, key_sin, fused=False)
 
     def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         return self.scheme.bias(q_positions, k_positions)
+
+    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
+                        layer: int) -> Tensor | None:  # fmt: skip
+        return self.scheme.contextual_bias(q, k, q_positions, k_positions, layer)
+
+    @property
+    def is_contextual(self) -> bool:
+        return self.scheme.is_contextual
 
 
 class ProbedDecoder(nn.Module):
@@ -266,7 +280,7 @@ def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None,
     if not (math.isfinite(factor) and factor >= 1):
         raise UserError(f"--rope-factor {factor} must be a finite number of at least 1")
     model.positions.set_frequencies(
-        *scaled_frequencies(method, mc.head_dim, mc.rope_base, factor, mc.context_length)
+        *scaled_frequencies(method, model.positions.rotary_dims, mc.rope_base, factor, mc.context_length)
     )
     return {"method": method, "factor": factor}
 

@@ -65,7 +65,9 @@ SPANS: dict[str, Span] = {
     ),
     "model.prope_fraction": Span(0.0, 1.0, why="the share of RoPE's frequencies p-RoPE keeps"),
     "model.xpos_scale_base": Span(0.0, low_open=True),
-    "model.fire_hidden": Span(1, 2**16),
+    "model.fire_hidden": Span(
+        1, 1024, why="one query chunk holds fire_hidden / n_heads x 8 MiB of hidden units"
+    ),
     "model.fire_threshold": Span(0.0, low_open=True),
     "model.cope_positions": Span(1, 2**24),
     "data.hub_max_documents": Span(1, INT64_MAX),

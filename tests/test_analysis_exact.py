@@ -188,7 +188,7 @@ def test_tables_of_each_scheme() -> None:
     assert rope.position_table is None and rope.scheme == {}
     assert rope.rope["inv_freq"].tolist() == [1.0, 0.1]  # 100^(-0/4), 100^(-2/4), head_dim 4
     assert {k: v for k, v in rope.rope.items() if k != "inv_freq"} == {"head_dim": 4, "base": 100.0,
-                                                                       "layout": "interleaved"}  # fmt: skip
+                                                                       "layout": "interleaved", "rotary_dims": 4}  # fmt: skip
     alibi = tables_of(Decoder(tiny(position="alibi")))
     assert alibi.scheme["slopes"].tolist() == [0.0625, 0.00390625] and alibi.rope is None  # 2^-4, 2^-8
     t5m = Decoder(tiny(position="t5", t5_buckets=8, t5_max_distance=20))

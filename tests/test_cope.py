@@ -113,7 +113,8 @@ def test_bias_and_gradients_match_x_transformers() -> None:
 
 
 def test_gradients_pass_a_float64_gradcheck() -> None:
-    """The interpolation weight carries the gradient to the gates (⌊p⌋, ⌈p⌉ do not): finite differences agree."""
+    """The interpolation weight carries the gradient to the gates (the row index does not): finite
+    differences agree."""
     T, npos = 6, 4
     q = randn(1, 2, T, 3, seed=8).double().requires_grad_()
     k = randn(1, 1, T, 3, seed=9).double().requires_grad_()
@@ -141,7 +142,8 @@ def constant_heads(value: float, T: int) -> Tensor:
 
 def test_gates_of_one_count_the_keys_from_j_to_i_inclusive() -> None:
     """q · k / sqrt(D) = 32: σ = 1.0 in float32, so p_ij = i - j + 1 (the query's own key counts 1) up to
-    npos - 1 = 5. Rows e[p] = p/16 in every channel make q · e[p] = 4 · 4 · p / 16 = p: the bias is the count."""
+    npos - 1 = 5. Rows e[p] = p/16 in every channel make q · e[p] = 4 · 4 · p / 16 = p: the bias is the
+    count."""
     T, npos = 9, 6
     q = constant_heads(4.0, T)
     table = torch.arange(npos, dtype=torch.float32).unsqueeze(1).expand(npos, 4) / 16

@@ -220,7 +220,7 @@ def test_collect_names_the_missing_cells(quick: dict[str, Any], tmp_path: Path) 
         "octlm experiment length: 2 cell(s) of the grid missing, collected without them: learned:1337 rope:1338"
     ]
     assert "Missing cells, left out: learned:1337, rope:1338." in (tmp_path / "results.md").read_text()
-    assert "from 10 cell(s)" in out
+    assert f"from {2 * len(SCHEMES) - 2} cell(s)" in out
     records = timeless(tmp_path)
     assert {(r["scheme"], r["seed"]) for r in records} == {
         (s, k) for s in SCHEMES for k in (1337, 1338) if (s, k) not in (("rope", 1338), ("learned", 1337))}  # fmt: skip
@@ -419,7 +419,7 @@ def test_table_marks_best_and_within_spread() -> None:
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--schemes", "rope", "xpos"], "xpos"), (["--seeds", "0"], "--seeds 0"), (["--train-length", "1"], "--train-length 1"),
+    [(["--schemes", "rope", "bogus"], "bogus"), (["--seeds", "0"], "--seeds 0"), (["--train-length", "1"], "--train-length 1"),
      (["--eval-lengths", "0", "16"], "--eval-lengths"), (["--rope-factor", "0.5"], "--rope-factor"),
      (["--only", "rope"], "must look like SCHEME:SEED"), (["--only", "rope:1339"], "rope:1339 is not a cell"),
      (["--schemes", "alibi", "--only", "rope:1337"], "rope:1337 is not a cell")],
@@ -475,3 +475,16 @@ def test_a_long_score_goes_by_chunks_and_equals_the_whole_bias(position: str, mo
         assert (chunked[mode].tokens, chunked[mode].bytes) == (whole.tokens, whole.bytes) == (4096, 4096)
         # float64 sums of float32 losses over 4,096 targets: measured 2e-12 relative.
         assert chunked[mode].nats == pytest.approx(whole.nats, rel=1e-6)
+
+
+def test_results_md_has_a_probe_table_for_every_scheme(quick: dict[str, Any]) -> None:
+    text = (quick["out"] / "results.md").read_text()
+    probe = text[text.index("## What each layer knows of position") :]
+    rows = [line for line in probe.splitlines() if line.startswith("| ") and not line.startswith("| run")]
+    # --quick: one layer, so the embedding output and block 1 for each scheme, in table order
+    assert [r.split("|")[1].strip() for r in rows] == [s for s in SCHEMES for _ in range(2)]
+    assert [r.split("|")[2].strip() for r in rows] == ["embedding", "block 1"] * len(SCHEMES)
+    cell = json.loads((quick["out"] / "cells" / "learned-seed1337.json").read_text())
+    layers = cell["facts"]["info"]["probe"]["layers"]
+    # The learned table writes position into the embedding output: the probe reads it far above its control.
+    assert layers[0]["ridge"]["r2"] > 0.5 > layers[0]["ridge_control"]["r2"]

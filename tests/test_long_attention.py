@@ -15,6 +15,7 @@ from octlm.model import ChunkedBias, Decoder
 from octlm.schemes import build_positions
 
 BIAS_SCHEMES = [
+    ("fire", {"fire_hidden": 4, "fire_threshold": 8.0}),
     ("alibi", {}),
     ("t5", {"t5_buckets": 8, "t5_max_distance": 16}),
 ]  # small T5: log buckets reached

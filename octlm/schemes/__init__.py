@@ -10,8 +10,22 @@ from octlm.positions import NoPositions, build_positions, register, scheme_class
 # Each module registers its schemes as it is imported, so this order is the order tables list them in.
 from octlm.schemes import absolute  # isort: skip
 from octlm.schemes import rotary  # isort: skip
+from octlm.schemes import xpos  # isort: skip
 from octlm.schemes import bias  # isort: skip
+from octlm.schemes import fire  # isort: skip
+from octlm.schemes import cope  # isort: skip
 
 register(NoPositions)  # registered last: tables end with the scheme that has no position signal
 
-__all__ = ["absolute", "bias", "build_positions", "register", "rotary", "scheme_class", "scheme_names"]
+__all__ = [
+    "absolute",
+    "bias",
+    "build_positions",
+    "cope",
+    "fire",
+    "register",
+    "rotary",
+    "scheme_class",
+    "scheme_names",
+    "xpos",
+]

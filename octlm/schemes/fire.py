@@ -37,15 +37,19 @@ def fire_inputs(c: Tensor, threshold: Tensor, q_positions: Tensor, k_positions: 
     dtype = c.dtype
     distance = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)).clamp_(min=0).to(dtype)  # [Tq, Tk]
     normaliser = torch.maximum(q_positions.to(dtype), threshold)  # [Tq]: the threshold L below it
-    scale = torch.log1p(c * normaliser).clamp(min=NORMALISER_FLOOR).reciprocal()  # 1 / ψ(max(L, i))
-    return torch.log1p(distance * c) * scale.unsqueeze(-1)
+    psi = torch.log1p(c * normaliser).clamp(min=NORMALISER_FLOOR)  # ψ(max(L, i))
+    # A division, not a product with 1/ψ: the key at distance i >= L then gets exactly ψ(i) / ψ(i) = 1.
+    return torch.log1p(distance * c) / psi.unsqueeze(-1)
 
 
 def fire_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
     """f(x) = w2 · relu(w1 x + b1) + b2 for every entry of `x` `[Tq, Tk]`: `[H, Tq, Tk]`.
 
     The hidden layer is laid out `[hidden, Tq·Tk]`, so the second layer is one `[H, hidden] @ [hidden, N]`
-    matmul whose result is already `[H, Tq, Tk]` (no transpose copy of the bias).
+    matmul whose result is already `[H, Tq, Tk]` (no transpose copy of the bias). That hidden layer is the
+    scheme's cost: hidden / H times the bias itself (64 MiB per query chunk of octlm.model at the defaults,
+    32 / 4), written and read once per chunk and layer. Plain ops, so autograd and the ONNX export take it as
+    it is (a piecewise-linear lookup would be ~2.5x faster on CPU, but `searchsorted` has no ONNX export).
     """
     flat = x.reshape(1, -1)  # [1, N]
     hidden = torch.addmm(b1.unsqueeze(-1), w1.unsqueeze(-1), flat).relu_()  # [hidden, N]

@@ -44,7 +44,8 @@ class RotaryPositions(PositionScheme):
     untouched, exactly GPT-NeoX's `rotary_pct`. The cos/sin tables are non-persistent buffers grown on demand.
     `set_frequencies` swaps in scaled frequencies (position interpolation, NTK, YaRN) and an attention scaling
     factor that multiplies cos and sin (YaRN's temperature), as context-extension methods do at inference.
-    A subclass changes the frequencies (p-RoPE) or the tables themselves (xPos: `tables`, `_build`, `_rows`).
+    A subclass changes the frequencies (p-RoPE) or the tables themselves (xPos: `tables`, `_build`, `_rows`);
+    `rotate` = grow the tables, read the rows at the positions (`_rows`), `turn` queries and keys.
     """
 
     name = "rope"
@@ -123,14 +124,18 @@ class RotaryPositions(PositionScheme):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         self._grow(int(positions[-1]) + 1)
         q_cos, q_sin, k_cos, k_sin = self._rows(positions, q.dtype)
-        return self._turn(q, q_cos, q_sin), self._turn(k, k_cos, k_sin)
+        return self.turn(q, q_cos, q_sin), self.turn(k, k_cos, k_sin)
 
-    def _turn(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """`x` `[..., T, D]` with its first rotary_dims channels turned by the angles of cos/sin `[T, P]`."""
+    def turn(self, x: Tensor, cos: Tensor, sin: Tensor, fused: bool = True) -> Tensor:
+        """`x` `[..., T, D]` with its first rotary_dims channels turned by the angles of cos/sin `[T, P]`.
+
+        `fused=False` uses the plain formula instead of `_HalfRotation` (for a graph exporter that cannot
+        trace a custom autograd function); the numbers agree to float32 rounding.
+        """
         r = self.rotary_dims
         if r < x.shape[-1]:  # GPT-NeoX's partial rotary: rotate a slice, pass the rest through
-            return torch.cat((self._turn(x[..., :r], cos, sin), x[..., r:]), dim=-1)
-        if self.layout == "half":
+            return torch.cat((self.turn(x[..., :r], cos, sin, fused), x[..., r:]), dim=-1)
+        if self.layout == "half" and fused:
             return _HalfRotation.apply(x, cos, sin)
         return apply_rope(x, cos, sin, self.layout)
 
@@ -157,8 +162,11 @@ class PartialRotaryPositions(RotaryPositions):
                  kept: float = 0.75):  # fmt: skip
         super().__init__(head_dim, base, layout, initial_length)
         self.kept = kept
-        # A zero frequency gives cos 1 and sin 0: the rotation leaves those pairs exactly as they were.
-        self.set_frequencies(prope_frequencies(head_dim, base, kept))
+        # A zero frequency gives cos 1 and sin 0: the rotation leaves those pairs exactly as they were. Set
+        # directly, not through set_frequencies: a model built on the meta device (checkpoint's shape check)
+        # has no data to copy to the CPU.
+        self.inv_freq = prope_frequencies(head_dim, base, kept)
+        self._build(self.cos.shape[0])
 
 
 class _HalfRotation(torch.autograd.Function):

@@ -41,7 +41,9 @@ def xpos_scales(head_dim: int, gamma: float = GAMMA) -> Tensor:
 
 def xpos_safe_length(head_dim: int, scale_base: float, gamma: float = GAMMA) -> int:
     """Positions 0 .. L - 1 keep every scale ζ_i^(±t / scale_base) within 2^±SCALE_LIMIT; this is L."""
-    slowest = -math.log(float(xpos_scales(head_dim, gamma)[0]))  # the smallest ζ grows fastest
+    # The smallest ζ (pair 0: γ / (1 + γ)) grows fastest. Plain floats: a model built on the meta device (the
+    # checkpoint's shape check) has no tensor values to read.
+    slowest = -math.log(gamma / (1 + gamma))
     return math.floor(SCALE_LIMIT * math.log(2) * scale_base / slowest) + 1
 
 

@@ -1,9 +1,9 @@
 /**
- * The position math of octlm/positions.py, in TypeScript (float64 throughout).
+ * The position math of octlm/positions.py and octlm/schemes/, in TypeScript (float64 throughout).
  *
- * Every function here has a twin in positions.py with the same name in snake_case. The fixtures in
- * web/fixtures/ are written by `octlm export fixtures` from the Python side, and tests/unit/parity.test.ts
- * checks each function below against them to 1e-5.
+ * Every function here has a twin there with the same name in snake_case (each fixture's `source` names its
+ * file). The fixtures in web/fixtures/ are written by `octlm export fixtures` from the Python side, and
+ * tests/unit/parity.test.ts checks each function below against them to 1e-7.
  */
 
 export type Matrix = number[][];
@@ -156,5 +156,104 @@ export function addPositionsError(tokenShape: number[], tableShape: number[]): s
   return (
     `cannot add position table of shape ${show(tableShape)} to token vectors of shape ${show(tokenShape)}: ` +
     `the position table must be [T, C] = ${show(last2)}`
+  );
+}
+
+// ---- The newer schemes' formulas (octlm/schemes/rotary.py, xpos.py, fire.py, cope.py), each with a twin there.
+
+/** The channels of a head that RoPE rotates: GPT-NeoX's int(headDim × fraction), rounded down to whole pairs. */
+export function rotaryDims(headDim: number, fraction = 1): number {
+  return Math.floor(Math.trunc(headDim * fraction) / 2) * 2;
+}
+
+/**
+ * [headDim / 2]: p-RoPE's θ_i (Barbero et al., 2025): RoPE's base^(-2i / headDim) for the round(kept × D/2)
+ * highest frequencies (the smallest i, rounded half up), 0 for the rest: pairs that never rotate.
+ */
+export function propeFrequencies(headDim: number, base = 10000, kept = 0.75): number[] {
+  const theta = ropeFrequencies(headDim, base);
+  const keep = Math.floor(kept * theta.length + 0.5);
+  return theta.map((t, i) => (i < keep ? t : 0));
+}
+
+/** [headDim / 2]: xPos's per-pair scale ζ_i = (2i / D + γ) / (1 + γ) (Sun et al., 2022; γ = 0.4). */
+export function xposScales(headDim: number, gamma = 0.4): number[] {
+  return Array.from({ length: headDim / 2 }, (_, i) => ((2 * i) / headDim + gamma) / (1 + gamma));
+}
+
+/** xPos keeps every scale ζ_i^(±t / scaleBase) within 2^±64 (float32 spans 2^±128). */
+export const XPOS_SCALE_LIMIT = 64;
+
+/** The number of positions 0 .. L − 1 whose xPos scales stay within 2^±64: L. */
+export function xposSafeLength(headDim: number, scaleBase: number, gamma = 0.4): number {
+  const slowest = -Math.log(xposScales(headDim, gamma)[0]); // the smallest ζ grows fastest
+  return Math.floor((XPOS_SCALE_LIMIT * Math.log(2) * scaleBase) / slowest) + 1;
+}
+
+/**
+ * [Tq, Tk]: FIRE's MLP input ψ(i − j) / ψ(max(L, i)), ψ(x) = log(c·x + 1) (Li et al., 2024), for query i and
+ * key j ≤ i; keys after the query get 0 (the bias masks them). c > 0 and the threshold L > 0.
+ */
+export function fireInputs(c: number, threshold: number, qPositions: number[], kPositions: number[]): Matrix {
+  return qPositions.map((i) => {
+    const psi = Math.max(Math.log1p(c * Math.max(i, threshold)), 1e-30); // ψ(max(L, i))
+    // a division, as octlm's: the key at distance i ≥ L then gets exactly ψ(i) / ψ(i) = 1
+    return kPositions.map((j) => Math.log1p(Math.max(i - j, 0) * c) / psi);
+  });
+}
+
+/** [H, Tq, Tk]: FIRE's f_h(x) = w2[h] · relu(w1·x + b1) + b2[h] for every entry of x [Tq, Tk]. */
+export function fireMlp(x: Matrix, w1: number[], b1: number[], w2: Matrix, b2: number[]): number[][][] {
+  return w2.map((row, h) =>
+    x.map((xs) =>
+      xs.map((v) => {
+        let out = b2[h];
+        for (let n = 0; n < w1.length; n++) out += row[n] * Math.max(b1[n] + w1[n] * v, 0);
+        return out;
+      }),
+    ),
+  );
+}
+
+const sigmoid = (z: number) => 1 / (1 + Math.exp(-z));
+
+/**
+ * [B, H, Tq, Tk]: CoPE's contextual positions (Golovneva et al., 2024) of queries q [B, H, Tq, D] over keys
+ * k [B, Hkv, Tk, D]: p_ij = Σ_{t = j..i} σ(q_i · k_t / √D), at most `limit`; 0 for keys after the query.
+ * Query head h reads key head ⌊h / (H / Hkv)⌋. The sum runs from the last key back, as octlm's does.
+ */
+export function gatedCounts(q: number[][][][], k: number[][][][], qPositions: number[], kPositions: number[], limit: number): number[][][][] {
+  return q.map((heads, b) =>
+    heads.map((rows, h) => {
+      const keys = k[b][Math.floor(h / (heads.length / k[b].length))];
+      return rows.map((qi, i) => {
+        const inv = 1 / Math.sqrt(qi.length);
+        const gates = keys.map((kt, t) => (kPositions[t] > qPositions[i] ? 0 : sigmoid(dot(qi, kt) * inv)));
+        const counts = new Array<number>(gates.length);
+        let sum = 0;
+        for (let t = gates.length - 1; t >= 0; t--) counts[t] = Math.min((sum += gates[t]), limit);
+        return counts;
+      });
+    }),
+  );
+}
+
+/**
+ * [B, H, Tq, Tk]: CoPE's bias z = q · e[p] at fractional positions p = counts ≥ 0, linear between the rows
+ * e[⌊p⌋] and e[⌊p⌋ + 1] of table e [npos, D]: z[⌊p⌋] + (p − ⌊p⌋)(z[⌊p⌋ + 1] − z[⌊p⌋]), the step 0 at the last
+ * row (counts stop at npos − 1). Between ⌊p⌋ and ⌈p⌉ (the paper's) gives the same values. q [B, H, Tq, D].
+ */
+export function interpolatedBias(q: number[][][][], table: Matrix, counts: number[][][][]): number[][][][] {
+  return q.map((heads, b) =>
+    heads.map((rows, h) =>
+      rows.map((qi, i) => {
+        const z = table.map((e) => dot(qi, e));
+        return counts[b][h][i].map((p) => {
+          const r = Math.trunc(p);
+          const step = r + 1 < z.length ? z[r + 1] - z[r] : 0;
+          return z[r] + (p - r) * step;
+        });
+      }),
+    ),
   );
 }

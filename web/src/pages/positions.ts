@@ -3,11 +3,11 @@ import forwardCode from "octlm:model.py#Decoder.forward";
 import schemeCode from "octlm:positions.py#PositionScheme";
 import buildCode from "octlm:positions.py#build_positions";
 import addPositions from "octlm:positions.py#add_positions";
-import learnedEmbed from "octlm:positions.py#LearnedPositions.embed";
+import learnedEmbed from "octlm:schemes/absolute.py#LearnedPositions.embed";
+import registerCode from "octlm:positions.py#register";
 import tooLong from "octlm-raise:model.py#Decoder.check_ids#longer than the learned position table";
-import unbounded from "octlm-const:positions.py#UNBOUNDED_SCHEMES";
 import { randomMatrix, sinusoidalTable } from "../math";
-import { fillMessage } from "../messages";
+import { schemeRows, tooLongMessage } from "../schemes";
 import { $, codeBlock, el, labelled, legend, numberSlider, numberTable, readNumber, scaleFor, select } from "../ui";
 
 const TOKENS = ["the", " cat", " sat", " on", " a", " mat", ".", " dog"];
@@ -34,6 +34,26 @@ $("#code-learned").append(codeBlock(learnedEmbed));
 $("#code-forward").append(codeBlock(forwardCode, "self.positions.embed("));
 $("#code-scheme").append(codeBlock(schemeCode));
 $("#code-build").append(codeBlock(buildCode));
+$("#code-register").append(codeBlock(registerCode));
+
+// ---- every registered scheme, from web/fixtures/schemes.json (octlm's registry, exported with the fixtures)
+{
+  const head = el("tr", {}, ...["scheme", "acts in", "maximum length", "family", "explained"].map((h) => el("th", { scope: "col", text: h })));
+  const body = schemeRows().map((r) =>
+    el(
+      "tr",
+      { "data-scheme": r.name },
+      el("th", { scope: "row" }, el("code", { text: r.name })),
+      el("td", { text: r.acts }),
+      el("td", { text: r.max }),
+      el("td", { text: r.family }),
+      el("td", {}, r.href ? el("a", { href: r.href, text: r.href.replace(/^\.\//, "") }) : "not yet"),
+    ),
+  );
+  $("#scheme-table").replaceChildren(
+    el("table", { class: "plain", id: "schemes" }, el("caption", { text: `The ${body.length} registered position schemes, in octlm's table order` }), el("thead", {}, head), el("tbody", {}, ...body)),
+  );
+}
 
 /** Indices of the positions whose token also occurs at another position. */
 export function repeated(ids: number[]): number[] {
@@ -87,7 +107,7 @@ function renderEnd(): void {
     out.replaceChildren(el("p", { class: "ok", id: "end-ok", text: `Positions 0 to ${length - 1} each have a row (the table has ${limit}, numbered 0 to ${limit - 1}). The model runs.` }));
     return;
   }
-  const text = fillMessage(tooLong.parts, { length, limit, "', '.join(UNBOUNDED_SCHEMES)": unbounded.value.join(", ") });
+  const text = tooLongMessage(tooLong.parts, length, limit);
   out.replaceChildren(
     el("p", { text: `Position ${limit} is the first with no row: ${length - limit} of the ${length} positions have nothing to look up. octlm stops before the model runs and prints:` }),
     el("p", { class: "error", id: "end-error", role: "alert" }, el("strong", { text: "UserError: " }), text),

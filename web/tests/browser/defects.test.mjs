@@ -312,7 +312,7 @@ describe("sections added for the post", () => {
 
   test("positions: the code section is octlm's own source, the embedding line marked", async () => {
     const { page } = await open("positions");
-    for (const [file, sel] of [["octlm/model.py", "#code-forward"], ["octlm/positions.py", "#code-scheme"], ["octlm/positions.py", "#code-build"]]) {
+    for (const [file, sel] of [["octlm/model.py", "#code-forward"], ["octlm/positions.py", "#code-scheme"], ["octlm/positions.py", "#code-build"], ["octlm/positions.py", "#code-register"], ["octlm/schemes/absolute.py", "#code-learned"]]) {
       const fig = page.locator(`${sel} figure.code`);
       assert.equal(await fig.getAttribute("data-file"), file);
       const line = Number(await fig.getAttribute("data-line"));
@@ -324,6 +324,28 @@ describe("sections added for the post", () => {
     }
     assert.match(await text(page, "#code-forward mark"), /x = self\.positions\.embed\(self\.token_embedding\(ids\), positions\)/);
     assert.match(await text(page, "#code-scheme pre"), /def embed[\s\S]*def rotate[\s\S]*def bias/);
+  });
+
+  test("positions: the scheme table is octlm's registry (schemes.json), each row where it acts, with working links", async () => {
+    const { page, errors } = await open("positions");
+    const registry = JSON.parse(readFileSync(join(WEB, "fixtures/schemes.json"), "utf-8")).schemes;
+    const rows = await page.locator("#schemes tbody tr").evaluateAll((trs) => trs.map((tr) => ({ name: tr.dataset.scheme, cells: [...tr.children].map((c) => c.textContent.trim()), href: tr.querySelector("a")?.getAttribute("href") ?? null })));
+    assert.deepEqual(rows.map((r) => r.name), registry.map((s) => s.name));
+    for (const [i, r] of rows.entries()) {
+      assert.equal(r.cells[0], registry[i].name);
+      assert.equal(r.cells[3], registry[i].family);
+      assert.equal(r.cells[2] === "none", !registry[i].bounded, `${r.name}: maximum length`);
+    }
+    const learned = rows.find((r) => r.name === "learned");
+    assert.deepEqual(learned.cells.slice(1, 3), ["embed (added to the token vectors)", "model.context_length (one row per position)"]);
+    assert.equal(rows.find((r) => r.name === "nope").cells[1], "nowhere (the causal mask only)");
+    assert.match(await text(page, "#schemes caption"), new RegExp(`^The ${registry.length} registered position schemes`));
+    for (const r of rows.filter((r) => r.href)) {
+      const [file, id] = r.href.replace("./", "").split("#");
+      assert.ok(existsSync(join(WEB, file)), `${r.name} links to ${r.href}`);
+      if (id) assert.match(readFileSync(join(WEB, file), "utf-8"), new RegExp(`id="${id}"`), `${r.href} has the section`);
+    }
+    assert.deepEqual(errors, []);
   });
 
   test("positions: past the learned table's last row the page prints octlm's own error", async () => {

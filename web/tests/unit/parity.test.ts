@@ -13,6 +13,7 @@ type Case = { inputs: Record<string, any>; output: any };
 const load = (name: string): Case[] => JSON.parse(readFileSync(resolve(DIR, `${name}.json`), "utf-8")).cases;
 
 let worstOverall = { diff: 0, where: "" };
+const worstByFixture = new Map<string, number>(); // fixture name -> largest difference seen, for the log
 
 /** All-close with an absolute tolerance; on failure the message names the worst index and both values. */
 export function allClose(got: unknown, want: unknown, where: string, tol = TOL, track = true): void {
@@ -30,6 +31,7 @@ export function allClose(got: unknown, want: unknown, where: string, tol = TOL, 
     if (!(diff <= worst.diff)) worst = { diff: Number.isNaN(diff) ? Infinity : diff, path, g, w };
   }
   if (track && worst.diff > worstOverall.diff) worstOverall = { diff: worst.diff, where: `${where}${worst.path}` };
+  if (track) worstByFixture.set(where.split(" ")[0], Math.max(worstByFixture.get(where.split(" ")[0]) ?? 0, worst.diff));
   expect(worst.diff <= tol, `${where}: worst index ${worst.path}: TypeScript ${worst.g} vs Python ${worst.w} (|diff| ${worst.diff} > ${tol})`).toBe(true);
 }
 
@@ -37,7 +39,10 @@ describe("math.ts agrees with octlm/positions.py", () => {
   test("every fixture file is covered", () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith(".json")).sort();
     expect(files).toEqual(
-      ["add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "rope_frequencies", "rope_rotate", "sinusoidal_table", "t5_bucket"].map((f) => `${f}.json`),
+      [
+        "add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "fire_inputs", "fire_mlp", "gated_counts", "interpolated_bias",
+        "prope_frequencies", "rope_frequencies", "rope_rotate", "rotary_dims", "schemes", "sinusoidal_table", "t5_bucket", "xpos_safe_length", "xpos_scales",
+      ].map((f) => `${f}.json`),
     );
   });
 
@@ -89,6 +94,55 @@ describe("math.ts agrees with octlm/positions.py", () => {
   });
 });
 
+describe("math.ts agrees with octlm/schemes/ (rotary.py, xpos.py, fire.py, cope.py)", () => {
+  const source = (name: string): string => JSON.parse(readFileSync(resolve(DIR, `${name}.json`), "utf-8")).source;
+
+  test("each fixture names the file its formula lives in", () => {
+    const files = { rotary_dims: "rotary", prope_frequencies: "rotary", xpos_scales: "xpos", xpos_safe_length: "xpos", fire_inputs: "fire", fire_mlp: "fire", gated_counts: "cope", interpolated_bias: "cope" };
+    for (const [name, file] of Object.entries(files)) expect(source(name), name).toBe(`octlm/schemes/${file}.py`);
+  });
+
+  test("rotary_dims, exactly", () => {
+    for (const { inputs, output } of load("rotary_dims")) expect(M.rotaryDims(inputs.head_dim, inputs.fraction), `${inputs.head_dim} × ${inputs.fraction}`).toBe(output);
+  });
+
+  test("prope_frequencies (its zeros exactly)", () => {
+    for (const [i, { inputs, output }] of load("prope_frequencies").entries()) {
+      const got = M.propeFrequencies(inputs.head_dim, inputs.base, inputs.kept);
+      allClose(got, output, `prope_frequencies case ${i}`);
+      got.forEach((v, j) => expect(v === 0, `case ${i} pair ${j} is zero`).toBe(output[j] === 0));
+    }
+  });
+
+  test("xpos_scales", () => {
+    for (const [i, { inputs, output }] of load("xpos_scales").entries()) allClose(M.xposScales(inputs.head_dim, inputs.gamma), output, `xpos_scales case ${i}`);
+  });
+
+  test("xpos_safe_length, exactly", () => {
+    for (const { inputs, output } of load("xpos_safe_length")) expect(M.xposSafeLength(inputs.head_dim, inputs.scale_base, inputs.gamma), JSON.stringify(inputs)).toBe(output);
+  });
+
+  test("fire_inputs", () => {
+    for (const [i, { inputs, output }] of load("fire_inputs").entries())
+      allClose(M.fireInputs(inputs.c, inputs.threshold, inputs.q_positions, inputs.k_positions), output, `fire_inputs case ${i}`);
+  });
+
+  test("fire_mlp", () => {
+    for (const [i, { inputs, output }] of load("fire_mlp").entries()) allClose(M.fireMlp(inputs.x, inputs.w1, inputs.b1, inputs.w2, inputs.b2), output, `fire_mlp case ${i}`);
+  });
+
+  test("gated_counts (grouped heads, query chunks, the limit)", () => {
+    const cases = load("gated_counts");
+    expect(cases.some((c) => c.inputs.q[0].length > c.inputs.k[0].length)).toBe(true); // grouped-query heads
+    for (const [i, { inputs, output }] of cases.entries())
+      allClose(M.gatedCounts(inputs.q, inputs.k, inputs.q_positions, inputs.k_positions, inputs.limit), output, `gated_counts case ${i}`);
+  });
+
+  test("interpolated_bias", () => {
+    for (const [i, { inputs, output }] of load("interpolated_bias").entries()) allClose(M.interpolatedBias(inputs.q, inputs.table, inputs.counts), output, `interpolated_bias case ${i}`);
+  });
+});
+
 describe("the checker itself", () => {
   test("allClose reports the worst index", () => {
     expect(() => allClose([[0, 1], [2, 3]], [[0, 1], [2, 3.5]], "demo", TOL, false)).toThrow(/worst index \[1\]\[1\]: TypeScript 3 vs Python 3.5/);
@@ -97,4 +151,5 @@ describe("the checker itself", () => {
 
 afterAll(() => {
   console.log(`largest TypeScript–Python difference: ${worstOverall.diff.toExponential(2)} at ${worstOverall.where || "(none)"}`);
+  console.log(`per fixture: ${[...worstByFixture].map(([name, diff]) => `${name} ${diff.toExponential(2)}`).join(", ")}`);
 });

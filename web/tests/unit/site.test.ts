@@ -2,8 +2,9 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { expect, test } from "vitest";
-import { extractClass, extractConst, extractRaise, parseStrings } from "../../plugins/octlm";
+import { extractClass, extractConst, extractDef, extractRaise, parseStrings } from "../../plugins/octlm";
 import { fields, fillMessage } from "../../src/messages";
+import { SCHEMES, UNBOUNDED_FIELD, actsWhere, schemeRows, tooLongMessage, unboundedSchemes } from "../../src/schemes";
 import { contrastRatio, hexRGB, indexTicks, niceTicks, scaleFor } from "../../src/scale";
 import { PALETTE } from "../../src/pages/results-palette";
 
@@ -38,12 +39,56 @@ test("f-strings split into text and fields", () => {
 
 test("the learned table's error is cut from octlm/model.py with the fields the page fills in", () => {
   const msg = extractRaise(source("model.py"), "Decoder.check_ids", "longer than the learned position table");
-  expect(fields(msg.parts)).toEqual(["length", "limit", "limit", "', '.join(UNBOUNDED_SCHEMES)"]);
-  const schemes = extractConst(source("positions.py"), "UNBOUNDED_SCHEMES").value;
-  expect(schemes).toContain("rope");
-  const text = fillMessage(msg.parts, { length: 129, limit: 128, "', '.join(UNBOUNDED_SCHEMES)": schemes.join(", ") });
-  expect(text).toMatch(/^a sequence of length 129 is longer than the learned position table \(128 rows\); use at most 128 tokens/);
+  expect(fields(msg.parts)).toEqual(["length", "limit", "limit", UNBOUNDED_FIELD]);
+  // the unbounded list is the registry's (schemes.json), in table order: every scheme but the learned table
+  const unbounded = unboundedSchemes();
+  expect(unbounded).toEqual(SCHEMES.filter((s) => s.name !== "learned").map((s) => s.name));
+  expect(unbounded).toContain("rope");
+  expect(tooLongMessage(msg.parts, 129, 128)).toBe(
+    `a sequence of length 129 is longer than the learned position table (128 rows); use at most 128 tokens, or a scheme with no maximum: ${unbounded.join(", ")}`,
+  );
   expect(() => fillMessage(msg.parts, { length: 1 })).toThrow(/does not fill in/);
+});
+
+test("the code the positions page cuts from octlm/ is there: subfolders resolve, classes and methods are found", () => {
+  const embed = extractDef(source("schemes/absolute.py"), "LearnedPositions.embed", "octlm/schemes/absolute.py");
+  expect(embed.code).toMatch(/^def embed\(self, x: Tensor, positions: Tensor\) -> Tensor:\n\s+return add_positions\(x, self\.table\(positions\)\)$/);
+  expect(source("schemes/absolute.py").split("\n")[embed.line - 1].trim()).toBe(embed.code.split("\n")[0]);
+  expect(extractDef(source("positions.py"), "register").code).toMatch(/^def register\(cls/);
+  expect(extractDef(source("positions.py"), "build_positions").code).toMatch(/scheme_class\(config\.position\)/);
+  expect(() => extractDef(source("positions.py"), "LearnedPositions.embed")).toThrow(/no class LearnedPositions/);
+});
+
+test("extractConst reads a module-level tuple or list of strings", () => {
+  const text = 'X = 1\nNAMES = ("a", \'b\',\n    "c")\nOTHER: list[str] = ["d"]\n';
+  expect(extractConst(text, "NAMES")).toEqual({ file: "<python>", line: 2, value: ["a", "b", "c"] });
+  expect(extractConst(text, "OTHER").value).toEqual(["d"]);
+  expect(() => extractConst(text, "MISSING")).toThrow(/no MISSING = /);
+});
+
+test("the scheme table: every registered scheme once, in table order, each where it acts, variants after their family", () => {
+  const rows = schemeRows();
+  expect(rows.map((r) => r.name)).toEqual(SCHEMES.map((s) => s.name));
+  expect(new Set(rows.map((r) => r.name)).size).toBe(rows.length);
+  const byName = Object.fromEntries(rows.map((r) => [r.name, r]));
+  expect(byName.learned).toMatchObject({ acts: "embed (added to the token vectors)", max: "model.context_length (one row per position)", family: "learned", href: "./positions.html#limits" });
+  expect(byName.rope).toMatchObject({ acts: "rotate (queries and keys)", max: "none", href: "./rope.html" });
+  expect(byName.alibi.acts).toBe("bias (on the scores, by distance)");
+  expect(byName.nope).toMatchObject({ acts: "nowhere (the causal mask only)", max: "none" });
+  expect(actsWhere(["contextual_bias"])).toBe("contextual bias (on the scores, from q and k)");
+  // a variant sits in its family's block: after the family's own row, before the next family starts
+  const names = rows.map((r) => r.name);
+  for (const r of rows.filter((r) => r.family !== r.name)) {
+    const block = names.filter((n) => byName[n].family === r.family);
+    expect(names.slice(names.indexOf(block[0]), names.indexOf(block[0]) + block.length), `${r.name} in the ${r.family} block`).toEqual(block);
+    expect(block[0]).toBe(r.family);
+  }
+  // every link goes to a page of the site (and, with a #, to an id on it)
+  for (const r of rows.filter((r) => r.href)) {
+    const [file, id] = r.href!.replace("./", "").split("#");
+    const html = readFileSync(resolve(import.meta.dirname, "../..", file), "utf-8");
+    if (id) expect(html, `${r.href}`).toContain(`id="${id}"`);
+  }
 });
 
 test("a class is cut whole, up to the next top-level line", () => {

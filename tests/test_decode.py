@@ -1,0 +1,183 @@
+"""The lean decoding step (octlm/decode.py) against the model's own forward, and batched generation."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from octlm.config import config_from_dict
+from octlm.corpus import Document
+from octlm.decode import DecodeStep
+from octlm.errors import UserError
+from octlm.generate import Sampling, choose_tokens, generate, generate_batch, print_samples, stream_text
+from octlm.model import Decoder
+from octlm.schemes import scheme_names
+from octlm.tokenizer import Tokenizer, train_tokenizer
+
+CONTEXT = 16
+
+
+class Tok:
+    """What `generate` reads of a tokenizer: the vocabulary size and the EOT id."""
+
+    vocab_size = 64
+    eot_id = 0
+
+
+def model_for(position: str, vocab: int = 64, **model: object) -> Decoder:
+    """A random float32 model with large weights (clear-cut greedy choices)."""
+    cfg = config_from_dict({"model": {"vocab_size": vocab, "d_model": 32, "n_layers": 2, "n_heads": 4,
+                                      "d_ff": 64, "context_length": CONTEXT, "position": position, **model}})  # fmt: skip
+    torch.manual_seed(0)
+    m = Decoder(cfg.model)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0.0, 0.3)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    docs = [Document(f"d{i}", f"déf f{i}(x):\n    return 'naïve € 😀' * {i}\n" * 5) for i in range(6)]
+    return train_tokenizer(docs, 300)
+
+
+def hooked(model: Decoder) -> Decoder:
+    """`model` with a forward hook that does nothing: generation then calls `model(...)` for every step."""
+    model.register_forward_hook(lambda *_: None)
+    assert not DecodeStep.supports(model)
+    return model
+
+
+SHAPES = {  # the model variants a step must follow: GPT-2, Llama (GQA, RMSNorm, SwiGLU, no bias), NoPE layers
+    "gpt2": {},
+    "llama": {"norm": "rmsnorm", "mlp": "swiglu", "bias": False, "n_kv_heads": 2},
+    "nope-layer": {"nope_layers": [1]},
+}
+
+
+def valid(position: str, shape: str) -> bool:
+    """Whether the config takes `shape` with `position` (NoPE layers need a scheme acting inside attention)."""
+    try:
+        model_for(position, **SHAPES[shape])
+    except UserError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("position", "shape"), [(p, s) for p in scheme_names() for s in SHAPES if valid(p, s)]
+)
+def test_step_logits_equal_the_models_forward(position: str, shape: str) -> None:
+    """Batch 3, ten steps after a 5-token prompt, float32: the step's logits and its cache against
+    `model(tokens, cache=cache)`. Measured: identical (the same kernels in the same order); 1e-5 allows a
+    reordered sum, nothing more."""
+    model = model_for(position, **SHAPES[shape])
+    if not DecodeStep.supports(model):  # a bias that reads the content: generation uses model(...)
+        assert any(model.layer_scheme(i).is_contextual for i in range(2))
+        return
+    step = DecodeStep(model)
+    prompt = torch.randint(0, 64, (3, 5), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        ours, theirs = model.new_cache(3, 6), model.new_cache(3, 6)  # capacity 6: both must grow
+        model(prompt, cache=ours)
+        tokens = model(prompt, cache=theirs)[0][:, -1].argmax(-1)
+        for _ in range(10):
+            want = model(tokens[:, None], cache=theirs)[0][:, -1]
+            got = step(tokens, ours)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+            tokens = want.argmax(-1)
+    assert ours.length == theirs.length == 15
+    torch.testing.assert_close(ours.k[..., :15, :], theirs.k[..., :15, :], rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours.v[..., :15, :], theirs.v[..., :15, :], rtol=0, atol=1e-6)
+
+
+def test_the_step_follows_weights_changed_after_it_was_built() -> None:
+    """It holds the parameters, not copies: a model trained between two samples is read as it is now."""
+    model = model_for("rope")
+    step = DecodeStep(model)
+    with torch.no_grad():
+        model.blocks[0].mlp.fc.weight.mul_(2.0)
+        model.head.weight.add_(0.1)  # the tied token table
+    with torch.inference_mode():
+        ours, theirs = model.new_cache(1, 8), model.new_cache(1, 8)
+        model(torch.tensor([[1, 2]]), cache=ours)
+        model(torch.tensor([[1, 2]]), cache=theirs)
+        want = model(torch.tensor([[3]]), cache=theirs)[0][:, -1]
+        torch.testing.assert_close(step(torch.tensor([3]), ours), want, rtol=0, atol=1e-5)
+
+
+def test_hooks_send_generation_through_the_models_forward() -> None:
+    model = model_for("nope")
+    assert DecodeStep.supports(model)
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda _m, args: calls.append(args[0].shape[1]))
+    assert not DecodeStep.supports(model)
+    list(generate(model, Tok(), [1, 2, 3], 5, stop_at_eot=False))
+    assert calls == [3, 1, 1, 1, 1]  # the prompt, then every step but the last one's (which is not run)
+
+
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi"])
+def test_lean_and_reference_decoding_stream_the_same_text(position: str, tokenizer: Tokenizer) -> None:
+    """`octlm generate`'s output, seeded sampling and greedy, with the lean step and through `model(...)`;
+    learned runs past its table (the window slides)."""
+    texts = []
+    for model in (model_for(position, vocab=300), hooked(model_for(position, vocab=300))):
+        out = io.StringIO()
+        for sampling in (Sampling(0.9, None, 0.95, seed=4), Sampling()):
+            count = stream_text(model, tokenizer, "déf", 2 * CONTEXT, sampling, out, stop_at_eot=False)
+            assert count == 2 * CONTEXT
+        texts.append(out.getvalue())
+    assert texts[0] == texts[1] and texts[0].startswith("déf") and len(set(texts[0])) > 5
+
+
+def test_choose_tokens_takes_each_row_on_its_own() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0], [5.0, -1.0, 4.9], [0.0, 0.0, 7.0]])
+    assert choose_tokens(logits, 0.0, None, 1.0, None).tolist() == [1, 0, 2]
+    g = torch.Generator().manual_seed(0)
+    assert choose_tokens(logits, 1.0, 1, 1.0, g).tolist() == [1, 0, 2]  # top-1 per row is the row's argmax
+    # a row's top-p cut depends on its own probabilities: row 0 keeps one token, row 1 two
+    cut = torch.tensor([[10.0, 0.0, 0.0], [1.0, 1.0, -30.0]])
+    draws = torch.stack([choose_tokens(cut, 1.0, None, 0.9, g) for _ in range(200)])
+    assert set(draws[:, 0].tolist()) == {0} and set(draws[:, 1].tolist()) == {0, 1}
+
+
+def test_generate_batch_rows_are_independent_samples() -> None:
+    model = model_for("rope")
+    greedy = list(generate(model, Tok(), [5, 6], 12, stop_at_eot=False))
+    assert generate_batch(model, Tok(), [5, 6], 3, 12, Sampling(), stop_at_eot=False) == [greedy] * 3
+    sampling = Sampling(temperature=1.0, seed=3)
+    rows = generate_batch(model, Tok(), [5, 6], 4, 12, sampling, stop_at_eot=False)
+    assert rows == generate_batch(model, Tok(), [5, 6], 4, 12, sampling, stop_at_eot=False)  # seeded
+    assert len({tuple(r) for r in rows}) == 4 and all(len(r) == 12 for r in rows)
+    with pytest.raises(UserError, match="^num-samples = 0 must be at least 1$"):
+        generate_batch(model, Tok(), [5, 6], 0, 12, sampling)
+
+
+def test_generate_batch_stops_each_row_at_its_eot() -> None:
+    model = model_for("alibi")
+    rows = generate_batch(model, Tok(), [5, 6], 6, 30, Sampling(temperature=1.0, seed=0), stop_at_eot=False)
+    eot = rows[0][2]  # a token row 0 makes third: with it as EOT, row 0 stops there
+
+    class Ends(Tok):
+        eot_id = eot
+
+    stopped = generate_batch(model, Ends(), [5, 6], 6, 30, Sampling(temperature=1.0, seed=0))
+    for full, cut in zip(rows, stopped, strict=True):
+        want = full[: full.index(eot) + 1] if eot in full else full
+        assert cut == want
+    assert stopped[0] == rows[0][:3]
+
+
+def test_print_samples_prints_every_sample_whole(tokenizer: Tokenizer) -> None:
+    model = model_for("rope", vocab=300)
+    out = io.StringIO()
+    count = print_samples(model, tokenizer, "déf", 2, 7, Sampling(0.8, seed=1), out, stop_at_eot=False)
+    ids = generate_batch(model, tokenizer, [tokenizer.eot_id, *tokenizer.encode("déf")], 2, 7,
+                         Sampling(0.8, seed=1), stop_at_eot=False)  # fmt: skip
+    assert count == 14
+    assert out.getvalue() == "".join(
+        f"--- sample {i + 1} ---\ndéf{tokenizer.decode(r)}\n" for i, r in enumerate(ids)
+    )
