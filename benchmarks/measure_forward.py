@@ -206,7 +206,9 @@ def bench_embedding(config: str, warmup: int, reps: int, log) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------------------
 # Long contexts: a bias scheme's bias built whole (before) or per query chunk (after, octlm.model.ChunkedBias)
 
-LONG_SCHEMES = ("nope", "rope", "alibi", "t5")
+LONG_SCHEMES = ("nope", "rope", "alibi", "t5", "fire", "cope")
+BEFORE = ("alibi", "t5")  # the schemes whose bias was built whole before chunking (the "before" rows)
+CHUNKED = BEFORE + ("fire", "cope")  # built per query chunk past WHOLE_BIAS_PAIRS (CoPE's in every layer)
 
 
 def _whole_alibi(self: AlibiPositions, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
@@ -259,11 +261,11 @@ def bench_long(config: str, memory_lengths: list[int], time_lengths: list[int], 
     memory: list[dict[str, Any]] = []
     for length in memory_lengths:
         for pos in LONG_SCHEMES:
-            for whole in (True, False) if pos in ("alibi", "t5") else (False,):
+            for whole in (True, False) if pos in BEFORE else (False,):
                 free = available_bytes()
                 cap = int(0.75 * free) if free else None
                 r = memory_rows(config, [length], log, [pos], whole, cap).get((pos, length), {})
-                path = "before: whole" if whole else "after: chunked" if pos in ("alibi", "t5") else "no bias"
+                path = "before: whole" if whole else "after: chunked" if pos in CHUNKED else "no bias"
                 memory.append({"scheme": pos, "length": length, "path": path, **r})
                 log(f"  memory {pos} {length} {'whole' if whole else 'after'}: {r.get('bytes')}")
     rows = []
@@ -271,7 +273,7 @@ def bench_long(config: str, memory_lengths: list[int], time_lengths: list[int], 
         model = Decoder(octlm_config(config, pos)).eval()
         for length in time_lengths:
             ids = torch.randint(0, model.config.vocab_size, (1, length))
-            paths = {"before": True, "after": False} if pos in ("alibi", "t5") else {"after": False}
+            paths = {"before": True, "after": False} if pos in BEFORE else {"after": False}
             fns = {k: partial(timed_forward, model, ids, whole) for k, whole in paths.items()}
             secs = interleaved(fns, warmup, reps)
             row = {

@@ -266,19 +266,33 @@ class Curve:
 
 
 def plot_length(
-    panels: list[tuple[str, list[Curve]]], train_length: int, lengths: list[int], note: str, path: Path
+    panels: list[list[tuple[str, list[Curve]]]], train_length: int, lengths: list[int], note: str, path: Path
 ) -> Path:
-    """Bits per byte against evaluation length (log x), one panel per (title, curves); shared y axis.
+    """Bits per byte against evaluation length (log x): rows of panels, each (title, curves); shared y axis.
 
-    A dotted line marks the training length; `note` (e.g. the rows left off the scale) goes under the panels.
+    A dotted line marks the training length; each row has its legend on the right; `note` (e.g. the rows left
+    off the scale) goes under the panels.
     """
     from matplotlib import colormaps
 
     colors = colormaps["tab10"]
-    fig = _figure(14.0, 5.5)
-    fig.subplots_adjust(left=0.05, right=0.83, bottom=0.14, top=0.88, wspace=0.06)
-    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
-    for ax, (title, curves) in zip(axes, panels, strict=True):
+    n_rows, n_cols = len(panels), max(len(row) for row in panels)
+    fig = _figure(14.0, 1.0 + 4.5 * n_rows)
+    fig.subplots_adjust(
+        left=0.05, right=0.83, bottom=0.1 / n_rows, top=1 - 0.14 / n_rows, wspace=0.06, hspace=0.3
+    )
+    grid = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
+    for row, axes in zip(panels, grid, strict=True):
+        _length_row(row, axes, colors, train_length, lengths)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8)
+    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
+    return _save(fig, path)
+
+
+def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, colors: Any, train_length: int,
+                lengths: list[int]) -> None:  # fmt: skip
+    for ax, (title, curves) in zip(axes, row, strict=False):
         for c in curves:
             line = ax.plot(c.lengths, c.mean, "--" if c.dashed else "-", marker="o", ms=3,
                            color=colors(c.color % 10), label=c.label)[0]  # fmt: skip
@@ -291,11 +305,7 @@ def plot_length(
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("bits per byte (the same tokens at every length)")
-    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=8)
-    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
-    return _save(fig, path)
+    axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def plot_probe(

@@ -19,7 +19,7 @@ from octlm import probe
 from octlm.document import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.figures import Curve, plot_length
 from octlm.jsonable import to_json
-from octlm.positions import table_order
+from octlm.positions import family_of, table_order
 from octlm.rope_scaling import LABELS, VARIANTS
 
 if TYPE_CHECKING:  # octlm.length imports this module to write its results (annotations only here)
@@ -252,21 +252,31 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
         return None
     cap = off_scale * min(s["bpb_mean"] for s in ok)
     left_out: dict[str, float] = {}
+    rows = row_order(settings)
+    # Top: every scheme as trained, a colour each. Below (when there are any): RoPE and its variants, its
+    # inference-time extensions dashed, with ALiBi for reference: 14 lines in one panel were unreadable.
+    groups = [("every scheme", [r for r in rows if r[1] in ("", "plain")])]
+    rope = [r for r in rows if family_of(r[0]) == "rope"]
+    if len(rope) > 1:
+        groups.append(("RoPE and its variants", rope + [r for r in rows if r[0] == "alibi"]))
     panels = []
-    for mode in settings.modes:
-        curves = []
-        for i, (scheme, variant) in enumerate(row_order(settings)):
-            pts = [s for s in ok if (s["scheme"], s["variant"], s["mode"]) == (scheme, variant, mode)]
-            label = row_label(scheme, variant, settings)
-            if pts and min(p["bpb_mean"] for p in pts) > cap:
-                left_out[label] = min(p["bpb_mean"] for p in pts)
-            elif pts:
-                curves.append(Curve(label, np.array([p["length"] for p in pts]),
-                                    np.array([p["bpb_mean"] for p in pts]),
-                                    np.array([p["bpb_std"] or 0.0 for p in pts]),
-                                    dashed=variant not in ("", "plain"), color=i))  # fmt: skip
-        title = "non-overlapping windows" if mode == "windows" else "sliding windows (last L/2 scored)"
-        panels.append((f"{title}; trained at {settings.train_length}", curves))
+    for group, members in groups:
+        row = []
+        for mode in settings.modes:
+            curves = []
+            for i, (scheme, variant) in enumerate(members):
+                pts = [s for s in ok if (s["scheme"], s["variant"], s["mode"]) == (scheme, variant, mode)]
+                label = row_label(scheme, variant, settings)
+                if pts and min(p["bpb_mean"] for p in pts) > cap:
+                    left_out[label] = min(p["bpb_mean"] for p in pts)
+                elif pts:
+                    curves.append(Curve(label, np.array([p["length"] for p in pts]),
+                                        np.array([p["bpb_mean"] for p in pts]),
+                                        np.array([p["bpb_std"] or 0.0 for p in pts]),
+                                        dashed=variant not in ("", "plain"), color=i))  # fmt: skip
+            title = "non-overlapping windows" if mode == "windows" else "sliding windows (last L/2 scored)"
+            row.append((f"{group}: {title}; trained at {settings.train_length}", curves))
+        panels.append(row)
     note = "off scale: " + ", ".join(f"{k} (≥ {v:.2f})" for k, v in left_out.items()) if left_out else ""
     return plot_length(panels, settings.train_length, settings.eval_lengths, note, path)
 
