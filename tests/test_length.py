@@ -488,3 +488,6 @@ def test_results_md_has_a_probe_table_for_every_scheme(quick: dict[str, Any]) ->
     layers = cell["facts"]["info"]["probe"]["layers"]
     # The learned table writes position into the embedding output: the probe reads it far above its control.
     assert layers[0]["ridge"]["r2"] > 0.5 > layers[0]["ridge_control"]["r2"]
+    # Only the first seed's models are probed: the table shows one model per scheme.
+    later = json.loads((quick["out"] / "cells" / "learned-seed1338.json").read_text())
+    assert "probe" not in later["facts"]["info"]
