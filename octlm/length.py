@@ -25,6 +25,7 @@ one-command `run_experiment` is exactly both. Outputs in `runs/length-<date>/` (
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -361,7 +362,8 @@ def run_cells(
     if problems:
         raise UserError("; ".join(problems))
     started = time.perf_counter()
-    say = print if progress else (lambda *a, **k: None)
+    # Flushed: redirected to a file or a pipe, stdout is block-buffered and the lines would all come at the end.
+    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
     seeds = [config.train.seed + i for i in range(settings.seeds)]
     settings = dataclasses.replace(settings, probe_seed=seeds[0])  # the seed results.md's probe table shows
     schemes = table_order(settings.schemes)

@@ -491,3 +491,26 @@ def test_results_md_has_a_probe_table_for_every_scheme(quick: dict[str, Any]) ->
     # Only the first seed's models are probed: the table shows one model per scheme.
     later = json.loads((quick["out"] / "cells" / "learned-seed1338.json").read_text())
     assert "probe" not in later["facts"]["info"]
+
+
+def test_progress_reaches_a_pipe_while_the_experiment_runs(tmp_path: Path) -> None:
+    """Redirected, stdout is block-buffered: unflushed, every progress line would arrive only at the end."""
+    corpus = write_corpus(tmp_path / "text")
+    out = tmp_path / "out"
+    argv = ["experiment", "length", "--quick", "--schemes", "rope", "alibi", "--seeds", "1", "--jobs", "1",
+            "--text", str(corpus), "--data-dir", str(tmp_path / "data"), "--out", str(out)]  # fmt: skip
+    env = {k: v for k, v in tiny.quiet_env().items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.Popen([tiny.PYTHON, "-m", "octlm", *argv], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        lines = [proc.stdout.readline()]  # the data preparation's lines, then the experiment's first two
+        while lines[-1] and not lines[-1].startswith("1 worker") and len(lines) < 20:
+            lines.append(proc.stdout.readline())
+        # Read before the first training ends: no cell (let alone results.md) is written yet.
+        assert not (out / "results.md").exists() and not list(out.glob("cells/*.json"))
+        assert lines[-2].startswith("length experiment: 2 of 2 trainings") and lines[-1].startswith(
+            "1 worker"
+        )
+    finally:
+        proc.kill()
+        proc.communicate()
