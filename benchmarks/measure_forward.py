@@ -105,6 +105,9 @@ def measure_memory(
     return {k: r["bytes"] for k, r in memory_rows(config, lengths, log, schemes, whole, cap).items()}
 
 
+MEMORY_WORKER_SECONDS = 600  # one worker process for every scheme and length of a memory table
+
+
 def memory_rows(
     config: str, lengths: list[int], log, schemes, whole: bool = False, cap: int | None = None
 ) -> dict[tuple[str, int], dict[str, Any]]:
@@ -114,13 +117,14 @@ def memory_rows(
         {"config": config, "shape": CONFIGS[config], "schemes": list(schemes or scheme_names()), "lengths": lengths,
          "whole_bias": whole, "cap_bytes": cap}
     )  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, str(CLI), "--memory-worker", spec],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        proc = subprocess.run([sys.executable, str(CLI), "--memory-worker", spec], env=env, capture_output=True,
+                              text=True, timeout=MEMORY_WORKER_SECONDS)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        log(
+            f"memory worker stopped after {MEMORY_WORKER_SECONDS} s (lengths {lengths}); its rows are left out"
+        )
+        return {}
     memory: dict[tuple[str, int], dict[str, Any]] = {}
     if proc.returncode == 0:
         for line in proc.stdout.splitlines():

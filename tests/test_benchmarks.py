@@ -153,3 +153,12 @@ def test_the_quick_command_runs_as_documented(tmp_path):
     data = json.loads(js.read_text())
     assert data["training"]["a"]["rows"]["octlm learned"]["tokens_per_s"]["n"] == 3
     assert "| octlm learned |" in md.read_text() and "Generation" in done.stdout
+
+
+def test_a_memory_worker_past_its_time_is_one_log_line_and_no_rows(benchmarks, monkeypatch):
+    """The worker is a real process (a fresh Python importing torch); 0.05 s is not enough for it to start."""
+    measure_forward = importlib.import_module("measure_forward")
+    monkeypatch.setattr(measure_forward, "MEMORY_WORKER_SECONDS", 0.05)
+    lines: list[str] = []
+    assert measure_forward.memory_rows("a", [16], lines.append, ["rope"]) == {}
+    assert lines == ["memory worker stopped after 0.05 s (lengths [16]); its rows are left out"]
