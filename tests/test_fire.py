@@ -14,6 +14,7 @@ import weakref
 
 import numpy as np
 import pytest
+import tiny
 import torch
 from tiny import memorise
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -236,21 +237,6 @@ def test_a_tiny_model_learns_and_c_and_l_train() -> None:
 # Memory of a long forward
 
 
-class LargestTensor(TorchDispatchMode):
-    """Records the largest storage any op returns (bytes), as tests/test_long_attention.py does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
-
-
 class PeakLiveBytes(TorchDispatchMode):
     """The peak of the bytes held by storages that ops return while the mode is on (freed ones subtracted as
     they are freed: a storage's Python object lives exactly as long as some tensor uses it)."""
@@ -282,7 +268,7 @@ def test_a_long_forward_allocates_no_tensor_past_one_chunks_bias_when_hidden_equ
     with fire_hidden = H the MLP's hidden layer of one chunk is as large as the chunk's bias, 8 MiB."""
     T = 4096
     model = fire_model(n_layers=1, d_model=16, d_ff=16, fire_hidden=H).eval()
-    spy = LargestTensor()
+    spy = tiny.LargestTensor()
     with torch.inference_mode(), spy:
         model(torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(5)))
     assert spy.largest == 4 * octlm.model.CHUNK_BIAS_ENTRIES

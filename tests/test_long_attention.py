@@ -5,9 +5,8 @@ largest tensor a long forward allocates (counted op by op, not timed)."""
 from __future__ import annotations
 
 import pytest
+import tiny
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import octlm.model
 from octlm.config import ModelConfig
@@ -112,27 +111,12 @@ def test_only_schemes_with_a_bias_have_one() -> None:
     }
 
 
-class LargestTensor(TorchDispatchMode):
-    """Records the largest storage any op returns (bytes): every tensor a forward allocates passes here."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.untyped_storage().nbytes())
-        return out
-
-
 @pytest.mark.parametrize(("position", "extra"), BIAS_SCHEMES, ids=[s[0] for s in BIAS_SCHEMES])
 def test_a_long_forward_never_allocates_the_whole_bias(position: str, extra: dict) -> None:
     T = 4096
     model = model_of(position, extra, n_layers=1, d_model=16, d_ff=16).eval()
     ids = torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(5))
-    spy = LargestTensor()
+    spy = tiny.LargestTensor()
     with torch.inference_mode(), spy:
         model(ids)
     # The largest is one chunk's bias, CHUNK_BIAS_ENTRIES float32 (8 MiB); the whole bias [4, 4096, 4096]
@@ -144,7 +128,7 @@ def test_the_spy_sees_the_whole_bias_where_it_is_built(monkeypatch: pytest.Monke
     """The test above can fail: with the whole-bias path forced, the same spy sees [H, T, T] at T = 2048."""
     monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", float("inf"))
     model = model_of("alibi", {}, n_layers=1, d_model=16, d_ff=16).eval()
-    spy = LargestTensor()
+    spy = tiny.LargestTensor()
     with torch.inference_mode(), spy:
         model(torch.zeros(1, 2048, dtype=torch.long))
     assert spy.largest == 4 * H * 2048 * 2048

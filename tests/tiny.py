@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
 from octlm.cli import main
 
 WORDS = [
@@ -388,3 +392,19 @@ def memorise(model, ids, steps: int = 40, lr: float = 3e-3) -> list[float]:
         optimizer.step()
         losses.append(loss.item())
     return losses
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest storage any op returns (bytes) while the mode is on: every tensor a forward
+    allocates passes here (tests/test_long_attention.py, tests/test_fire.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.untyped_storage().nbytes())
+        return out
