@@ -155,8 +155,11 @@ def _named_stdout() -> io.TextIOWrapper | None:
     except (OSError, ValueError, io.UnsupportedOperation):
         return None
     old = sys.stdout
-    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=old.encoding, errors=old.errors,
-                            line_buffering=old.line_buffering)  # fmt: skip
+    # Buffered as Python's own stdout was: by line on a terminal, by block into a file or a pipe, not at all
+    # under `python -u` or PYTHONUNBUFFERED (where Python itself puts the text layer straight on the fd).
+    layer = raw if old.write_through else io.BufferedWriter(raw)
+    return io.TextIOWrapper(layer, encoding=old.encoding, errors=old.errors, line_buffering=old.line_buffering,
+                            write_through=old.write_through)  # fmt: skip
 
 
 def _silence_stdout() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import select
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,28 @@ def test_short_output_into_head_ends_quietly(argv: str, tiny_run: Path) -> None:
     done = shell(f"{PYTHON} -m octlm {argv} | head -1", tiny_run)
     assert done.returncode in (0, CLOSED_PIPE) and done.stderr == "", done.stderr
     assert done.stdout.count("\n") == 1
+
+
+# The child writes a line through the CLI's stdout, then waits for the parent: only an unbuffered stream has
+# sent the line by then.
+CHILD = "import sys; from octlm import cli; out = cli._named_stdout(); out.write('first line\\n'); sys.stdin.readline()"
+
+
+@pytest.mark.parametrize("unbuffered", [True, False], ids=["python -u", "buffered"])
+def test_the_cli_stdout_is_unbuffered_under_python_u_as_python_s_own_is(unbuffered: bool) -> None:
+    flags = ["-u"] if unbuffered else []
+    env = {k: v for k, v in quiet_env().items() if k != "PYTHONUNBUFFERED"}  # the flag alone decides
+    child = subprocess.Popen([PYTHON, *flags, "-c", CHILD], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], 30 if unbuffered else 1)
+        # Into a pipe, a buffered stream holds the line until exit: nothing arrives while the child waits.
+        assert bool(ready) == unbuffered
+        if unbuffered:
+            assert os.read(child.stdout.fileno(), 100) == b"first line\n"
+    finally:
+        child.communicate(b"\n", timeout=60)
+    assert child.returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
