@@ -7,6 +7,7 @@ data built from known orthogonal directions, counts), never from a second run of
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from octlm.analysis import (
     position_section,
     probe_distances,
     probe_positions,
+    registered_tables,
     resolve_tokens,
     row_norms,
     similarity_by_distance,
@@ -36,6 +38,7 @@ from octlm.analysis import (
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model import Decoder
+from octlm.positions import PositionScheme
 from octlm.similarity import cosine_neighbours, partner_hits
 
 S = 1 / math.sqrt(2)
@@ -457,3 +460,92 @@ def test_ties_go_to_the_lower_index_in_a_large_table() -> None:
     table[::3, 0], table[table[:, 0] == 0, 1] = 1.0, 1.0
     got = [j for j, _ in cosine_neighbours(table, [0], 4999)[0]]
     assert got == [*range(3, 5000, 3), *(i for i in range(5000) if i % 3)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Survivors of the mutmut run of issue 19: a registered scheme's section, its tables, a partial RoPE's note,
+# the id a refused token stream names.
+
+
+def test_token_counts_name_the_too_large_id_beside_id_0() -> None:
+    """Kills token_counts mutants 26/27 (`min() <= 0`, `< 1`): a chunk holding id 0 and a too-large id must
+    name the too-large one, not 0 (an off-by-one in "is the offender the negative one?")."""
+    with pytest.raises(UserError, match="^the token stream holds id 6, outside the vocabulary of 6$"):
+        token_counts(np.array([0, 6]), 6)
+
+
+def test_registered_section_frequencies_by_hand() -> None:
+    """Kills _registered_section 46/53 (dividing by θ = 0: a divide-by-zero warning on every `octlm inspect`),
+    64-67 (turns = length·θ/2π), 72-75 (the "fastest" clause with some / no pair rotating), 111 (the join)."""
+    theta = np.array([1.0, 0.25, 0.0])  # wavelengths 2π, 8π and ∞ (pair 2 never rotates)
+    t = tables("xpos", length=8, scheme={"about": "About it.", "frequencies": theta})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 2π / 0 must not be computed: only θ > 0 is divided
+        got = position_section(t, t)
+    f = got["frequencies"]
+    assert list(f) == ["theta", "wavelength", "turns_in_context"] and f["theta"] is theta
+    assert f["wavelength"].tolist() == [2 * math.pi, 8 * math.pi, math.inf]
+    assert np.abs(f["turns_in_context"] - [4 / math.pi, 1 / math.pi, 0.0]).max() < 1e-15  # 8·θ / 2π
+    assert got["summary"] == (
+        "xpos: About it. 2 of 3 channel pairs rotate; the fastest turns once every 6.3 positions."
+    )
+    still = tables("xpos", length=8, scheme={"about": "Still.", "frequencies": np.zeros(2)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        none = position_section(still, still)
+    assert none["frequencies"]["wavelength"].tolist() == [math.inf, math.inf]
+    assert none["summary"] == "xpos: Still. 0 of 2 channel pairs rotate."
+
+
+def test_registered_section_bias_spans_by_hand() -> None:
+    """Kills _registered_section 98 (`min() - 0.0` keeps a -0.0 minimum, printing "-0.000") and 105 (the
+    untrained span printed as the trained one): the two spans differ, and the trained minimum is -0.0."""
+    trained = np.array([[-0.0, 0.25, 0.5], [0.125, -0.0, 0.375]])  # [H, T]; its minimum is -0.0
+    untrained = np.array([[-1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
+    t = tables("fire", length=3, scheme={"about": "A bias.", "bias": trained})
+    initial = tables("fire", length=3, scheme={"about": "A bias.", "bias": untrained})
+    got = position_section(t, initial)
+    assert got["bias"]["trained"] is trained and got["bias"]["untrained"] is untrained
+    assert {d: b.tolist() for d, b in got["bias"]["bias_at_distance"].items()} == {1: [0.25, -0.0],
+                                                                                  2: [0.5, 0.375]}  # fmt: skip
+    assert got["summary"] == (
+        "fire: A bias. Bias against distance, seen from the last position: 0.000 to 0.500 trained, -1.000 to "
+        "2.000 untrained."
+    )
+
+
+class _Undocumented(PositionScheme):
+    shows = ()  # no docstring on purpose: its `__doc__` is None
+
+
+class _Documented(PositionScheme):
+    """A scheme   for the
+    test.
+
+    Not this paragraph."""
+
+    shows = ("frequencies",)
+
+    def frequencies(self) -> torch.Tensor:
+        return torch.tensor([1.0, 0.0], dtype=torch.float64)
+
+
+def test_registered_tables_about_and_shows() -> None:
+    """Kills registered_tables 14 (a scheme without a docstring gets "XXXX"), 15 (the first paragraph, not
+    the whole docstring) and 18/19 (the "shows" key)."""
+    model = Decoder(tiny(position="nope"))
+    model.positions = _Undocumented()
+    assert registered_tables(model) == {"shows": [], "about": ""}
+    model.positions = _Documented()
+    got = registered_tables(model)
+    assert list(got) == ["shows", "about", "frequencies"]
+    assert got["shows"] == ["frequencies"] and got["about"] == "A scheme for the test."
+    assert got["frequencies"].tolist() == [1.0, 0.0]
+
+
+def test_tables_of_partial_rope_says_which_dimensions_rotate() -> None:
+    """Kills tables_of 36-41: the note of a RoPE rotating 4 of its 8 head dimensions (rope_fraction 0.5),
+    its key and both counts (off-by-one and sign slips in "0 to rotary_dims - 1", "head_dim - rotary_dims")."""
+    t = tables_of(Decoder(tiny(position="rope", d_model=16, rope_fraction=0.5)))
+    assert t.rope["rotary_dims"] == 4 and t.rope["head_dim"] == 8
+    assert t.rope["note"] == " Only dimensions 0 to 3 of each head's 8 rotate; the other 4 carry no position."

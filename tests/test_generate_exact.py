@@ -14,13 +14,17 @@ import pytest
 import torch
 
 from octlm.config import config_from_dict
+from octlm.decode import DecodeStep
 from octlm.errors import UserError
 from octlm.generate import (
     INITIAL_NEW_TOKENS,
     Sampling,
     _last_logits,
+    _usable,
     check_sampling,
+    choose_tokens,
     generate,
+    generate_batch,
     pick_token,
 )
 from octlm.model import Decoder
@@ -325,3 +329,100 @@ def test_generate_leaves_the_prompt_list_alone() -> None:
     prompt = [1, 2]
     list(generate(model_for("nope"), Tok(), prompt, 3, stop_at_eot=False))
     assert prompt == [1, 2]
+
+
+# -- batches of rows, the lean step, the cut of unusable ids -------------------------------------------------
+
+
+def drawn_rows(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The distributions `[B, V]` `choose_tokens` hands to `torch.multinomial` for a batch (a spy records it)."""
+    seen: list[torch.Tensor] = []
+    real = torch.multinomial
+
+    def spy(probs: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        seen.append(probs.clone())
+        return real(probs, n, generator=generator)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "multinomial", spy)
+        choose_tokens(logits, temperature, None, 1.0, torch.Generator().manual_seed(0))
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_each_rows_largest_logit_is_moved_to_0_on_its_own() -> None:
+    """Kills choose_tokens 13/15 (the largest logit of the whole batch, not of each row) and 16/19 (no keepdim:
+    `[B, V] - [B]`, which fails for B != V or shifts columns): bugs of dropping an argument that only several
+    rows show. At T = 1e-306 row 0 moved by row 1's maximum (1000) would be -inf everywhere (softmax NaN)."""
+    logits = torch.tensor([[0.0, 1.0, -1.0], [1000.0, 999.0, 0.0]], dtype=torch.float64)
+    got = drawn_rows(logits, 1e-306)
+    assert got.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
+    g = torch.Generator().manual_seed(0)
+    assert [choose_tokens(logits, 1e-306, None, 1.0, g).tolist() for _ in range(3)] == [[1, 0]] * 3
+    # at T = 1 each row is its own softmax (B = 2 rows, V = 3: no broadcast can stand in for keepdim)
+    want = torch.stack([softmax_by_hand([0.0, 1.0, -1.0]), softmax_by_hand([0.0, -1.0, -1000.0])])
+    torch.testing.assert_close(drawn_rows(logits, 1.0), want, rtol=0, atol=1e-15)
+
+
+def test_generate_batch_of_two_yields_every_step_for_both_rows() -> None:
+    """Kills _generate 31 (`len(rows) > 2`: two rows would be taken for one and yield ints) and 32 (`break`
+    for `continue`: a batch would stop after its first step)."""
+    model = model_for("rope")
+    want = greedy_by_full_passes(model, [5, 6], 5)
+    assert generate_batch(model, Tok(), [5, 6], 2, 5, Sampling(), stop_at_eot=False) == [want, want]
+    assert generate_batch(model, Tok(), [5, 6], 3, 5, Sampling(), stop_at_eot=False) == [want] * 3
+
+
+def test_cached_steps_after_the_prompt_go_through_the_lean_decode_step() -> None:
+    """Kills _token_steps 36/37 (the lean step never used): its logits equal the model's (tests/test_decode.py),
+    so only which path runs tells them apart; the lean one skips ~150 ops of overhead per token."""
+    model = model_for("rope")
+    want = greedy_by_full_passes(model, [3, 1, 4], 5)
+    forwards: list[int] = []
+    steps: list[int] = []
+    real_forward, real_step = Decoder.forward, DecodeStep.__call__
+
+    def forward(self: Decoder, ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        forwards.append(ids.shape[1])
+        return real_forward(self, ids, *args, **kwargs)
+
+    def step(self: DecodeStep, tokens: torch.Tensor, cache: Any) -> torch.Tensor:
+        steps.append(tokens.shape[0])
+        return real_step(self, tokens, cache)
+
+    with pytest.MonkeyPatch.context() as mp:  # class attributes, not hooks: hooks would turn the step off
+        mp.setattr(Decoder, "forward", forward)
+        mp.setattr(DecodeStep, "__call__", step)
+        assert list(generate(model, Tok(), [3, 1, 4], 5, stop_at_eot=False)) == want
+        assert (forwards, steps) == ([3], [1, 1, 1, 1])  # the prompt once; 4 steps (the 5th is not run)
+        forwards.clear()
+        steps.clear()
+        assert generate_batch(model, Tok(), [3, 1, 4], 2, 5, Sampling(), stop_at_eot=False) == [want] * 2
+        assert (forwards, steps) == ([3], [2, 2, 2, 2])
+
+
+def test_last_logits_with_a_cache_reads_only_the_new_tokens_after_the_cached_ones() -> None:
+    """Kills _last_logits 10/12 (the cache not passed on): the new token would be read as a sequence of its own."""
+    model = model_for("rope")
+    with torch.no_grad():
+        full = model(torch.tensor([[4, 9, 2, 7]]))[0][0, -1]
+        alone = model(torch.tensor([[7]]))[0][0, -1]
+        cache = model.new_cache(1, 8)
+        model(torch.tensor([[4, 9, 2]]), cache=cache)
+        got = _last_logits(model, [7], device=torch.device("cpu"), usable=64, cache=cache)
+    assert cache.length == 4
+    # measured: equal to the full pass once rounded to float32 (1e-6 allows a reordered float64 sum), while
+    # the token read alone is 0.55 away
+    torch.testing.assert_close(got, full.float(), rtol=0, atol=1e-6)
+    assert (got - alone.float()).abs().max() > 0.1
+
+
+def test_usable_with_nothing_to_cut_writes_nothing() -> None:
+    """Kills _usable 2 (`usable <= V`: an empty in-place write on every call): float32 logits are not copied, so
+    that write lands on the caller's tensor, which fails for one made under inference_mode and read after it."""
+    with torch.inference_mode():
+        kept = torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, 3.0]])
+    out = _usable(kept, 3)
+    assert out.tolist() == [[0.5, -1.0, 2.0], [1.0, 0.0, 3.0]] and out.dtype == torch.float32
+    cut = _usable(torch.tensor([[0.5, -1.0, 2.0]], dtype=torch.float64), 2)
+    assert cut.dtype == torch.float32 and cut.tolist() == [[0.5, -1.0, -INF]]

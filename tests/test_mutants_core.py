@@ -1,0 +1,52 @@
+"""Tests that kill mutants `mutmut` left alive in the core outside the scheme modules (docs/MUTANTS.md): the
+interface's defaults in positions.py and the paths model.py chooses between. The scheme modules' own are in
+tests/test_mutants_schemes.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+import octlm.model
+from octlm.config import ModelConfig
+from octlm.model import ContextualBias, Decoder
+from octlm.positions import PositionScheme
+
+
+def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None:
+    """The interface's default names the class and the missing method (an empty NotImplementedError would not)."""
+
+    class Bare(PositionScheme):
+        name, shows = "bare-test", ("frequencies",)
+
+    with pytest.raises(NotImplementedError) as raised:
+        Bare().frequencies()
+    assert str(raised.value) == "bare-test lists 'frequencies' in shows but does not define frequencies()"
+
+
+@pytest.mark.parametrize(("length", "whole"), [(8, True), (9, False)])
+def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
+    length: int, whole: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CoPE's bias depends on each layer's queries and keys, so `Attention.forward` decides itself: whole (the
+    fast path) while queries × keys ≤ WHOLE_BIAS_PAIRS, per query chunk past it. 8 × 8 = 64 is the limit here;
+    at 9 tokens the head size (4) must not stand in for a length (4 × 9 ≤ 64), nor `<` for `<=` at 8."""
+    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 64)
+    seen: list[type] = []
+    real = octlm.model.attention
+
+    def spy(q: Tensor, k: Tensor, v: Tensor, mask, *args, **kwargs) -> Tensor:  # noqa: ANN001
+        seen.append(type(mask))
+        return real(q, k, v, mask, *args, **kwargs)
+
+    monkeypatch.setattr(octlm.model, "attention", spy)
+    config = ModelConfig(vocab_size=64, d_model=16, context_length=16, n_layers=1, n_heads=4, d_ff=32,
+                         position="cope", cope_positions=8)  # fmt: skip
+    torch.manual_seed(0)
+    model = Decoder(config).eval()
+    assert config.head_dim == 4
+    with torch.inference_mode():
+        model(torch.randint(0, 64, (1, length)))
+    assert seen == [Tensor if whole else ContextualBias]
