@@ -186,7 +186,7 @@ def generate_batch(
     outs: list[list[int]] = [[] for _ in range(num_samples)]
     done = [False] * num_samples
     for tokens in _generate(model, tokenizer, [prompt] * num_samples, max_new_tokens, sampling,
-                            use_cache=use_cache, stop_at_eot=False, notice=notice or _silent):  # fmt: skip
+                            use_cache=use_cache, stop_at_eot=False, notice=notice or _silent, batched=True):  # fmt: skip
         for out, token, finished in zip(outs, tokens, done, strict=True):
             if not finished:
                 out.append(token)
@@ -224,9 +224,11 @@ def _generate(
     use_cache: bool,
     stop_at_eot: bool,
     notice: Callable[[str], None],
+    batched: bool = False,
 ) -> Iterator[Any]:
     """`generate` once its arguments are checked, for `rows` (prompts of one length): one int per step for a
-    single row, a list of ints (one per row) for several. Stops at EOT (`stop_at_eot`, single row only)."""
+    single row, or (`batched`) a list of ints, one per row, however many rows. Stops at EOT when
+    `stop_at_eot`, unbatched only: a batch's rows stop one by one in `generate_batch`."""
     limit: int | None = model.positions.max_length  # None: the scheme has no maximum length
     if limit is not None and len(rows[0]) > limit:
         notice(
@@ -241,7 +243,7 @@ def _generate(
         with torch.inference_mode():
             ids = torch.tensor(rows, dtype=torch.long, device=next(model.parameters()).device)
             for tokens in _token_steps(model, ids, max_new_tokens, sampling, tokenizer, use_cache, notice):
-                if len(rows) > 1:
+                if batched:
                     yield tokens.tolist()  # one device sync per step for the whole batch
                     continue
                 token = int(tokens[0])  # the one host round trip per token: the caller prints it now

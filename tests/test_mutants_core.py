@@ -11,6 +11,7 @@ from torch import Tensor
 
 import octlm.model
 from octlm.config import ModelConfig
+from octlm.generate import Sampling, generate, generate_batch
 from octlm.model import ContextualBias, Decoder
 from octlm.positions import PositionScheme
 
@@ -50,3 +51,53 @@ def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
     with torch.inference_mode():
         model(torch.randint(0, 64, (1, length)))
     assert seen == [Tensor if whole else ContextualBias]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generate_batch (octlm/generate.py)
+
+
+class Tokens:
+    """What generation reads of a tokenizer: the vocabulary size and the EOT id."""
+
+    def __init__(self, eot_id: int = 0) -> None:
+        self.vocab_size, self.eot_id = 64, eot_id
+
+
+def sharp(position: str) -> Decoder:
+    """A random model with large weights: clear-cut greedy choices."""
+    config = ModelConfig(vocab_size=64, d_model=32, context_length=8, n_layers=1, n_heads=4, d_ff=64,
+                         position=position)  # fmt: skip
+    torch.manual_seed(0)
+    model = Decoder(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def test_a_batch_of_one_is_the_single_continuation() -> None:
+    """One sample is a valid batch (a `< 2` or `<= 1` check would refuse it; before the fix the single-row
+    stream yielded bare ints and the batch loop could not read them)."""
+    model = sharp("rope")
+    greedy = list(generate(model, Tokens(), [5, 6], 6, stop_at_eot=False))
+    assert generate_batch(model, Tokens(), [5, 6], 1, 6, Sampling(), stop_at_eot=False) == [greedy]
+
+
+def test_a_batch_whose_rows_all_ended_returns_them() -> None:
+    """Every row's first greedy token is EOT here: the batch ends after one step of twelve, and the lists come
+    back (each ending with EOT), not None."""
+    model = sharp("rope")
+    first = next(iter(generate(model, Tokens(), [5, 6], 1, stop_at_eot=False)))
+    assert generate_batch(model, Tokens(eot_id=first), [5, 6], 3, 12, Sampling()) == [[first]] * 3
+
+
+def test_a_batch_passes_its_notices_on_or_drops_them_when_asked() -> None:
+    """A prompt longer than the learned table is announced through `notice`; None silences it."""
+    model = sharp("learned")
+    heard: list[str] = []
+    rows = generate_batch(model, Tokens(), list(range(1, 11)), 2, 1, Sampling(), notice=heard.append)
+    assert heard == [
+        "the prompt has 10 tokens; the learned position table has 8 rows, so only the last 8 are read"
+    ]
+    assert generate_batch(model, Tokens(), list(range(1, 11)), 2, 1, Sampling(), notice=None) == rows
