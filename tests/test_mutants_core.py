@@ -11,9 +11,10 @@ from torch import Tensor
 
 import octlm.model
 from octlm.config import ModelConfig
+from octlm.errors import UserError
 from octlm.generate import Sampling, generate, generate_batch
 from octlm.model import ContextualBias, Decoder
-from octlm.positions import PositionScheme
+from octlm.positions import PositionScheme, add_positions, alibi_slopes
 
 
 def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None:
@@ -25,6 +26,30 @@ def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None
     with pytest.raises(NotImplementedError) as raised:
         Bare().frequencies()
     assert str(raised.value) == "bare-test lists 'frequencies' in shows but does not define frequencies()"
+
+
+def test_a_shape_mismatch_names_both_shapes_and_the_one_wanted() -> None:
+    """The wanted [T, C] is the token vectors' last two sizes: not from the batch size on, not only C."""
+    with pytest.raises(UserError) as raised:
+        add_positions(torch.zeros(2, 5, 4), torch.zeros(6, 4))
+    assert str(raised.value) == (
+        "cannot add position table of shape [6, 4] to token vectors of shape [2, 5, 4]: the position table "
+        "must be [T, C] = [5, 4]"
+    )
+
+
+def test_alibi_slopes_are_float32_whatever_the_default_dtype_and_refuse_no_heads() -> None:
+    """`[H]` float32 as documented, also where a user has made float64 the default (a bare `torch.tensor` of
+    Python floats would follow it); zero heads is one line naming the value."""
+    torch.set_default_dtype(torch.float64)
+    try:
+        slopes = alibi_slopes(8)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert slopes.dtype == torch.float32 and slopes.tolist() == [2.0**-i for i in range(1, 9)]
+    with pytest.raises(UserError) as raised:
+        alibi_slopes(0)
+    assert str(raised.value) == "ALiBi needs at least one head, got 0"
 
 
 @pytest.mark.parametrize(("length", "whole"), [(8, True), (9, False)])
