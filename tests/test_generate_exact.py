@@ -8,6 +8,7 @@ forward pass or a draw from a reference generator, never a second run of the cod
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -53,8 +54,8 @@ def model_for(position: str, vocab: int = 64, dropout: float = 0.0) -> Decoder:
     return model.double().eval()
 
 
-def drawn_from(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
-    """The distribution `pick_token` hands to `torch.multinomial` (a spy records it)."""
+def multinomial_input(sample: Callable[[], object]) -> torch.Tensor:
+    """The probabilities `sample()` hands to its one `torch.multinomial` call (a spy records them)."""
     seen: list[torch.Tensor] = []
     real = torch.multinomial
 
@@ -64,9 +65,15 @@ def drawn_from(logits: torch.Tensor, temperature: float, top_k: int | None, top_
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch, "multinomial", spy)
-        pick_token(logits, temperature, top_k, top_p, torch.Generator().manual_seed(0))
+        sample()
     assert len(seen) == 1
     return seen[0]
+
+
+def drawn_from(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float) -> torch.Tensor:
+    """The distribution `pick_token` hands to `torch.multinomial`."""
+    g = torch.Generator().manual_seed(0)
+    return multinomial_input(lambda: pick_token(logits, temperature, top_k, top_p, g))
 
 
 def softmax_by_hand(values: list[float]) -> torch.Tensor:
@@ -335,19 +342,9 @@ def test_generate_leaves_the_prompt_list_alone() -> None:
 
 
 def drawn_rows(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """The distributions `[B, V]` `choose_tokens` hands to `torch.multinomial` for a batch (a spy records it)."""
-    seen: list[torch.Tensor] = []
-    real = torch.multinomial
-
-    def spy(probs: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        seen.append(probs.clone())
-        return real(probs, n, generator=generator)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "multinomial", spy)
-        choose_tokens(logits, temperature, None, 1.0, torch.Generator().manual_seed(0))
-    assert len(seen) == 1
-    return seen[0]
+    """The distributions `[B, V]` `choose_tokens` hands to `torch.multinomial` for a batch."""
+    g = torch.Generator().manual_seed(0)
+    return multinomial_input(lambda: choose_tokens(logits, temperature, None, 1.0, g))
 
 
 def test_each_rows_largest_logit_is_moved_to_0_on_its_own() -> None:
