@@ -181,6 +181,12 @@ def run_mutmut(root: Path, functions: list[Function], jobs: int) -> int:
     return mutmut.returncode
 
 
+def mutation_score(total: Counter) -> float:
+    """(killed + timed out) / (mutants - listed equivalents), in percent; 100 when nothing is left to count."""
+    counted = total["mutants"] - total["equivalent"]
+    return 100.0 * (total["killed"] + total["timeout"]) / counted if counted else 100.0
+
+
 def print_scores(found: list[Outcome]) -> bool:
     """One row per module, then every mutant that is neither killed nor listed; True when there is none."""
     print(f"\n{'module':<26} {'functions':>9} {'mutants':>7} {'killed':>6} {'timeout':>7} {'live':>5} "
@@ -192,8 +198,7 @@ def print_scores(found: list[Outcome]) -> bool:
         for o in mine:
             total.update(o.counts)
         live = [k for o in mine for k in o.live]
-        counted = total["mutants"] - total["equivalent"]
-        score = 100.0 * (total["killed"] + total["timeout"]) / counted if counted else 100.0
+        score = mutation_score(total)
         print(f"{path:<26} {len(mine):>9} {total['mutants']:>7} {total['killed']:>6} {total['timeout']:>7} "
               f"{len(live):>5} {total['equivalent']:>5} {score:>6.1f}%")  # fmt: skip
         for o in mine:
@@ -240,8 +245,7 @@ def record_summary(settings: Settings, functions: list[Function], record: dict[s
         total = Counter()
         for entry in kept:
             total.update({k: entry[k] for k in ("mutants", "killed", "timeout", "equivalent")})
-        counted = total["mutants"] - total["equivalent"]
-        score = 100.0 * (total["killed"] + total["timeout"]) / counted if counted else 100.0
+        score = mutation_score(total)
         print(f"{path:<26} {f'{len(kept)} of {len(mine)}':>13} {total['mutants']:>7} "
               f"{total['killed'] + total['timeout']:>6} {total['equivalent']:>5} {score:>6.1f}%")  # fmt: skip
 
