@@ -1,15 +1,18 @@
 #!/usr/bin/env python
-"""Where one cached decoding step's time goes (config b, learned, batch 1, greedy, 128 new tokens).
+"""Where one lean decoding step's time goes (config b, learned, batch 1, greedy, 128 new tokens).
 
-    .venv/bin/python benchmarks/decode_breakdown.py [--threads 2] [--rounds 7]
+    .venv/bin/python benchmarks/decode_breakdown.py [--threads 1] [--rounds 7]
 
-Times, interleaved round by round (median ms per new token):
-- decode: `octlm_generate` with the KV cache, as in bench.py;
-- floor: the model's weight GEMVs alone, back to back (measure_decode.weights_only_decode);
-- no GEMV: the same decode with every `nn.Linear` replaced by a preallocated output: all the other ops;
-- the GEMVs inside the real decode, timed one by one (perf_counter around each `nn.Linear`).
-If decode ≈ floor + no GEMV, the GEMVs run at their isolated speed inside the model; if the in-model GEMV sum
-is well above the floor, something between them (cache, threads) slows them down.
+Each round times, in this order (the figures are medians over rounds, ms per new token):
+- step: `DecodeStep` after a 16-token prompt, greedy: what `octlm generate` runs per token;
+- floor: the step's own weight GEMVs (its `Dense` layers, on fixed inputs) back to back, nothing else;
+- no GEMV: the same step with every `Dense` returning a ready output: all the other ops;
+- GEMVs inside the step: the real step again, each `Dense` call timed on its own;
+- floor, paused: the floor's GEMVs with the CPU kept busy after each token for as long as this round's
+  "no GEMV" took (a spin on the clock, touching no data), the GEMVs timed on their own.
+If "GEMVs inside the step" is near "floor, paused" and above "floor", time passing between two visits to the
+same weights slows them, whatever runs in that time: a step cannot reach the back-to-back floor by cutting
+its other ops alone.
 """
 
 from __future__ import annotations
@@ -17,111 +20,117 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from measure import interleaved, octlm_config
-from measure_decode import octlm_generate, weights_only_decode
+from measure import octlm_config
 
+from octlm.decode import DecodeStep, Dense
 from octlm.model import Decoder
 from octlm.runtime import torch_threads
 
-
-class Preallocated(torch.nn.Module):
-    """Stands in for an `nn.Linear`: returns a ready zero tensor of the right shape, computes nothing."""
-
-    def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
-        self.out_features, self.outputs = linear.out_features, {}
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (*x.shape[:-1], self.out_features)
-        if shape not in self.outputs:
-            self.outputs[shape] = torch.zeros(shape)
-        return self.outputs[shape]
+NEW, PROMPT = 128, 16
+PARTS = ("step", "floor (GEMVs alone)", "no GEMV (every other op)", "GEMVs inside the step", "floor, paused")
 
 
-def without_gemvs(model: Decoder) -> Decoder:
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(module, name, Preallocated(child))
-    return model
+class Ready:
+    """Stands in for a `Dense`: returns a ready zero tensor of its output's shape, computes nothing."""
+
+    def __init__(self, dense: Dense) -> None:
+        self.out_features, self.outputs = dense.weight.shape[1], {}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] not in self.outputs:
+            self.outputs[x.shape[0]] = torch.zeros(x.shape[0], self.out_features)
+        return self.outputs[x.shape[0]]
 
 
-class LinearClock:
-    """While entered, every `nn.Linear` forward runs through `forward`, which adds its time to `seconds`.
+class Timed:
+    """A `Dense` whose calls add their wall time to `clock[0]`."""
 
-    It stands in `nn.Linear`'s class as a descriptor: looked up on a layer, it returns `forward` bound to
-    that layer. On exit the original `nn.Linear.forward` comes back.
-    """
+    def __init__(self, dense: Dense, clock: list[float]) -> None:
+        self.dense, self.clock = dense, clock
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.original: Any = None
-
-    def __get__(self, linear: torch.nn.Linear | None, owner: type) -> Any:
-        return self if linear is None else partial(self.forward, linear)
-
-    def forward(self, linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
-        y = F.linear(x, linear.weight, linear.bias)
-        self.seconds += time.perf_counter() - start
+        y = self.dense(x)
+        self.clock[0] += time.perf_counter() - start
         return y
 
-    def __enter__(self) -> LinearClock:
-        self.original = torch.nn.Linear.forward
-        torch.nn.Linear.forward = self  # type: ignore[assignment,method-assign]
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        torch.nn.Linear.forward = self.original  # type: ignore[method-assign]
-
-
-def gemvs_inside_decode(model: Decoder, prompt: torch.Tensor, new: int, rounds: int) -> float:
-    """Median ms per new token spent in the `nn.Linear` calls of a real cached decode, timed one by one."""
-    inside = []
-    with LinearClock() as clock:
-        for _ in range(rounds):
-            clock.seconds = 0.0
-            octlm_generate(model, prompt, new, True)
-            inside.append(1e3 * clock.seconds / new)
-    return statistics.median(inside)
+def swap_dense(step: DecodeStep, wrap: Any) -> DecodeStep:
+    """`step` with each of its `Dense` layers (the head included) replaced by `wrap(dense)`."""
+    step.layers = [tuple(map(wrap, layer)) for layer in step.layers]
+    step.head = wrap(step.head)
+    return step
 
 
-def breakdown(rounds: int, new: int = 128) -> dict[str, float]:
+def decode(model: Decoder, step: DecodeStep, prompt: torch.Tensor, new: int) -> float:
+    """Seconds for `new` greedy tokens after `prompt` `[1, T]` through `step` (the prompt's pass excluded)."""
+    with torch.inference_mode():
+        cache = model.new_cache(1, prompt.shape[1] + new)
+        token = model(prompt, cache=cache)[0][:, -1].argmax(-1)
+        start = time.perf_counter()
+        for _ in range(new):
+            token = step(token, cache).argmax(-1)
+        return time.perf_counter() - start
+
+
+def floor(layers: list[Dense], inputs: list[torch.Tensor], new: int, pause: float = 0.0) -> float:
+    """Seconds spent in `new` rounds of every layer's GEMV on its fixed input; after each round the CPU spins
+    for `pause` seconds (not counted)."""
+    spent = 0.0
+    with torch.inference_mode():
+        for _ in range(new):
+            start = time.perf_counter()
+            for layer, x in zip(layers, inputs, strict=True):
+                layer(x)
+            now = time.perf_counter()
+            spent += now - start
+            while time.perf_counter() < now + pause:
+                pass
+    return spent
+
+
+def one_round(model: Decoder, prompt: torch.Tensor, new: int) -> dict[str, float]:
+    """Each part's ms per new token, measured once, in `PARTS` order."""
+    step = DecodeStep(model)
+    inputs = [torch.randn(1, dense.weight.shape[0]) for dense in step.dense]
+    clock = [0.0]
+    seconds = {
+        "step": decode(model, step, prompt, new),
+        "floor (GEMVs alone)": floor(step.dense, inputs, new),
+        "no GEMV (every other op)": decode(model, swap_dense(DecodeStep(model), Ready), prompt, new),
+    }
+    decode(model, swap_dense(DecodeStep(model), lambda d: Timed(d, clock)), prompt, new)
+    seconds["GEMVs inside the step"] = clock[0]
+    seconds["floor, paused"] = floor(step.dense, inputs, new, seconds["no GEMV (every other op)"] / new)
+    return {k: 1e3 * v / new for k, v in seconds.items()}
+
+
+def breakdown(rounds: int, new: int = NEW) -> dict[str, float]:
     """Median ms per new token of each part (see the module's docstring), in the current thread count."""
     torch.manual_seed(0)
     model = Decoder(octlm_config("b", "learned")).eval()
-    hollow = without_gemvs(Decoder(octlm_config("b", "learned")).eval())
-    prompt = torch.randint(0, 1024, (1, 16), generator=torch.Generator().manual_seed(0))
-    fns = {
-        "decode": partial(octlm_generate, model, prompt, new, True),
-        "floor (GEMVs alone)": weights_only_decode(model, new),
-        "no GEMV (every other op)": partial(octlm_generate, hollow, prompt, new, True),
-    }
-    times = interleaved(fns, 2, rounds)
-    ms = {k: 1e3 * statistics.median(v) / new for k, v in times.items()}
-    ms["GEMVs inside decode (timed one by one)"] = gemvs_inside_decode(model, prompt, new, rounds)
-    return ms
+    prompt = torch.randint(0, 1024, (1, PROMPT), generator=torch.Generator().manual_seed(0))
+    one_round(model, prompt, new)  # warm-up
+    measured = [one_round(model, prompt, new) for _ in range(rounds)]
+    return {k: statistics.median(r[k] for r in measured) for k in PARTS}
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1, as the CLI)")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
-    new = 128
     with torch_threads(args.threads):
-        ms = breakdown(args.rounds, new)
+        ms = breakdown(args.rounds)
 
-    print(f"config b, learned, batch 1, {new} new tokens, {args.threads} thread(s); median ms per new token")
+    print(f"config b, learned, batch 1, {NEW} new tokens, {args.threads} thread(s); median ms per new token")
     for k, v in ms.items():
         print(f"  {k:40s} {v:.3f}")
     total = ms["floor (GEMVs alone)"] + ms["no GEMV (every other op)"]
-    print(f"  {'floor + no GEMV':40s} {total:.3f}  (decode / that = {ms['decode'] / total:.2f})")
+    print(f"  {'floor + no GEMV':40s} {total:.3f}  (step / that = {ms['step'] / total:.2f})")
     return ms
 
 

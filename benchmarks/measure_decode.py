@@ -16,6 +16,7 @@ import torch
 from measure import CONFIGS, hf_gpt2, hf_llama, interleaved, octlm_config, summary
 
 from octlm.corpus import Document
+from octlm.decode import Dense
 from octlm.generate import Sampling, generate_batch, stream_text
 from octlm.model import Decoder
 from octlm.runtime import torch_threads
@@ -29,6 +30,7 @@ HF_GREEDY, HF_SAMPLED = (
     "HF GPT-2 generate, cache, sampled, 1 thread",
 )
 FLOOR_1 = FLOOR + ", 1 thread"
+FLOOR_DENSE_1 = "floor: the same GEMVs on [in, out] weights (DecodeStep's layout), 1 thread"
 BATCH = 8  # `octlm generate --num-samples 8`
 CLI_BATCH, HF_BATCH = (
     f"octlm generate --num-samples {BATCH}, sampled",
@@ -61,7 +63,9 @@ def linear_layers(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
 
-def weight_gemvs(layers: list[torch.nn.Linear], inputs: list[torch.Tensor], new: int) -> None:
+def weight_gemvs(
+    layers: list[Callable[[torch.Tensor], torch.Tensor]], inputs: list[torch.Tensor], new: int
+) -> None:
     """Every layer on its one-token input, `new` times over."""
     with torch.inference_mode():
         for _ in range(new):
@@ -78,6 +82,15 @@ def weights_only_decode(model: Decoder, new: int) -> Callable[[], None]:
     """
     layers = linear_layers(model)
     inputs = [torch.randn(1, 1, m.in_features) for m in layers]
+    return partial(weight_gemvs, layers, inputs, new)
+
+
+def dense_only_decode(model: Decoder, new: int) -> Callable[[], None]:
+    """The floor in the lean step's own layout: each weight transposed to `[in, out]` and its bias added by the
+    same `addmm` (`octlm.decode.Dense`), on a `[1, in]` input. At batch 1 torch's CPU GEMV reads that layout
+    faster than `nn.Linear`'s `[out, in]`, so this is the stricter floor for `DecodeStep`."""
+    layers = [Dense(m) for m in linear_layers(model)]
+    inputs = [torch.randn(1, m.in_features) for m in linear_layers(model)]
     return partial(weight_gemvs, layers, inputs, new)
 
 
@@ -171,6 +184,7 @@ def cli_paths(learned: Decoder, gpt2: Any, new: int, out: Any) -> dict[str, Call
         CLI_SAMPLED: partial(cli_generate, learned, tokenizer, new, Sampling(TEMPERATURE), out),
         HF_SAMPLED: partial(one_thread, partial(hf_generate, gpt2, prompt, new, True, True)),
         FLOOR_1: partial(one_thread, weights_only_decode(learned, new)),
+        FLOOR_DENSE_1: partial(one_thread, dense_only_decode(learned, new)),
         CLI_BATCH: partial(cli_batch, learned, tokenizer, new, Sampling(TEMPERATURE)),
         HF_BATCH: partial(one_thread, partial(hf_generate, gpt2, batch, new, True, True)),
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +72,12 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, 
     assert data["generation"]["rows"]["octlm learned, KV cache"]["tokens_per_s"]["median"] > 0
     # the decoding floor times the tiny model's own weights: qkv, proj, fc, proj and the head, 4 bytes each
     assert data["generation"]["rows"][measure_decode.FLOOR]["tokens_per_s"]["median"] > 0
+    # `octlm generate`'s table: each CLI row's share of both floors, from the medians of the same run
+    gen = data["generation"]["rows"]
+    med = {k: gen[k]["tokens_per_s"]["median"] for k in data["generation"]["cli_rows"]}
+    greedy, floors = measure_decode.CLI_GREEDY, (measure_decode.FLOOR_1, measure_decode.FLOOR_DENSE_1)
+    shares = " | ".join(f"{100 * med[greedy] / med[f]:.0f}%" for f in floors)
+    assert f"| {shares} | {med[greedy] / med[measure_decode.HF_GREEDY]:.2f}× |" in md
     weights = (32 * 3 * 32 + 32 * 32 + 2 * 32 * 4 * 32) + 300 * 32  # one layer, C 32, V 300
     assert data["generation"]["weight_megabytes_per_token"] == pytest.approx(4 * weights / 1e6)
     assert data["embedding"]["ratios"]["one-hot / lookup"] > 0
@@ -94,47 +101,72 @@ def test_flops_per_token_matches_the_closed_form_for_octlm_and_hf_gpt2(measure, 
         assert measure.flops_per_token(Decoder(measure.octlm_config(name, position)), name) == expected
 
 
-@pytest.mark.slow  # three decoding paths of config b, 128 tokens each, a few rounds
+@pytest.mark.slow  # five timings of config b, 128 tokens each, one round after the warm-up
 def test_decode_breakdown_runs_and_its_parts_are_consistent(benchmarks, capsys):
-    spec = importlib.util.spec_from_file_location("decode_breakdown", BENCHMARKS / "decode_breakdown.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    original = torch.nn.Linear.forward
+    module = load_breakdown()
     ms = module.main(["--threads", "1", "--rounds", "1"])
     assert list(ms) == [
-        "decode",
+        "step",
         "floor (GEMVs alone)",
         "no GEMV (every other op)",
-        "GEMVs inside decode (timed one by one)",
+        "GEMVs inside the step",
+        "floor, paused",
     ]
     assert all(v > 0 for v in ms.values())
-    assert torch.nn.Linear.forward is original  # the timing patch was undone
+    # The GEMVs timed inside the step are part of the step (a sum of their own clocks in a run like it), and
+    # the paused floor counts only its GEMVs: neither includes the time around them.
+    assert ms["GEMVs inside the step"] < ms["step"] + ms["floor (GEMVs alone)"]
     # The printout is the returned figures, in order, then their sum and the ratio (which timing is smaller
     # than which is the machine's business: a wall-clock comparison would flake on a busy runner).
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "config b, learned, batch 1, 128 new tokens, 1 thread(s); median ms per new token"
-    assert lines[1:5] == [f"  {k:40s} {v:.3f}" for k, v in ms.items()]
+    assert lines[1:6] == [f"  {k:40s} {v:.3f}" for k, v in ms.items()]
     total = ms["floor (GEMVs alone)"] + ms["no GEMV (every other op)"]
-    assert lines[5] == f"  {'floor + no GEMV':40s} {total:.3f}  (decode / that = {ms['decode'] / total:.2f})"
-    assert len(lines) == 6
+    assert lines[6] == f"  {'floor + no GEMV':40s} {total:.3f}  (step / that = {ms['step'] / total:.2f})"
+    assert len(lines) == 7
 
 
-def test_the_hollow_model_has_no_gemv_and_keeps_every_shape(benchmarks):
-    """decode_breakdown's "no GEMV" model: every nn.Linear replaced, the same logits shape, zero logits."""
+def load_breakdown():
     spec = importlib.util.spec_from_file_location("decode_breakdown", BENCHMARKS / "decode_breakdown.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_hollow_step_has_no_gemv_and_the_timed_one_computes_the_same(benchmarks):
+    """decode_breakdown's stand-ins: `Ready` layers give zero logits of the right shape; `Timed` layers give
+    the step's own logits and clock every call (4 per block and the head, per step)."""
+    module = load_breakdown()
     config = ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, d_ff=32, context_length=8)
-    full = Decoder(config).eval()
-    linears = sum(isinstance(m, torch.nn.Linear) for m in full.modules())
-    hollow = module.without_gemvs(Decoder(config).eval())
-    assert linears == 2 * 4 + 1  # attention qkv and proj, MLP fc and proj, in each of 2 blocks; the head
-    assert not any(isinstance(m, torch.nn.Linear) for m in hollow.modules())
-    assert sum(isinstance(m, module.Preallocated) for m in hollow.modules()) == linears
-    ids = torch.zeros(1, 5, dtype=torch.long)
-    with torch.no_grad():
-        logits, _ = hollow(ids)
-    assert logits.shape == full(ids)[0].shape and not logits.any()
+    model = Decoder(config).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    outputs = []
+    clock = [0.0]
+    calls = []
+    for wrap in (None, module.Ready, lambda d: module.Timed(d, clock)):
+        step = module.DecodeStep(model)
+        if wrap is not None:
+            module.swap_dense(step, wrap)
+        with torch.inference_mode():
+            cache = model.new_cache(1, 8)
+            model(prompt, cache=cache)
+            before = clock[0]
+            outputs.append(step(torch.tensor([4]), cache))
+            calls.append(clock[0] - before)
+    plain, hollow, timed = outputs
+    assert hollow.shape == plain.shape == (1, 64) and not hollow.any() and plain.any()
+    assert torch.equal(timed, plain) and calls[2] > 0 and calls[0] == calls[1] == 0
+
+
+def test_the_paused_floor_counts_only_its_gemvs(benchmarks):
+    """`floor(..., pause)` spins `pause` seconds after each round, outside the count."""
+    module = load_breakdown()
+    clock = [0.0]
+    layer = module.Timed(module.Dense(torch.nn.Linear(8, 4)), clock)
+    start = time.perf_counter()
+    counted = module.floor([layer], [torch.randn(1, 8)], 5, pause=0.01)
+    assert time.perf_counter() - start >= 0.05  # five pauses of 10 ms were spun
+    assert clock[0] <= counted < 0.02  # the GEMVs' own time is in the count, the 50 ms of pauses are not
 
 
 @pytest.mark.slow  # the documented smoke command itself: config a, 3 repetitions, every section (~15-60 s)
