@@ -201,7 +201,7 @@ def gpu_slug() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--quick", action="store_true", help="smoke test: config a only, tiny repetitions (< 60 s)"
     )
@@ -214,8 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
     parser.add_argument("--only", choices=("decode",), default=None,
                         help="decode: only the generation section (octlm generate, the floor, HF generate)")  # fmt: skip
+    parser.add_argument("--reps", type=int, default=None,
+                        help="timed repetitions of each training and generation measurement (default 5, --quick 3)")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.reps is not None and args.reps < 1:
+        parser.error(f"--reps {args.reps}: give at least 1 repetition")
     with torch_threads(THREADS):
         # Flush denormals to zero (FTZ/DAZ)? ALiBi's far-away penalties put exp() in the denormal range, which
         # x86 computes ~100x slower: without this, ALiBi's attention backward runs ~2x slower than plain causal
@@ -228,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             memory_worker(json.loads(args.memory_worker))
             return 0
         s = settings(args.quick, args.configs, not args.no_compile)
+        if args.reps is not None:
+            s["reps"] = args.reps
         if args.only == "decode":
             r = run_decode(s, Path(args.out), flush_denormal)
             print(r["markdown"])

@@ -187,6 +187,30 @@ def test_the_quick_command_runs_as_documented(tmp_path):
     assert "| octlm learned |" in md.read_text() and "Generation" in done.stdout
 
 
+@pytest.mark.slow  # the decoding section alone at config a, 16 new tokens, 2 repetitions (~10-30 s)
+def test_only_decode_takes_its_repetitions_and_reports_both_floors(tmp_path, measure_decode):
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench.py"), "--only", "decode", "--quick", "--reps", "2",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (js,) = tmp_path.glob("*-decode.json")
+    rows = json.loads(js.read_text())["generation"]["rows"]
+    for row in (measure_decode.CLI_GREEDY, measure_decode.FLOOR_1, measure_decode.FLOOR_DENSE_1):
+        assert rows[row]["tokens_per_s"]["n"] == 2 and rows[row]["tokens_per_s"]["median"] > 0
+    assert "% of the [in, out] floor" in done.stdout
+
+
+def test_reps_below_one_is_a_usage_error(bench, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--reps", "0"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "bench.py: error: --reps 0: give at least 1 repetition"
+
+
 def test_a_memory_worker_past_its_time_is_one_log_line_and_no_rows(benchmarks, monkeypatch):
     """The worker is a real process (a fresh Python importing torch); 0.05 s is not enough for it to start."""
     measure_forward = importlib.import_module("measure_forward")
