@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from octlm.errors import UserError, check_output, writing
+from octlm.errors import writing
+from octlm.export_folder import check_out, sibling, swap_in
 from octlm.hf_arch import (
     CLASSES,
     STATES,
@@ -88,70 +89,22 @@ def from_hf(hf_model: PreTrainedModel) -> Decoder:
 # Export a model folder
 
 
-def _fresh_path(out: Path, kind: str) -> Path:
-    """A hidden sibling of `out` for this process, cleared of any leftover from a crashed export."""
-    path = out.parent / f".{out.name}.{kind}-{os.getpid()}"
-    if path.exists():
-        shutil.rmtree(path)
-    return path
-
-
-def _replace_folder(tmp: Path, out: Path, force: bool) -> None:
-    """Move the finished `tmp` folder to `out`; an existing non-empty `out` is replaced only with `force`."""
-    if out.exists() or out.is_symlink():
-        if not out.is_dir():
-            raise UserError(f"{str(out)!r} exists and is not a folder; choose another output path")
-        if any(out.iterdir()):
-            if not force:
-                raise UserError(f"{str(out)!r} already exists and is not empty; pass --force to replace it")
-            # Rename the old folder aside first, so that `out` is at every moment either old or new.
-            old = _fresh_path(out, "old")
-            os.replace(out, old)
-            try:
-                os.replace(tmp, out)
-            except OSError:
-                os.replace(old, out)  # put the old export back rather than leave nothing
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-            return
-        out.rmdir()
-    os.replace(tmp, out)
-
-
-def _is_run(folder: Path) -> bool:
-    run = Run.of(folder)
-    return run.has_checkpoint() or run.metrics_path.is_file()
-
-
-def _check_out(out: Path, force: bool, run_dir: Path | None = None) -> None:
-    """Fail before the (slow) export rather than after it; never write into or over a run folder."""
-    check_output(out, "OUT", folder=True)
-    shown = f"OUT {str(out)!r}"
-    if out.is_symlink():
-        raise UserError(f"{shown} is a symbolic link (to {os.readlink(out)!r}); give the folder itself")
-    where = out.resolve()
-    if run_dir is not None and Path(run_dir).resolve().is_relative_to(where):
-        raise UserError(f"{shown} is or holds the run folder {str(run_dir)!r}; an export never replaces "
-                        f"a run: choose a new folder, e.g. {str(Path(run_dir)) + '-hf'!r}")  # fmt: skip
-    for folder in (where, *where.parents):
-        if _is_run(folder):
-            raise UserError(f"{shown} is inside the run folder {str(folder)!r}; an export never writes "
-                            "into a run: choose a folder outside it")  # fmt: skip
-    if not (out.is_dir() and any(out.iterdir())):
-        return
-    if not force:
-        raise UserError(f"{shown} already exists and is not empty; pass --force to replace it")
-    # An export is a transformers model folder, files only: anything else is not --force's to delete.
+def _not_an_export(out: Path) -> str | None:
+    """Why the non-empty folder `out` is no earlier transformers export (which holds files only), or None."""
     from transformers.utils import CONFIG_NAME
 
     inner = sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
     if inner:
-        what = "the run folder" if _is_run(inner[0]) else "the folder"
-        raise UserError(f"{shown} holds {what} {str(inner[0])!r}, so it is no earlier export (an export "
-                        "holds files only); --force replaces only an export: choose a new folder")  # fmt: skip
+        what = "the run folder" if Run.of(inner[0]).is_run() else "the folder"
+        return f"holds {what} {str(inner[0])!r}, so it is no earlier export (an export holds files only)"
     if not (out / CONFIG_NAME).is_file():
-        raise UserError(f"{shown} is no earlier export (it has no {CONFIG_NAME} of a transformers model); "
-                        "--force replaces only an export: choose a new folder")  # fmt: skip
+        return f"is no earlier export (it has no {CONFIG_NAME} of a transformers model)"
+    return None
+
+
+def _check_out(out: Path, force: bool, run_dir: Path | None = None) -> None:
+    """Fail before the (slow) export rather than after it; never write into or over a run folder."""
+    check_out(out, force, run_dir, "-hf", _not_an_export)
 
 
 def _save_error(error: Exception, folder: Path) -> Exception:
@@ -174,12 +127,12 @@ def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force
     _check_out(out, force)
     hf_model = to_hf(model, eos_token_id=tokenizer.eot_id)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_path(out, "tmp")
+    tmp = sibling(out, "tmp")
     tmp.mkdir()  # mkdir, not mkdtemp: the folder gets the usual permissions, not 0700
     try:
         with writing(out):  # the export's path, not its hidden temporary sibling's
             _write_export(hf_model, model, tokenizer, tmp, out)
-        _replace_folder(tmp, out, force)
+        swap_in(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

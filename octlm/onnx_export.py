@@ -30,7 +30,6 @@ import importlib.util
 import json
 import logging
 import math
-import os
 import shutil
 import time
 import warnings
@@ -42,7 +41,8 @@ import torch
 from torch import Tensor, nn
 
 import octlm.model
-from octlm.errors import UserError, check_output, int_in_range, writing
+from octlm.errors import UserError, int_in_range, writing
+from octlm.export_folder import check_out, sibling, swap_in
 from octlm.model import Decoder
 from octlm.positions import PositionScheme, add_positions
 from octlm.rope_scaling import METHODS, scaled_frequencies
@@ -303,11 +303,6 @@ def model_info(model: Decoder, length: int, scaling: dict | None, eot_id: int) -
 # The folder
 
 
-def _is_run(folder: Path) -> bool:
-    run = Run.of(folder)
-    return run.has_checkpoint() or run.metrics_path.is_file()
-
-
 def _is_export(folder: Path) -> bool:
     try:
         return json.loads((folder / INFO_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
@@ -315,53 +310,11 @@ def _is_export(folder: Path) -> bool:
         return False
 
 
-def check_out(out: Path, force: bool, run_dir: Path) -> None:
-    """Refuse OUT before any work: a run folder, a path inside or above one, or a folder that is no export."""
-    check_output(out, "OUT", folder=True)
-    shown = f"OUT {str(out)!r}"
-    if out.is_symlink():
-        raise UserError(f"{shown} is a symbolic link (to {os.readlink(out)!r}); give the folder itself")
-    where = out.resolve()
-    if run_dir.resolve().is_relative_to(where):
-        raise UserError(f"{shown} is or holds the run folder {str(run_dir)!r}; an export never replaces a run: "
-                        f"choose a new folder, e.g. {str(run_dir) + '-onnx'!r}")  # fmt: skip
-    for folder in (where, *where.parents):
-        if _is_run(folder):
-            raise UserError(f"{shown} is inside the run folder {str(folder)!r}; an export never writes into "
-                            "a run: choose a folder outside it")  # fmt: skip
-    if not (out.is_dir() and any(out.iterdir())):
-        return
-    if not force:
-        raise UserError(f"{shown} already exists and is not empty; pass --force to replace it")
-    inner = [p for p in out.iterdir() if p.is_dir() or p.is_symlink()]
-    if inner or not _is_export(out):
-        raise UserError(f"{shown} is no earlier ONNX export (no {INFO_FILE} of one, or it holds folders); "
-                        "--force replaces only an export: choose a new folder")  # fmt: skip
-
-
-def _sibling(out: Path, kind: str) -> Path:
-    """A hidden sibling of `out` for this process, cleared of any leftover from a crashed export."""
-    path = out.parent / f".{out.name}.{kind}-{os.getpid()}"
-    if path.exists():
-        shutil.rmtree(path)
-    return path
-
-
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Move the finished `tmp` to `out`; an earlier export is set aside first and removed only afterwards."""
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = _sibling(out, "old")
-    os.replace(out, old)  # so that `out` is at every moment the old export or the new one
-    try:
-        os.replace(tmp, out)
-    except BaseException:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+def _not_an_export(out: Path) -> str | None:
+    """Why the non-empty folder `out` is no earlier ONNX export (files only, with its model.json), or None."""
+    if any(p.is_dir() or p.is_symlink() for p in out.iterdir()) or not _is_export(out):
+        return f"is no earlier ONNX export (no {INFO_FILE} of one, or it holds folders)"
+    return None
 
 
 def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_length: int | None = None,
@@ -374,7 +327,7 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
     from octlm.checkpoint import load_model
 
     run_dir, out = Path(run_dir), Path(out)
-    check_out(out, force, run_dir)  # before the load, so that a mistake costs nothing
+    check_out(out, force, run_dir, "-onnx", _not_an_export)  # before the load: a mistake costs nothing
     need_exporter()
     model, _config, tokenizer = load_model(run_dir)
     length = export_length(model, max_length)
@@ -382,7 +335,7 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
         model, length, apply_rope_scaling(model, rope_scaling, rope_factor, length), tokenizer.eot_id
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(out, "tmp")
+    tmp = sibling(out, "tmp")
     tmp.mkdir()
     try:
         with writing(out):
@@ -395,7 +348,7 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
             info["checked"] = {"length": checked, "max_logit_difference": error}  # onnxruntime vs PyTorch
             info["files"] = {name: (tmp / name).stat().st_size for name in (ONNX_FILE, TOKENIZER_FILE)}
             (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        _swap_in(tmp, out)
+        swap_in(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -135,6 +135,10 @@ class Run:
         """A checkpoint folder (complete or not) is there: a new run must not start over it by accident."""
         return self.checkpoint_dir.is_dir() or self.old_checkpoint_dir.is_dir()
 
+    def is_run(self) -> bool:
+        """The folder holds a run (a checkpoint, complete or not, or a metrics log): no export writes there."""
+        return self.has_checkpoint() or self.metrics_path.is_file()
+
     def find_checkpoint(self) -> Path:
         """The folder of the last complete checkpoint, or a UserError saying why there is none."""
         run_dir = self.path
