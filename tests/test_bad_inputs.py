@@ -9,6 +9,9 @@ Where standard output or a resource limit is the fault, a case runs as a real pr
 gone (exit status 141 = 128 + SIGPIPE, and nothing on stderr: a closed stdout ends quietly), /dev/full, a
 file-size limit (RLIMIT_FSIZE, a full disk as the kernel reports it) or an address-space limit (RLIMIT_AS,
 a model too large to allocate). Read-only places are real too: `chattr +i` as root, mode 0555 otherwise.
+
+The real exit code of plain processes, and mistakes only the library can be handed (token ids), are in
+tests/test_bad_inputs_direct.py.
 """
 
 from __future__ import annotations
@@ -26,12 +29,10 @@ from typing import Any
 
 import pytest
 import torch
-from tiny import PYTHON, ROOT, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
+from tiny import PYTHON, check_one_line, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
 from octlm.config import config_from_dict
 from octlm.corpus import Document
-from octlm.errors import UserError
-from octlm.model import Decoder
 from octlm.tokenizer import train_tokenizer
 from octlm.train import train
 
@@ -377,18 +378,6 @@ if not torch.cuda.is_available():
     )
 
 
-def check_one_line(code: int, err: str, needle: str, status: int = 2) -> None:
-    assert "Traceback" not in err and "Exception ignored" not in err, err
-    assert code == status, f"exit code {code}, stderr: {err!r}"
-    if status == 141:  # a closed stdout ends quietly, like any Unix tool
-        assert err == "", f"expected nothing on stderr, got {err!r}"
-        return
-    lines = err.splitlines()
-    assert len(lines) == 1 and err.endswith("\n"), f"expected one line on stderr, got {err!r}"
-    assert lines[0].startswith("octlm") and "error:" in lines[0], lines[0]
-    assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-
-
 def run_process(case: Case) -> tuple[int, str]:
     """`python -m octlm ARGV` in the workspace, its stdout and resource limits as the case says."""
     if case.stdout == "full" and not Path("/dev/full").exists():
@@ -435,56 +424,3 @@ def test_bad_input(name: str, workspace: Path) -> None:
 
 def test_catalogue_size() -> None:
     assert len(CASES) >= 103  # 47 before issue 14 (46 with CUDA), 105 after (103 with CUDA)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The real exit code, from real processes (commands that do not import torch, so they start fast)
-
-
-def test_real_process_exit_codes(tmp_path: Path) -> None:
-    (tmp_path / "blob.bin").write_bytes(b"\x00binary")
-    cases = [(["frobnicate"], "'frobnicate'"), (["corpus", "--text", "blob.bin"], "looks binary"),
-             (["corpus", "--text", "missing.txt"], "'missing.txt'")]  # fmt: skip
-    procs = [subprocess.Popen([PYTHON, "-m", "octlm", *argv], cwd=tmp_path, env=quiet_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for argv, _ in cases]  # fmt: skip
-    for proc, (_argv, needle) in zip(procs, cases, strict=True):
-        _out, err = proc.communicate(timeout=60)
-        check_one_line(proc.returncode, err, needle)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin"]
-    assert ROOT.is_dir()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Mistakes the CLI cannot express, through the library: a UserError that names the value
-
-
-@pytest.mark.parametrize(
-    ("ids", "needle"),
-    [
-        ([[0, 5, 260]], "token id 260 is outside the vocabulary [0, 260)"),
-        ([[3, -1, 4]], "token id -1 is outside the vocabulary"),
-        ([list(range(17))], "length 17 is longer than the learned position table (16 rows)"),
-        ([[1.5, 2.0]], "integer tensor"),
-        ([[]], "T >= 1"),
-    ],
-    ids=["id too large", "negative id", "longer than learned table", "float ids", "empty"],
-)
-def test_decoder_refuses_bad_ids(ids: list[list[float]], needle: str) -> None:
-    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "d_ff": 64, "context_length": 16}})  # fmt: skip
-    model = Decoder(config.model)
-    tensor = torch.tensor(ids) if ids != [[]] else torch.zeros((1, 0), dtype=torch.long)
-    with pytest.raises(UserError) as info:
-        model(tensor)
-    assert needle in str(info.value) and "\n" not in str(info.value)
-
-
-def test_generate_refuses_prompt_ids_outside_the_vocabulary(template: Path) -> None:
-    from octlm.checkpoint import load_model
-    from octlm.generate import generate
-
-    model, _config, tokenizer = load_model(template / RUN)
-    with pytest.raises(UserError, match=r"prompt token id 999 is outside the model's vocabulary \[0, 260\)"):
-        generate(model, tokenizer, [1, 999], 3)
-    with pytest.raises(UserError, match="prompt token id -2"):
-        generate(model, tokenizer, [-2], 3)

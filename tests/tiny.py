@@ -408,3 +408,17 @@ class LargestTensor(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.untyped_storage().nbytes())
         return out
+
+
+def check_one_line(code: int, err: str, needle: str, status: int = 2) -> None:
+    """The CLI's answer to a user mistake: exit code `status`, and one stderr line ("octlm ... error: ...")
+    holding `needle`, with no traceback; with status 141 (a closed stdout, SIGPIPE), nothing on stderr."""
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert code == status, f"exit code {code}, stderr: {err!r}"
+    if status == 141:  # a closed stdout ends quietly, like any Unix tool
+        assert err == "", f"expected nothing on stderr, got {err!r}"
+        return
+    lines = err.splitlines()
+    assert len(lines) == 1 and err.endswith("\n"), f"expected one line on stderr, got {err!r}"
+    assert lines[0].startswith("octlm") and "error:" in lines[0], lines[0]
+    assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
