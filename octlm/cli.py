@@ -11,7 +11,8 @@ The one error boundary (`run_command`) turns what a user can act on into one lin
 - An expected `OSError` (a full disk, a read-only folder, a path through a file, ...; `errors.OS_ERRORS`): the
   path, what happened and the fix for that errno, exit status 2. So is running out of memory (`MemoryError`,
   torch's "can't allocate memory"): the size asked for and what to shrink.
-- Ctrl-C: "interrupted", exit status 130.
+- Ctrl-C: "interrupted", exit status 130. SIGTERM and SIGHUP (raised as `signals.Stopped` for the whole
+  command, so every cleanup runs): "stopped by SIGTERM", exit status 143 (129 for SIGHUP).
 - A closed standard output (`octlm corpus | head -1`): nothing at all, exit status 141 = 128 + SIGPIPE, what
   a shell reports for any Unix tool the signal ends (`yes | head -1`). octlm returns the number rather than
   dying by the signal, so in-process callers get a status back; standard output then points at /dev/null
@@ -31,6 +32,7 @@ import sys
 from collections.abc import Callable
 
 from octlm.errors import STDOUT, UserError, describe_memory_error, describe_os_error
+from octlm.signals import Stopped, raising_signals
 
 # Command words -> (module, one-line help). Two-word commands ("export hf") nest under their first word.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -180,7 +182,8 @@ def run_command(command: str | None, call: Callable[[], object]) -> int:
     if named is not None:
         sys.stdout = named
     try:
-        result = call()
+        with raising_signals():
+            result = call()
         sys.stdout.flush()  # a buffered stdout fails here, inside the boundary, not at interpreter exit
         return int(result or 0)
     except UserError as error:
@@ -188,6 +191,9 @@ def run_command(command: str | None, call: Callable[[], object]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{prefix}: interrupted\n")
         return 130
+    except Stopped as stop:
+        sys.stderr.write(f"{prefix}: stopped by {stop}\n")
+        return 128 + stop.signum
     except OSError as error:
         on_stdout = error.filename == STDOUT
         if on_stdout:

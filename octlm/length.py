@@ -29,11 +29,9 @@ import functools
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from octlm.jsonable import to_json
 from octlm.positions import rope_frequencies, table_order
 from octlm.rope_scaling import VARIANTS, scaled_frequencies
 from octlm.run import Run
-from octlm.runtime import torch_threads
+from octlm.runtime import in_processes, torch_threads
 from octlm.schemes import scheme_names
 from octlm.scoring import Score, summed_loss
 
@@ -308,15 +306,8 @@ def scored_runs(
     configs: list[Config], text: EvalText, settings: Settings, workers: int
 ) -> Iterator[tuple[list[dict], dict[str, Any]]]:
     """`train_and_score` of every config, yielded as each finishes: here with one worker, else in a pool."""
-    if workers == 1:
-        for config in configs:
-            yield train_and_score(config, text, settings)
-        return
-    context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = [pool.submit(train_and_score, config, text, settings) for config in configs]
-        for future in as_completed(futures):
-            yield future.result()
+    job = functools.partial(train_and_score, text=text, settings=settings)
+    yield from map(job, configs) if workers == 1 else in_processes(job, configs, workers)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -5,31 +5,36 @@ generation, the length experiment and the benchmarks share one copy:
 
 - `resolve_device`: `auto` picks CUDA when available; asking for a device that is not there is a UserError.
 - `Dist` / `init_distributed`: the process group torchrun describes (gloo on CPU, NCCL on CUDA).
-- `StopRequest`: turns the first SIGINT (Ctrl-C), SIGTERM or SIGHUP into a request to stop after the current
-  step; a second one aborts at once. The command exits with 128 + the signal's number, as a shell reports it.
+- (How the process stops on a signal is `octlm.signals`, which imports no torch, so the CLI can use it.)
 - `autocast`: the mixed-precision context for a device and `train.dtype` (`auto`: bf16 on CUDA, none on CPU).
 - `cpu_bf16_support`: what the processor offers for bf16 (AMX, AVX512-BF16 or none), read from its flags.
 - `seed_rank_streams`: after the model is built, each DDP rank draws its own dropout masks.
 - `rng_state` / `rank_rng_states` / `restore_rng`: the random state a checkpoint carries (every rank's), so a
   resume is bit-identical.
 - `torch_threads`: run with a given number of torch CPU threads, then restore the previous count.
+- `in_processes`: jobs in a pool of fresh worker processes, a stop signal to this one passed on to them;
+  `process_alive`: whether a process id is in use (a temporary file's writer may be gone).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import multiprocessing
 import os
 import re
-import signal
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from octlm.errors import UserError
+from octlm.signals import Stopped
+
+T, R = TypeVar("T"), TypeVar("R")
 
 
 def resolve_device(name: str, setting: str = "train.device") -> torch.device:
@@ -115,61 +120,6 @@ def init_distributed(device: torch.device) -> Dist:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         owned = True
     return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local, owned=owned)
-
-
-STOP_SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-)  # Ctrl-C; timeout, docker, Slurm, systemd; a lost terminal
-
-
-class StopRequest:
-    """Turns the first SIGINT, SIGTERM or SIGHUP into a request to stop after the current step (`signum`).
-
-    The handler only records the signal and writes one notice line straight to fd 2 (`os.write`: a handler
-    that printed through `sys.stderr` could interrupt a write on the same stream and fail as re-entrant). It
-    then puts back the handlers that were there before, so a second signal aborts at once the way it would
-    have without octlm: Ctrl-C raises KeyboardInterrupt (exit 130), SIGTERM and SIGHUP end the process.
-    A signal that was ignored (SIGHUP under nohup) stays ignored. Installed only on the main thread (Python
-    delivers signals there); elsewhere it never fires.
-    """
-
-    def __init__(self, announce: bool = True) -> None:
-        self.signum = 0  # the first signal received; 0 while none
-        self._previous: dict[int, Any] = {}
-        self._announce = announce
-
-    @property
-    def requested(self) -> bool:
-        return self.signum != 0
-
-    def __enter__(self) -> StopRequest:
-        if threading.current_thread() is threading.main_thread():
-            for signum in STOP_SIGNALS:
-                previous = signal.getsignal(signum)
-                if previous is not signal.SIG_IGN:
-                    self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        self._restore()
-        if self._announce:
-            name = signal.Signals(signum).name
-            again = "Ctrl-C again" if signum == signal.SIGINT else f"a second {name}"
-            lead = "\n" if os.isatty(2) else ""  # past a progress bar
-            text = f"{lead}{name}: finishing this step and writing a checkpoint ({again} aborts at once)\n"
-            with contextlib.suppress(OSError):
-                os.write(2, text.encode())
-
-    def _restore(self) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-        self._previous = {}
-
-    def __exit__(self, *exc: Any) -> None:
-        self._restore()
 
 
 def autocast(device: torch.device, dtype: str = "auto") -> contextlib.AbstractContextManager:
@@ -293,3 +243,51 @@ def torch_threads(count: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with id `pid` exists on this machine (another user's counts too)."""
+    if pid <= 0:
+        return False  # 0 and -1 would signal a process group or every process
+    try:
+        os.kill(pid, 0)  # signal 0: checks only
+    except PermissionError:
+        return True
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
+
+
+def in_processes(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[R]:
+    """`fn(item)` for every item, in `workers` worker processes, yielded as each finishes.
+
+    The workers are spawned, not forked: a fork after torch has started its threads can hang. Only as many
+    jobs as workers are handed out at a time, so a job a signal stopped is never followed by one more. A
+    SIGTERM or SIGHUP to this process alone (raised as `signals.Stopped`) is passed on to the workers, so each
+    stops as it would on its own (a training after its step, checkpoint written); this process waits for
+    them, then the signal goes on. A second one reaches them too and ends the wait. Ctrl-C from a terminal
+    reaches every worker by itself.
+    """
+    pending = iter(items)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        running = {pool.submit(fn, item) for item in itertools.islice(pending, workers)}
+        try:
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                running |= {pool.submit(fn, item) for item in itertools.islice(pending, len(done))}
+                for future in done:
+                    yield future.result()
+        except Stopped as stop:
+            _signal_workers(stop.signum)
+            try:
+                wait(running)
+            except Stopped as again:
+                _signal_workers(again.signum)
+                raise
+            raise
+
+
+def _signal_workers(signum: int) -> None:
+    for worker in multiprocessing.active_children():
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.kill(worker.pid, signum)

@@ -42,9 +42,10 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from octlm.batches import eval_blocks, random_blocks
 from octlm.checkpoint import Checkpoint, save_checkpoint
 from octlm.config import Config
-from octlm.data import PreparedData, eval_blocks, random_blocks
+from octlm.data import PreparedData
 from octlm.errors import UserError
 from octlm.model import Decoder
 from octlm.optim import lr_at, make_optimizer, set_lr
@@ -54,7 +55,6 @@ from octlm.resume import checkpoint_to_resume, data_for_run
 from octlm.run import Run
 from octlm.runtime import (
     Dist,
-    StopRequest,
     init_distributed,
     rank_rng_states,
     resolve_device,
@@ -63,6 +63,7 @@ from octlm.runtime import (
     seed_rank_streams,
 )
 from octlm.scoring import evaluate
+from octlm.signals import StopRequest
 from octlm.tracking import make_tracker
 
 

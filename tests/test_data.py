@@ -15,10 +15,11 @@ from octlm import corpus as corpus_module
 from octlm import data as data_module
 from octlm import prepare as prepare_module
 from octlm import tokenizer as tokenizer_module
+from octlm.batches import eval_blocks
 from octlm.cli import main
 from octlm.config import DataConfig
 from octlm.corpus import Document, load_corpus, split_documents, text_documents
-from octlm.data import eval_blocks, prepare_data, token_dtype
+from octlm.data import prepare_data, token_dtype
 from octlm.errors import UserError
 from octlm.tokenizer import Tokenizer
 

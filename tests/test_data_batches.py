@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.data import SlidingWindowDataset, eval_blocks, random_blocks
+from octlm.batches import SlidingWindowDataset, eval_blocks, random_blocks
 from octlm.errors import UserError
 
 TOKENS = np.array([10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20], dtype=np.uint16)  # 11 tokens

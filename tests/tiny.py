@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import random
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +24,8 @@ from torch.utils._pytree import tree_leaves
 
 from octlm.cli import main
 
-WORDS = [
-    "def",
-    "class",
-    "return",
-    "import",
-    "self",
-    "value",
-    "data",
-    "print",
-    "if",
-    "else",
-    "for",
-    "while",
-    "lambda",
-    "yield",
-    "with",
-    "as",
-    "try",
-]
+WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while",
+         "lambda", "yield", "with", "as", "try"]  # fmt: skip
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
@@ -155,101 +141,127 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _Countdown:
+    """`due()` is true the nth time it is called (the nth time the child reaches the hook's point), only then."""
+
+    def __init__(self, nth: int) -> None:
+        self.nth, self.calls = nth, 0
+
+    def due(self) -> bool:
+        self.calls += 1
+        return self.calls == self.nth
+
+
+def _halve(path: Any) -> None:
+    path = Path(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _hook_snapshot(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    import octlm.train
+
+    real_save = octlm.train.save_checkpoint
+
+    def snapshotting(run_dir, model, optimizer, config, step: int, state=None) -> Any:  # as save_checkpoint
+        path = real_save(run_dir, model, optimizer, config, step, state)
+        shutil.copyfile(path / "model.safetensors", Path(hook["folder"]) / f"step-{step}.safetensors")
+        return path
+
+    octlm.train.save_checkpoint = snapshotting
+
+
+def _hook_model(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    import safetensors.torch
+
+    real_file = safetensors.torch.save_file
+
+    def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
+        real_file(tensors, filename, metadata=metadata)
+        if due():
+            if point == "model_half":
+                _halve(filename)
+            _die()
+
+    safetensors.torch.save_file = save_file
+
+
+def _hook_optimizer_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    real_torch_save = torch.save
+
+    def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        real_torch_save(obj, f, *args, **kwargs)
+        if due():
+            _halve(f)
+            _die()
+
+    torch.save = torch_save
+
+
+def _hook_meta_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    import octlm.run
+
+    real_dump = json.dump
+
+    def dump(obj: Any, fp: Any, *args: Any, **kwargs: Any) -> None:
+        if not due():
+            return real_dump(obj, fp, *args, **kwargs)
+        text = json.dumps(obj, *args, **kwargs)
+        fp.write(text[: len(text) // 2])
+        fp.flush()
+        _die()
+
+    octlm.run.json.dump = dump
+
+
+def _hook_rename(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    import octlm.run
+
+    real_rename = Path.rename
+    target_name = octlm.run.OLD_CHECKPOINT if point == "between_renames" else octlm.run.CHECKPOINT
+
+    def rename(self: Path, target: Any) -> Any:
+        result = real_rename(self, target)
+        if Path(target).name == target_name and due():
+            _die()
+        return result
+
+    Path.rename = rename  # type: ignore[method-assign]
+
+
+def _hook_rmtree_old(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    import octlm.run
+
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        path = Path(path)
+        swapped = (path.parent / octlm.run.CHECKPOINT / octlm.run.META_FILE).is_file()
+        if path.name == octlm.run.OLD_CHECKPOINT and swapped and path.is_dir() and due():
+            (path / octlm.run.MODEL_FILE).unlink()
+            _die()
+        real_rmtree(path, *args, **kwargs)
+
+    shutil.rmtree = rmtree
+
+
+# hook["point"] -> the function that patches the child for it (two points share one): f(hook, point, due).
+_HOOKS = {"snapshot": _hook_snapshot, "model_half": _hook_model, "after_model": _hook_model,
+          "optimizer_half": _hook_optimizer_half, "meta_half": _hook_meta_half, "between_renames": _hook_rename,
+          "after_swap": _hook_rename, "rmtree_old": _hook_rmtree_old}  # fmt: skip
+
+
 def _install_hook(hook: dict[str, Any] | None) -> None:
     if not hook:
         return
-    import json
-    import pathlib
-    import shutil
+    # Everything the hooks patch or call, loaded before any patch (the fork server has loaded it all already).
+    import safetensors.torch  # noqa: F401
 
-    import safetensors.torch
-    import torch
+    from octlm import checkpoint, run, train  # noqa: F401
 
-    import octlm.checkpoint
-    import octlm.run
-    import octlm.train
-
-    point, nth, calls = hook["point"], int(hook.get("nth", 1)), {"n": 0}
-
-    def due() -> bool:
-        calls["n"] += 1
-        return calls["n"] == nth
-
-    def halve(path: Any) -> None:
-        path = pathlib.Path(path)
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-    if point == "snapshot":
-        real_save = octlm.train.save_checkpoint
-
-        def snapshotting(
-            run_dir: Any, model: Any, optimizer: Any, config: Any, step: int, state: Any = None
-        ) -> Any:
-            path = real_save(run_dir, model, optimizer, config, step, state)
-            shutil.copyfile(
-                path / "model.safetensors", pathlib.Path(hook["folder"]) / f"step-{step}.safetensors"
-            )
-            return path
-
-        octlm.train.save_checkpoint = snapshotting
-    elif point in ("model_half", "after_model"):
-        real_file = safetensors.torch.save_file
-
-        def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
-            real_file(tensors, filename, metadata=metadata)
-            if due():
-                if point == "model_half":
-                    halve(filename)
-                _die()
-
-        safetensors.torch.save_file = save_file
-    elif point == "optimizer_half":
-        real_torch_save = torch.save
-
-        def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-            real_torch_save(obj, f, *args, **kwargs)
-            if due():
-                halve(f)
-                _die()
-
-        torch.save = torch_save
-    elif point == "meta_half":
-        real_dump = json.dump
-
-        def dump(obj: Any, fp: Any, *args: Any, **kwargs: Any) -> None:
-            if not due():
-                return real_dump(obj, fp, *args, **kwargs)
-            text = json.dumps(obj, *args, **kwargs)
-            fp.write(text[: len(text) // 2])
-            fp.flush()
-            _die()
-
-        octlm.run.json.dump = dump
-    elif point in ("between_renames", "after_swap"):
-        real_rename = pathlib.Path.rename
-        target_name = octlm.run.OLD_CHECKPOINT if point == "between_renames" else octlm.run.CHECKPOINT
-
-        def rename(self: pathlib.Path, target: Any) -> Any:
-            result = real_rename(self, target)
-            if pathlib.Path(target).name == target_name and due():
-                _die()
-            return result
-
-        pathlib.Path.rename = rename  # type: ignore[method-assign]
-    elif point == "rmtree_old":
-        real_rmtree = shutil.rmtree
-
-        def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
-            path = pathlib.Path(path)
-            swapped = (path.parent / octlm.run.CHECKPOINT / octlm.run.META_FILE).is_file()
-            if path.name == octlm.run.OLD_CHECKPOINT and swapped and path.is_dir() and due():
-                (path / octlm.run.MODEL_FILE).unlink()
-                _die()
-            real_rmtree(path, *args, **kwargs)
-
-        shutil.rmtree = rmtree
-    else:
+    point, countdown = hook["point"], _Countdown(int(hook.get("nth", 1)))
+    if point not in _HOOKS:
         raise ValueError(f"unknown hook {point!r}")
+    _HOOKS[point](hook, point, countdown.due)
 
 
 def _child(request: dict[str, Any]) -> None:
