@@ -23,8 +23,6 @@ import pickle
 import random
 import shutil
 import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +30,9 @@ from typing import Any
 
 import pytest
 import torch
+from processes import signal_when
 from safetensors.torch import load_file
-from tiny import PYTHON, ForkServer, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
+from tiny import PYTHON, ForkServer, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
 from octlm.checkpoint import load_checkpoint, save_checkpoint, sha256_file
 from octlm.config import config_from_dict
@@ -247,24 +246,9 @@ def test_sigint_checkpoints_and_says_how_to_resume(lab: Lab, tmp_path: Path) -> 
     run_dir = lab.root / "runs" / "sigint"
     argv = [PYTHON, "-m", "octlm", "train", *tiny_flags(lab.root, lab.root / "text", steps=100000), "--name",
             "sigint", "--no-progress"]  # fmt: skip
-    # SIGINT as a terminal gives it: a background job (`cmd &`, nohup) inherits it ignored, and octlm then keeps
-    # ignoring it, as Unix tools do.
-    reset = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=quiet_env(), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=reset)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not (run_dir / "checkpoint" / "config.json").is_file():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no checkpoint within 120 s"
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, (out, err)  # documented: "exits with status 130"
+    ready = (run_dir / "checkpoint" / "config.json").is_file
+    code, out, err = signal_when(argv, tmp_path, ready, signal.SIGINT, "checkpoint")
+    assert code == 130, (out, err)  # documented: "exits with status 130"
     assert "Traceback" not in err, err
     lines = out.splitlines()
     stopped = [line for line in lines if line.startswith("stopped at step")]

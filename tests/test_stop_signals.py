@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny import PYTHON, quiet_env
+from processes import signal_when
+from tiny import PYTHON
 
 from octlm.config import DataConfig
 from octlm.data import STALE_TMP_SECONDS, prepare_data
@@ -96,28 +97,12 @@ def test_sigterm_while_encoding_leaves_no_temporary_file_and_says_so(tmp_path: P
     data = tmp_path / "data"
     argv = [PYTHON, "-m", "octlm", "data", "--text", str(corpus), "--vocab-size", "300", "--set",
             f"data.data_dir={data}", "--set", "data.val_fraction=0.5"]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=quiet_env(), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=_default_term)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not list(data.glob("*/.*.bin.*.tmp")):  # the token file is being written
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no token file within 120 s"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 143 and err.splitlines()[-1] == "octlm data: stopped by SIGTERM", err
+    ready = lambda: bool(list(data.glob("*/.*.bin.*.tmp")))  # the token file is being written
+    code, _out, err = signal_when(argv, tmp_path, ready, signal.SIGTERM, "token file")
+    assert code == 143 and err.splitlines()[-1] == "octlm data: stopped by SIGTERM", err
     assert "Traceback" not in err
     (folder,) = data.iterdir()
     assert not list(folder.glob(".*.tmp")) and not (folder / "train.bin").exists()
-
-
-def _default_term() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def stop_when_asked(marker: str) -> str:
