@@ -23,6 +23,11 @@ import torch
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
+# The scheme tests' own float64 references, reused for layer 0 (see numpy_first_layer_attention).
+from test_cope import np_cope_bias  # noqa: E402
+from test_fire import np_fire  # noqa: E402
+from test_xpos import np_xpos  # noqa: E402
+
 from octlm.checkpoint import save_checkpoint  # noqa: E402
 from octlm.config import Config, ModelConfig  # noqa: E402
 from octlm.corpus import Document  # noqa: E402
@@ -71,8 +76,9 @@ VARIANTS = {
     "t5": {"t5_buckets": 8, "t5_max_distance": 20},  # so that the text reaches the logarithmic buckets
     "nope": {},
 }
-# The schemes numpy_first_layer_attention re-derives (xPos, FIRE and CoPE have theirs in their own test files).
-NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "alibi", "t5", "nope")
+# The schemes numpy_first_layer_attention re-derives: all of them (xPos, FIRE and CoPE through the references
+# of tests/test_xpos.py, tests/test_fire.py and tests/test_cope.py). A new scheme must be added here and there.
+NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "nope")
 # A fixed text: tabs, CRLF, non-ASCII, an emoji; twice, to be longer than MAX_LENGTH tokens.
 TEXT = 2 * "def function_7(x):\r\n\treturn x * 7 + 'héllo, wörld' # 🙂 déjà vu\n"
 
@@ -154,6 +160,7 @@ def run_onnx(e: Exported, ids: torch.Tensor) -> list[np.ndarray]:
 
 def test_every_config_scheme_is_covered() -> None:
     assert {extra.get("position", name) for name, extra in VARIANTS.items()} == set(scheme_names())
+    assert set(NUMPY_SCHEMES) == set(scheme_names()), "extend numpy_first_layer_attention to the new scheme"
 
 
 def test_logits_match_pytorch_at_every_length(exported: Exported, tokenizer: Tokenizer) -> None:
@@ -227,14 +234,30 @@ def numpy_rope_channels(x: np.ndarray, scheme) -> np.ndarray:
     return out
 
 
-def numpy_bias(model: Decoder, T: int) -> np.ndarray:
-    """`[H, T, T]` score bias for query i, key j (0 where none), before the causal mask."""
-    c, i, j = model.config, np.arange(T)[:, None], np.arange(T)[None, :]
+def numpy_xpos(x: np.ndarray, model: Decoder, key: bool) -> np.ndarray:
+    """x `[B, H, T, D]` at positions 0 .. T - 1 through tests/test_xpos.py's `np_xpos` (the paper's formula, half
+    layout), with the model's base and scale base. Interleaved pairs are gathered into the half layout first:
+    queries and keys get the same channel order, so q · k is unchanged."""
+    if model.positions.layout == "interleaved":
+        x = np.concatenate([x[..., 0::2], x[..., 1::2]], axis=-1)
+    return np_xpos(x, np.arange(x.shape[2]), model.config.rope_base, model.positions.scale_base, key)
+
+
+def numpy_bias(model: Decoder, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """The score bias of query i, key j (0 where none; -inf after the query where the scheme says so), added
+    to q · k / sqrt(D): `[H, T, T]`, or `[B, H, T, T]` for CoPE, whose bias reads q `[B, H, T, D]` and the
+    ungrouped k `[B, Hkv, T, D]`."""
+    c, T = model.config, q.shape[2]
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     if c.position == "alibi":
         return -alibi_slopes(c.n_heads).double().numpy()[:, None, None] * (i - j)
     if c.position == "t5":
         buckets = t5_bucket(torch.from_numpy(j - i), c.t5_buckets, c.t5_max_distance).numpy()
         return model.positions.table.weight.detach().double().numpy()[buckets].transpose(2, 0, 1)
+    if c.position == "fire":  # the MLP of ψ(i - j) / ψ(max(L, i)), from c, L and the MLP's parameters
+        return np_fire(model.positions, np.arange(T), np.arange(T))
+    if c.position == "cope":  # gated counts of layer 0's q and k, interpolated in layer 0's table
+        return np_cope_bias(q, k, model.positions.tables[0].weight.detach().double().numpy())
     return np.zeros((1, T, T))
 
 
@@ -255,16 +278,17 @@ def numpy_first_layer_attention(model: Decoder, ids: np.ndarray) -> np.ndarray:
     k = qkv[..., H * D : (H + Hkv) * D].reshape(B, T, Hkv, D).transpose(0, 2, 1, 3)
     if c.position in ("rope", "p-rope"):
         q, k = numpy_rope(q, model), numpy_rope(k, model)
+    if c.position == "xpos":
+        q, k = numpy_xpos(q, model, key=False), numpy_xpos(k, model, key=True)
+    bias = numpy_bias(model, q, k)
     k = np.repeat(k, H // Hkv, axis=1)  # query head h reads KV head h // (H / Hkv)
-    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D) + numpy_bias(model, T)
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D) + bias
     scores = np.where(np.arange(T)[None, :] > np.arange(T)[:, None], -np.inf, scores)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 
 
 def test_first_layer_attention_matches_numpy(exported: Exported, tokenizer: Tokenizer) -> None:
-    if exported.model.config.position not in NUMPY_SCHEMES:
-        pytest.skip(f"no NumPy re-derivation of {exported.name} here; its logits are checked against PyTorch")
     ids = text_ids(tokenizer, exported.info["context_length"])
     graph = run_onnx(exported, ids)[1]
     reference = numpy_first_layer_attention(exported.model, ids.numpy())
