@@ -87,9 +87,15 @@ def floor(layers: list[Dense], inputs: list[torch.Tensor], new: int, pause: floa
                 layer(x)
             now = time.perf_counter()
             spent += now - start
-            while time.perf_counter() < now + pause:
-                pass
+            spin_until(now + pause)
     return spent
+
+
+def spin_until(deadline: float) -> None:
+    """Keep the CPU busy on the clock alone (no data touched, no sleep: the core must not idle) until
+    `time.perf_counter()` reaches `deadline`."""
+    while time.perf_counter() < deadline:
+        continue
 
 
 def one_round(model: Decoder, prompt: torch.Tensor, new: int) -> dict[str, float]:

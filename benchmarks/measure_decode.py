@@ -89,8 +89,9 @@ def dense_only_decode(model: Decoder, new: int) -> Callable[[], None]:
     """The floor in the lean step's own layout: each weight transposed to `[in, out]` and its bias added by the
     same `addmm` (`octlm.decode.Dense`), on a `[1, in]` input. At batch 1 torch's CPU GEMV reads that layout
     faster than `nn.Linear`'s `[out, in]`, so this is the stricter floor for `DecodeStep`."""
-    layers = [Dense(m) for m in linear_layers(model)]
-    inputs = [torch.randn(1, m.in_features) for m in linear_layers(model)]
+    linears = linear_layers(model)
+    layers = [Dense(m) for m in linears]
+    inputs = [torch.randn(1, m.in_features) for m in linears]
     return partial(weight_gemvs, layers, inputs, new)
 
 
