@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from measure import octlm_config
 
-from octlm.decode import DecodeStep, Dense
-from octlm.model import Decoder
+from octlm.model.decode_step import DecodeStep, Dense
+from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
 
 NEW, PROMPT = 128, 16

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from measure import CONFIGS, hf_gpt2, hf_llama, interleaved, octlm_config, summary
 
-from octlm.corpus import Document
-from octlm.decode import Dense
-from octlm.generate import Sampling, generate_batch, stream_text
-from octlm.model import Decoder
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import Tokenizer, train_tokenizer
+from octlm.generation.generate import Sampling, generate_batch, stream_text
+from octlm.model.decode_step import Dense
+from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
-from octlm.tokenizer import Tokenizer, train_tokenizer
 
 FLOOR = "floor: octlm learned's weight GEMVs alone"
 # `octlm generate`'s rows: its defaults (temperature 0.8, no top-k, top-p 1, one thread), HF given the same.
@@ -87,7 +87,7 @@ def weights_only_decode(model: Decoder, new: int) -> Callable[[], None]:
 
 def dense_only_decode(model: Decoder, new: int) -> Callable[[], None]:
     """The floor in the lean step's own layout: each weight transposed to `[in, out]` and its bias added by the
-    same `addmm` (`octlm.decode.Dense`), on a `[1, in]` input. At batch 1 torch's CPU GEMV reads that layout
+    same `addmm` (`octlm.model.decode_step.Dense`), on a `[1, in]` input. At batch 1 torch's CPU GEMV reads that layout
     faster than `nn.Linear`'s `[out, in]`, so this is the stricter floor for `DecodeStep`."""
     linears = linear_layers(model)
     layers = [Dense(m) for m in linears]

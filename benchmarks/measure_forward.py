@@ -21,12 +21,12 @@ import torch
 import torch.nn.functional as F
 from measure import CONFIGS, THREADS, interleaved, octlm_config, summary
 
-import octlm.model
-from octlm.model import Decoder
-from octlm.positions import t5_bucket
+import octlm.model.decoder
+from octlm.model.decoder import Decoder
+from octlm.positions import scheme_names
+from octlm.positions.bias import AlibiPositions, T5Positions
+from octlm.positions.scheme import t5_bucket
 from octlm.runtime import torch_threads
-from octlm.schemes import scheme_names
-from octlm.schemes.bias import AlibiPositions, T5Positions
 
 # The command whose hidden `--memory-worker` flag runs `memory_worker` in a fresh process (same threads and
 # denormal setting as the benchmark itself).
@@ -168,9 +168,9 @@ def bench_context(config: str, lengths: list[int], warmup: int, reps: int, log) 
 
 def bench_embedding(config: str, warmup: int, reps: int, log) -> dict[str, Any]:
     """Embedding lookup vs one-hot × table, and cached vs rebuilt position tables (forward only)."""
-    from octlm.positions import add_positions, rope_rotate, sinusoidal_table
-    from octlm.schemes.absolute import SinusoidalPositions
-    from octlm.schemes.rotary import RotaryPositions
+    from octlm.positions.absolute import SinusoidalPositions
+    from octlm.positions.rotary import RotaryPositions
+    from octlm.positions.scheme import add_positions, rope_rotate, sinusoidal_table
 
     log(f"embedding and position tables (config {config} shape)")
     c = CONFIGS[config]
@@ -208,7 +208,7 @@ def bench_embedding(config: str, warmup: int, reps: int, log) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Long contexts: a bias scheme's bias built whole (before) or per query chunk (after, octlm.model.ChunkedBias)
+# Long contexts: a bias scheme's bias built whole (before) or per query chunk (after, octlm.model.decoder.ChunkedBias)
 
 LONG_SCHEMES = ("nope", "rope", "alibi", "t5", "fire", "cope")
 BEFORE = ("alibi", "t5")  # the schemes whose bias was built whole before chunking (the "before" rows)
@@ -232,13 +232,13 @@ def _whole_t5(self: T5Positions, q_positions: torch.Tensor, k_positions: torch.T
 @contextlib.contextmanager
 def whole_bias():
     """The code before chunking: every bias built whole, by the formulas of that time."""
-    saved = octlm.model.WHOLE_BIAS_PAIRS, AlibiPositions.bias, T5Positions.bias
-    octlm.model.WHOLE_BIAS_PAIRS = math.inf
+    saved = octlm.model.decoder.WHOLE_BIAS_PAIRS, AlibiPositions.bias, T5Positions.bias
+    octlm.model.decoder.WHOLE_BIAS_PAIRS = math.inf
     AlibiPositions.bias, T5Positions.bias = _whole_alibi, _whole_t5
     try:
         yield
     finally:
-        octlm.model.WHOLE_BIAS_PAIRS, AlibiPositions.bias, T5Positions.bias = saved
+        octlm.model.decoder.WHOLE_BIAS_PAIRS, AlibiPositions.bias, T5Positions.bias = saved
 
 
 def available_bytes() -> int | None:
@@ -291,5 +291,5 @@ def bench_long(config: str, memory_lengths: list[int], time_lengths: list[int], 
                 )
             rows.append(row)
     return {"config": config, "memory": memory, "time": rows, "memory_method": MEMORY_METHOD,
-            "chunk": {"whole_bias_pairs": octlm.model.WHOLE_BIAS_PAIRS,
-                      "chunk_bias_entries": octlm.model.CHUNK_BIAS_ENTRIES}}  # fmt: skip
+            "chunk": {"whole_bias_pairs": octlm.model.decoder.WHOLE_BIAS_PAIRS,
+                      "chunk_bias_entries": octlm.model.decoder.CHUNK_BIAS_ENTRIES}}  # fmt: skip

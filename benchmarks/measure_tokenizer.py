@@ -26,8 +26,8 @@ def first_bytes(docs: list[Any], max_bytes: int) -> list[Any]:
 
 
 def bench_tokenizer(max_bytes: int | None, vocab_sizes: list[int], reps: int, log) -> dict[str, Any]:
-    from octlm.corpus import stdlib_documents, total_bytes
-    from octlm.tokenizer import train_tokenizer
+    from octlm.data.corpus import stdlib_documents, total_bytes
+    from octlm.data.tokenizer import train_tokenizer
 
     docs = stdlib_documents()
     if max_bytes is not None:
@@ -36,7 +36,7 @@ def bench_tokenizer(max_bytes: int | None, vocab_sizes: list[int], reps: int, lo
     texts = [d.text for d in docs]
     log(f"tokenizer: {len(docs)} stdlib documents, {mb:.1f} MB")
     out: dict[str, Any] = {
-        "implementation": "octlm.tokenizer",
+        "implementation": "octlm.data.tokenizer",
         "documents": len(docs),
         "megabytes": mb,
         "rows": {},

@@ -20,9 +20,9 @@ from measure import (
     summary,
 )
 
-from octlm.model import Decoder
-from octlm.precision import Precision
-from octlm.schemes import scheme_names
+from octlm.model.decoder import Decoder
+from octlm.positions import scheme_names
+from octlm.training.precision import Precision
 
 
 class TrainStep:
@@ -35,7 +35,7 @@ class TrainStep:
                  dtype: str = "fp32", device: str = "cpu") -> None:  # fmt: skip
         model.train()
         self.model, self.hf = model.to(device), hf
-        # `train.dtype` as `octlm train` runs it: autocast, or a bf16 copy with fp32 masters (octlm/precision.py)
+        # `train.dtype` as `octlm train` runs it: autocast, or a bf16 copy with fp32 masters (octlm/training/precision.py)
         self.precision = Precision(self.model, torch.device(device), dtype)
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, fused=True)
         g = torch.Generator().manual_seed(0)
@@ -45,7 +45,7 @@ class TrainStep:
     def __call__(self) -> None:
         model, x = self.precision.step_model, self.x
         # HF shifts the labels itself; octlm takes the next-token targets.
-        # octlm as `octlm train` calls it: the chunked loss, no [B, T, V] logits (octlm/loss.py).
+        # octlm as `octlm train` calls it: the chunked loss, no [B, T, V] logits (octlm/model/loss.py).
         with self.precision.context():
             loss = model(input_ids=x, labels=x).loss if self.hf else model(x, self.y, return_logits=False)[1]
         loss.backward()

@@ -37,27 +37,30 @@ from octlm.signals import Stopped, raising_signals
 # Command words -> (module, one-line help). Two-word commands ("export hf") nest under their first word.
 COMMANDS: dict[str, tuple[str, str]] = {
     "corpus": (
-        "octlm.corpus",
+        "octlm.data.corpus",
         "build the corpus (built-in, your files or a hub data set), print its figures",
     ),
     "tokenizer": (
-        "octlm.prepare:TokenizerCommand",
+        "octlm.commands.prepare:TokenizerCommand",
         "train the byte-level BPE tokenizer and print its figures",
     ),
-    "data": ("octlm.prepare:DataCommand", "encode the corpus into cached token files"),
-    "model": ("octlm.model", "describe a model config: parameter count and logits shape"),
-    "train": ("octlm.train_command", "train a model (the main job)"),
-    "generate": ("octlm.generate", "generate text from a trained run, streaming"),
-    "inspect": ("octlm.report", "report what the embedding and position tables learned"),
-    "probe": ("octlm.probe", "linear probes: what each layer knows of a token's absolute position"),
-    "export hf": ("octlm.hf", "export a run as a Hugging Face transformers model folder"),
+    "data": ("octlm.commands.prepare:DataCommand", "encode the corpus into cached token files"),
+    "model": ("octlm.model.decoder", "describe a model config: parameter count and logits shape"),
+    "train": ("octlm.commands.train", "train a model (the main job)"),
+    "generate": ("octlm.generation.generate", "generate text from a trained run, streaming"),
+    "inspect": ("octlm.inspect.report", "report what the embedding and position tables learned"),
+    "probe": ("octlm.inspect.probe", "linear probes: what each layer knows of a token's absolute position"),
+    "export hf": ("octlm.interop.hf", "export a run as a Hugging Face transformers model folder"),
     "export onnx": (
-        "octlm.onnx_export",
+        "octlm.interop.onnx_export",
         "export a run as one ONNX graph (logits and every layer's attention) for onnxruntime",
     ),
-    "export fixtures": ("octlm.fixtures", "write the JSON fixtures the web site's math is tested against"),
+    "export fixtures": (
+        "octlm.interop.site_fixtures",
+        "write the JSON fixtures the web site's math is tested against",
+    ),
     "experiment length": (
-        "octlm.length_command",
+        "octlm.commands.experiment_length",
         "train short, test long: every position scheme past its length",
     ),
 }

@@ -45,8 +45,10 @@ MUTMUT = importlib.metadata.version("mutmut")
 class Function:
     """One function mutmut mutates: its mutant-name prefix, the module it is in, its source hash, its mutants."""
 
-    key: str  # mutmut's name, e.g. "octlm.model.xǁDecoderǁforward" (its mutants: key + "__mutmut_<n>")
-    path: str  # "octlm/model.py"
+    key: (
+        str  # mutmut's name, e.g. "octlm.model.decoder.xǁDecoderǁforward" (its mutants: key + "__mutmut_<n>")
+    )
+    path: str  # "octlm/model/decoder.py"
     digest: str  # mutmut's hash of the function's source
     mutants: int
 

@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/analysis.py's token side (cosine neighbours, PCA, counts, unseen rows,
+"""Exact expected values for octlm/inspect/analysis.py's token side (cosine neighbours, PCA, counts, unseen rows,
 labels, `analyze`, `to_json`), written to kill its mutants (scripts/mutation, docs/MUTANTS.md); the position
 sections are in test_analysis_positions.py. Expected values are worked out by hand on small tables, never from a
 second run of the same code.
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.analysis import (
+from octlm.config.schema import ModelConfig
+from octlm.errors import UserError
+from octlm.inspect.analysis import (
     Tables,
     analyze,
     most_frequent,
@@ -30,10 +32,8 @@ from octlm.analysis import (
     token_label,
     unseen_rows,
 )
-from octlm.config import ModelConfig
-from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.similarity import cosine_neighbours, partner_hits
+from octlm.inspect.similarity import cosine_neighbours, partner_hits
+from octlm.model.decoder import Decoder
 
 S = 1 / math.sqrt(2)
 # Six unit-ish rows whose cosines are known: row 1 is row 0 scaled, row 2 at 45°, row 3 orthogonal,

@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/analysis.py's position side: `position_section` for each scheme, by hand, and
+"""Exact expected values for octlm/inspect/analysis.py's position side: `position_section` for each scheme, by hand, and
 the tables a model yields (`tables_of`, `registered_tables`), written to kill its mutants (scripts/mutation,
 docs/MUTANTS.md). Expected values are worked out by hand (cosines of chosen vectors, the sinusoidal table).
 """
@@ -13,9 +13,9 @@ import pytest
 import torch
 from test_analysis_exact import S, tiny
 
-from octlm.analysis import MAP_POSITIONS, Tables, position_section, registered_tables, tables_of
-from octlm.model import Decoder
-from octlm.positions import PositionScheme
+from octlm.inspect.analysis import MAP_POSITIONS, Tables, position_section, registered_tables, tables_of
+from octlm.model.decoder import Decoder
+from octlm.positions.scheme import PositionScheme
 
 
 def test_tables_of_each_scheme() -> None:

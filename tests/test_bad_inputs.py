@@ -31,10 +31,10 @@ import pytest
 import torch
 from tiny import PYTHON, check_one_line, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
-from octlm.config import config_from_dict
-from octlm.corpus import Document
-from octlm.tokenizer import train_tokenizer
-from octlm.train import train
+from octlm.config.schema import config_from_dict
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import train_tokenizer
+from octlm.training.loop import train
 
 RUN = "runs/tiny"
 CKPT = Path(RUN) / "checkpoint"

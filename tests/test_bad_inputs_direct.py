@@ -13,9 +13,9 @@ import torch
 from test_bad_inputs import RUN
 from tiny import PYTHON, ROOT, check_one_line, quiet_env
 
-from octlm.config import config_from_dict
+from octlm.config.schema import config_from_dict
 from octlm.errors import UserError
-from octlm.model import Decoder
+from octlm.model.decoder import Decoder
 
 template = test_bad_inputs.template  # its module-scoped fixture, which pytest finds here by this name
 
@@ -63,8 +63,8 @@ def test_decoder_refuses_bad_ids(ids: list[list[float]], needle: str) -> None:
 
 
 def test_generate_refuses_prompt_ids_outside_the_vocabulary(template: Path) -> None:
-    from octlm.checkpoint import load_model
-    from octlm.generate import generate
+    from octlm.generation.generate import generate
+    from octlm.storage.checkpoint import load_model
 
     model, _config, tokenizer = load_model(template / RUN)
     with pytest.raises(UserError, match=r"prompt token id 999 is outside the model's vocabulary \[0, 260\)"):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from octlm.config import ModelConfig
-from octlm.model import Decoder
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import Decoder
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"

@@ -13,10 +13,10 @@ import pytest
 import tiny
 import torch
 
-from octlm import train_command
-from octlm.config import ModelConfig, config_from_dict
+from octlm.commands import train as train_command
+from octlm.config.schema import ModelConfig, config_from_dict
 from octlm.errors import UserError
-from octlm.model import Decoder
+from octlm.model.decoder import Decoder
 from octlm.runtime import BF16Support, autocast, bf16_support_from_flags, cpu_bf16_support
 
 SAPPHIRE_RAPIDS = "fpu sse2 avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8"
@@ -185,7 +185,7 @@ def test_cuda_logits_and_cache_match_cpu(position: str) -> None:
 def test_cuda_training_learns_and_keeps_fp32_checkpoints(tmp_path: Path, corpus: Path, dtype: str) -> None:
     from safetensors.torch import load_file
 
-    from octlm.train import train
+    from octlm.training.loop import train
 
     raw = tiny.tiny_raw(tmp_path, corpus, steps=30, dtype=dtype, device="cuda")
     result = train(config_from_dict(raw, name="tiny"), progress=False)

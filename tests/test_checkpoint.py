@@ -13,22 +13,22 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import octlm.checkpoint as checkpoint
-import octlm.checkpoint_meta as checkpoint_meta
-from octlm.checkpoint import (
+import octlm.storage.checkpoint as checkpoint
+import octlm.storage.checkpoint_meta as checkpoint_meta
+from octlm.config.schema import Config, config_from_dict
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import Tokenizer, train_tokenizer
+from octlm.errors import UserError
+from octlm.model.decoder import Decoder
+from octlm.storage.checkpoint import (
     Checkpoint,
     load_checkpoint,
     load_model,
     save_checkpoint,
     sha256_file,
 )
-from octlm.checkpoint_meta import seal
-from octlm.config import Config, config_from_dict
-from octlm.corpus import Document
-from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.run import Run
-from octlm.tokenizer import Tokenizer, train_tokenizer
+from octlm.storage.checkpoint_meta import seal
+from octlm.storage.run import Run
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import test_checkpoint
 import torch
 from test_checkpoint import edit_meta, make_run
 
-import octlm.checkpoint as checkpoint
-from octlm.checkpoint import load_checkpoint, load_model
+import octlm.storage.checkpoint as checkpoint
+from octlm.data.tokenizer import Tokenizer
 from octlm.errors import UserError
-from octlm.run import Run
-from octlm.tokenizer import Tokenizer
+from octlm.storage.checkpoint import load_checkpoint, load_model
+from octlm.storage.run import Run
 
 tokenizer = test_checkpoint.tokenizer  # its module-scoped fixture, which pytest finds here by this name
 

@@ -20,13 +20,13 @@ import torch
 from tiny import PYTHON, quiet_env, tiny_raw, write_corpus
 
 from octlm.cli import CLOSED_PIPE, run_command
-from octlm.config import config_from_dict
-from octlm.corpus import Document
+from octlm.config.schema import config_from_dict
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import train_tokenizer
 from octlm.errors import OS_ERRORS, describe_os_error, writing
-from octlm.generate import INITIAL_NEW_TOKENS, generate
-from octlm.model import Decoder, KVCache
-from octlm.tokenizer import train_tokenizer
-from octlm.train import train
+from octlm.generation.generate import INITIAL_NEW_TOKENS, generate
+from octlm.model.decoder import Decoder, KVCache
+from octlm.training.loop import train
 
 
 def boundary(capsys: pytest.CaptureFixture[str], call: Any) -> tuple[int, str]:

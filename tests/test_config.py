@@ -1,6 +1,6 @@
-"""Config loading and validation (octlm/config.py) and the `octlm model` command: the built-in configs load,
+"""Config loading and validation (octlm/config/schema.py) and the `octlm model` command: the built-in configs load,
 every problem is listed at once, overrides work from Python and from the CLI, and every number is range-checked
-where it enters (octlm/ranges.py). Fuzzed configs are in tests/test_config_fuzz.py."""
+where it enters (octlm/config/ranges.py). Fuzzed configs are in tests/test_config_fuzz.py."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config import Config, config_from_dict, load_config
+from octlm.config.ranges import SPANS, Span, show
+from octlm.config.schema import Config, config_from_dict, load_config
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.ranges import SPANS, Span, show
+from octlm.model.decoder import Decoder
 
 SECTION_CLASSES = {section: type(getattr(Config(), section)) for section in ("model", "data", "train")}
 
@@ -81,10 +81,10 @@ def test_missing_and_malformed_files_are_user_errors(tmp_path: Path) -> None:
 def test_builtin_configs_are_package_data_found_from_any_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The built-in configs ship inside the package (octlm/configs/, importlib.resources), so an installed wheel
+    """The built-in configs ship inside the package (octlm/config/builtin/, importlib.resources), so an installed wheel
     finds them whatever the working directory; scripts/wheel-check checks the wheel itself."""
     monkeypatch.chdir(tmp_path)  # nowhere near the repository
-    configs = files("octlm") / "configs"
+    configs = files("octlm.config") / "builtin"
     names = sorted(p.name for p in configs.iterdir() if p.name.endswith(".toml"))
     assert names == ["day1.toml", "modern.toml"]
     assert load_config().name == "day1" and load_config("day1").name == "day1"
@@ -185,7 +185,7 @@ def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.
 def test_boolean_fields_are_switches_too() -> None:
     import argparse
 
-    from octlm.config import add_config_arguments, config_from_args
+    from octlm.config.schema import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)
@@ -252,7 +252,7 @@ def test_t5_max_distance_not_above_exact_range(buckets: int, max_distance: int) 
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Every number range-checked where it enters (octlm/ranges.py)
+# Every number range-checked where it enters (octlm/config/ranges.py)
 
 
 def _numeric_fields() -> dict[str, type]:

@@ -1,4 +1,4 @@
-"""CoPE (octlm/schemes/cope.py) against references that do not share its code: a NumPy float64 loop over every
+"""CoPE (octlm/positions/cope.py) against references that do not share its code: a NumPy float64 loop over every
 query-key pair written from the paper's formulas, x-transformers' `CoPE` (the paper's appendix B), hand-made
 cases with exact values; then through the decoder: KV-cache decoding, the per-chunk path, grouped KV heads,
 training.
@@ -16,12 +16,12 @@ import torch
 from tiny import memorise
 from torch import Tensor
 
-import octlm.model
-import octlm.schemes.cope  # registers "cope"
-from octlm.config import ModelConfig
-from octlm.model import ContextualBias, Decoder
-from octlm.positions import scheme_class
-from octlm.schemes.cope import CopePositions, gated_counts, interpolated_bias
+import octlm.model.decoder
+import octlm.positions.cope  # registers "cope"
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import ContextualBias, Decoder
+from octlm.positions.cope import CopePositions, gated_counts, interpolated_bias
+from octlm.positions.scheme import scheme_class
 
 H, D = 4, 8
 
@@ -268,8 +268,8 @@ def test_chunked_path_equals_the_whole_bias_forward_and_backward(
     model = cope_model(kv_heads, seed=2).train()
     ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(3))  # T = 23
     logits, grads = loss_and_grads(model, ids)
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 0)
-    monkeypatch.setattr(octlm.model, "CHUNK_BIAS_ENTRIES", H * 5 * 23)  # chunks of 5 queries
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 0)
+    monkeypatch.setattr(octlm.model.decoder, "CHUNK_BIAS_ENTRIES", H * 5 * 23)  # chunks of 5 queries
     seen: list[int] = []
     rows = ContextualBias.rows
     monkeypatch.setattr(ContextualBias, "rows", lambda self, a, b: seen.append(b - a) or rows(self, a, b))

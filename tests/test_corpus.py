@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from octlm import corpus
 from octlm.cli import main
-from octlm.config import DataConfig
-from octlm.corpus import (
+from octlm.config.schema import DataConfig
+from octlm.data import corpus
+from octlm.data.corpus import (
     Corpus,
     Document,
     describe_source,

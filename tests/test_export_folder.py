@@ -1,4 +1,4 @@
-"""octlm/export_folder.py on its own: the swap at the end of an export, and the refusals it shares between
+"""octlm/interop/export_folder.py on its own: the swap at the end of an export, and the refusals it shares between
 `octlm export hf` and `octlm export onnx` (their own tests run both commands end to end)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from octlm.errors import UserError
-from octlm.export_folder import ONLY_AN_EXPORT, check_out, sibling, swap_in
+from octlm.interop.export_folder import ONLY_AN_EXPORT, check_out, sibling, swap_in
 
 
 def folder(path: Path, **files: str) -> Path:

@@ -1,4 +1,4 @@
-"""FIRE (octlm/schemes/fire.py) against references that do not share its code: a NumPy float64 evaluation of
+"""FIRE (octlm/positions/fire.py) against references that do not share its code: a NumPy float64 evaluation of
 the paper's formula b_h(i, j) = f_h(ψ(i - j) / ψ(max(L, i))), ψ(x) = log(c·x + 1), from the module's own
 parameters; closed-form values of a hand-set MLP; the threshold's switch; causality; the chunked path, the KV
 cache and a float64 gradient check against finite differences; a tiny training run; and the memory of a long
@@ -20,13 +20,13 @@ from tiny import memorise
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import octlm.model
-import octlm.schemes.fire  # noqa: F401  (registers "fire")
-from octlm.config import ModelConfig
-from octlm.model import ChunkedBias, Decoder
-from octlm.positions import scheme_class
-from octlm.schemes import build_positions
-from octlm.schemes.fire import FirePositions, fire_inputs, fire_mlp
+import octlm.model.decoder
+import octlm.positions.fire  # noqa: F401  (registers "fire")
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import ChunkedBias, Decoder
+from octlm.positions import build_positions
+from octlm.positions.fire import FirePositions, fire_inputs, fire_mlp
+from octlm.positions.scheme import scheme_class
 
 H = 4
 
@@ -172,8 +172,10 @@ def test_chunked_bias_equals_the_whole_bias_forward_and_backward(kv_heads: int,
     model = fire_model(kv_heads=kv_heads).train()
     ids = torch.randint(0, 64, (2, 38), generator=torch.Generator().manual_seed(1))  # T = 37
     logits, grads = loss_and_grads(model, ids)
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 0)
-    monkeypatch.setattr(octlm.model, "CHUNK_BIAS_ENTRIES", H * 5 * 37)  # 7 chunks of 5 queries and one of 2
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 0)
+    monkeypatch.setattr(
+        octlm.model.decoder, "CHUNK_BIAS_ENTRIES", H * 5 * 37
+    )  # 7 chunks of 5 queries and one of 2
     seen: list[int] = []
     rows = ChunkedBias.rows
     monkeypatch.setattr(ChunkedBias, "rows", lambda self, a, b: seen.append(b - a) or rows(self, a, b))
@@ -198,8 +200,8 @@ def test_cached_decoding_equals_a_full_pass(kv_heads: int, monkeypatch: pytest.M
         full, _ = model(ids)
         for step, capacity, chunked in ((1, None, False), (3, 2, False), (3, 4, True)):
             if chunked:
-                monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 0)
-                monkeypatch.setattr(octlm.model, "CHUNK_BIAS_ENTRIES", H * 2 * 21)
+                monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 0)
+                monkeypatch.setattr(octlm.model.decoder, "CHUNK_BIAS_ENTRIES", H * 2 * 21)
             cache = model.new_cache(2, capacity)
             parts = [model(ids[:, :5], cache=cache)[0]]
             parts += [model(ids[:, t : t + step], cache=cache)[0] for t in range(5, 21, step)]
@@ -271,7 +273,7 @@ def test_a_long_forward_allocates_no_tensor_past_one_chunks_bias_when_hidden_equ
     spy = tiny.LargestTensor()
     with torch.inference_mode(), spy:
         model(torch.randint(0, 64, (1, T), generator=torch.Generator().manual_seed(5)))
-    assert spy.largest == 4 * octlm.model.CHUNK_BIAS_ENTRIES
+    assert spy.largest == 4 * octlm.model.decoder.CHUNK_BIAS_ENTRIES
 
 
 def test_the_live_bytes_spy_counts_what_is_held_and_forgets_what_is_freed() -> None:

@@ -1,5 +1,5 @@
 """The web site's fixtures: fresh (what `octlm export fixtures` writes today) and right (an independent NumPy
-re-derivation of every value, written from the papers' formulas rather than from octlm/positions.py)."""
+re-derivation of every value, written from the papers' formulas rather than from octlm/positions/scheme.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from octlm import fixtures
 from octlm.cli import main
-from octlm.jsonable import to_json
+from octlm.interop import site_fixtures as fixtures
+from octlm.storage.jsonable import to_json
 
 COMMITTED = Path(__file__).resolve().parent.parent / "web" / "fixtures"
 
@@ -25,16 +25,16 @@ def load(name: str) -> list[dict]:
     return json.loads((COMMITTED / f"{name}.json").read_text(encoding="utf-8"))["cases"]
 
 
-# A fresh process: what `octlm export fixtures` writes, and octlm's registry as `import octlm.schemes` fills it. In
+# A fresh process: what `octlm export fixtures` writes, and octlm's registry as `import octlm.positions` fills it. In
 # this process other test files may have registered schemes of their own (or imported a scheme module that
-# octlm.schemes does not yet), which would change schemes.json.
+# octlm.positions does not yet), which would change schemes.json.
 FRESH = """
 import json, sys
 import torch
-from octlm import positions as P
+from octlm.positions import scheme as P
 from octlm.cli import main
-from octlm.config import ModelConfig
-from octlm.model import Decoder
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import Decoder
 
 model = Decoder(ModelConfig(vocab_size=16, d_model=8, context_length=4, n_layers=1, n_heads=2, d_ff=16))
 try:
@@ -260,7 +260,7 @@ def test_cope_values() -> None:
 
 
 def test_schemes_json_is_the_registry(fresh: tuple[Path, dict]) -> None:
-    from octlm import positions as P
+    from octlm.positions import scheme as P
 
     registry = fresh[1]
     rows = json.loads((COMMITTED / "schemes.json").read_text(encoding="utf-8"))["schemes"]

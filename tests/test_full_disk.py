@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from tiny import PYTHON, ROOT, quiet_env, tiny_flags, write_corpus
 
-from octlm.checkpoint import load_checkpoint, sha256_file
+from octlm.storage.checkpoint import load_checkpoint, sha256_file
 
 pytestmark = pytest.mark.slow  # end-to-end: real training processes (about 10 s of CPU for the whole file)
 
@@ -41,7 +41,7 @@ FIRST, THEN = 6, 9  # the previous checkpoint's step, and the step whose checkpo
 CHILDREN = r"""
 import json, os, resource, signal, sys
 sys.path.insert(0, sys.argv[1])
-import torch, safetensors.torch, octlm.train, octlm.checkpoint, octlm.train_command
+import torch, safetensors.torch, octlm.training.loop, octlm.storage.checkpoint, octlm.commands.train
 from octlm.cli import main
 codes = []
 for case in json.loads(sys.stdin.read()):

@@ -16,12 +16,12 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from octlm.config import SECTIONS, Config, config_from_dict, load_config
-from octlm.config_types import field_types as _field_types
-from octlm.corpus import Document
+from octlm.config.fields import field_types as _field_types
+from octlm.config.schema import SECTIONS, Config, config_from_dict, load_config
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.generate import StreamDecoder, check_sampling, pick_token
-from octlm.tokenizer import EOT, Tokenizer, train_tokenizer
+from octlm.generation.generate import StreamDecoder, check_sampling, pick_token
 
 EXAMPLES = 400
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

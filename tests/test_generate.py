@@ -13,10 +13,11 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config import config_from_dict
-from octlm.corpus import Document
+from octlm.config.schema import config_from_dict
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.generate import (
+from octlm.generation.generate import (
     SAMPLE_TEMPERATURE,
     SAMPLE_TOP_K,
     Sampling,
@@ -27,9 +28,8 @@ from octlm.generate import (
     sample_prompt,
     sample_text,
 )
-from octlm.model import Decoder
-from octlm.schemes import scheme_names
-from octlm.tokenizer import Tokenizer, train_tokenizer
+from octlm.model.decoder import Decoder
+from octlm.positions import scheme_names
 
 CONTEXT = 12
 

@@ -1,4 +1,4 @@
-"""Exact expected values for the sampling part of octlm/generate.py, written to kill its mutants
+"""Exact expected values for the sampling part of octlm/generation/generate.py, written to kill its mutants
 (scripts/mutation, docs/MUTANTS.md).
 
 Expected probabilities are written out by hand (exp and a sum); expected tokens are the argmax of a full
@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from octlm.config import config_from_dict
-from octlm.decode import DecodeStep
+from octlm.config.schema import config_from_dict
 from octlm.errors import UserError
-from octlm.generate import (
+from octlm.generation.generate import (
     INITIAL_NEW_TOKENS,
     Sampling,
     _last_logits,
@@ -28,7 +27,8 @@ from octlm.generate import (
     generate_batch,
     pick_token,
 )
-from octlm.model import Decoder
+from octlm.model.decode_step import DecodeStep
+from octlm.model.decoder import Decoder
 
 CONTEXT = 12
 INF = float("inf")

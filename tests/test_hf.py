@@ -15,15 +15,15 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from octlm.checkpoint import save_checkpoint  # noqa: E402
 from octlm.cli import main  # noqa: E402
-from octlm.config import Config, ModelConfig  # noqa: E402
-from octlm.corpus import Document  # noqa: E402
+from octlm.config.schema import Config, ModelConfig  # noqa: E402
+from octlm.data.corpus import Document  # noqa: E402
+from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
-from octlm.hf import export_hf, export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
-from octlm.model import Decoder  # noqa: E402
-from octlm.positions import alibi_slopes, rope_rotate, t5_bucket  # noqa: E402
-from octlm.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
+from octlm.interop.hf import export_hf, export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
+from octlm.model.decoder import Decoder  # noqa: E402
+from octlm.positions.scheme import alibi_slopes, rope_rotate, t5_bucket  # noqa: E402
+from octlm.storage.checkpoint import save_checkpoint  # noqa: E402
 
 # Largest |logit difference| measured on this machine (float32, both attention kernels): GPT-2 3.1e-6, the
 # small Llamas 3.8e-6 (exported folders included); the modern-sized Llama (C = 128, V = 1024, larger logits)
@@ -32,13 +32,13 @@ TOL = 1e-5
 MODERN_TOL = 4e-5
 
 SMALL_GPT2 = ModelConfig(vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=256)
-DAY1 = ModelConfig()  # octlm/configs/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
+DAY1 = ModelConfig()  # octlm/config/builtin/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
 SMALL_LLAMA = ModelConfig(
     vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=172,
     position="rope", norm="rmsnorm", mlp="swiglu", bias=False, rope_base=500.0, norm_eps=1e-6,
 )  # fmt: skip
 MODERN = dataclasses.replace(SMALL_LLAMA, vocab_size=1024, d_model=128, context_length=128, d_ff=344,
-                             rope_base=10000.0, norm_eps=1e-5)  # octlm/configs/modern.toml  # fmt: skip
+                             rope_base=10000.0, norm_eps=1e-5)  # octlm/config/builtin/modern.toml  # fmt: skip
 
 
 def random_model(config: ModelConfig, seed: int = 0) -> Decoder:

@@ -30,11 +30,11 @@ from test_hf import (  # noqa: E402
 )
 
 from octlm.cli import main  # noqa: E402
-from octlm.config import ModelConfig  # noqa: E402
+from octlm.config.schema import ModelConfig  # noqa: E402
+from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
-from octlm.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
-from octlm.schemes.rotary import rotary_dims  # noqa: E402
-from octlm.tokenizer import Tokenizer  # noqa: E402
+from octlm.interop.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
+from octlm.positions.rotary import rotary_dims  # noqa: E402
 
 # Largest |logit difference| measured on this machine (float32, sdpa and eager): SmolLM3 3.1e-6, GPT-NeoX
 # 2.4e-6 at rope_fraction 1 and 1.9e-6 below it, exported folders 1.7e-6, generate's per-step logits 2.7e-6.

@@ -25,10 +25,11 @@ transformers = pytest.importorskip("transformers")
 
 from safetensors.numpy import load_file  # noqa: E402
 
-from octlm import analysis, hf_inspect  # noqa: E402
 from octlm.cli import main  # noqa: E402
-from octlm.corpus import Document  # noqa: E402
-from octlm.tokenizer import EOT, train_tokenizer  # noqa: E402
+from octlm.data.corpus import Document  # noqa: E402
+from octlm.data.tokenizer import EOT, train_tokenizer  # noqa: E402
+from octlm.inspect import analysis  # noqa: E402
+from octlm.inspect import pretrained as hf_inspect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

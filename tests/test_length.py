@@ -14,11 +14,11 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.length import MODES, Settings
-from octlm.length_cells import GRID_KEYS
-from octlm.positions import table_order
-from octlm.rope_scaling import VARIANTS
-from octlm.schemes import scheme_names
+from octlm.experiments.cells import GRID_KEYS
+from octlm.experiments.length import MODES, Settings
+from octlm.positions import scheme_names
+from octlm.positions.rope_scaling import VARIANTS
+from octlm.positions.scheme import table_order
 
 SCHEMES = table_order(scheme_names())
 
@@ -270,7 +270,7 @@ def test_bad_options_are_user_errors(
 def long_settings(*flags: str) -> tuple[Settings, str]:
     import argparse
 
-    from octlm import length_command
+    from octlm.commands import experiment_length as length_command
 
     parser = argparse.ArgumentParser()
     length_command.add_arguments(parser)

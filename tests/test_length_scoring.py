@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.config import ModelConfig
-from octlm.document import render_markdown
+from octlm.config.schema import ModelConfig
 from octlm.errors import UserError
-from octlm.length import (
+from octlm.experiments.length import (
     MODES,
     EvalText,
     Settings,
@@ -25,10 +24,11 @@ from octlm.length import (
     sliding_part,
     windows_for,
 )
-from octlm.length_results import bpb_table, summarize
-from octlm.model import Decoder
-from octlm.positions import rope_frequencies
-from octlm.scoring import Score, evaluate
+from octlm.experiments.length_results import bpb_table, summarize
+from octlm.inspect.render import render_markdown
+from octlm.model.decoder import Decoder
+from octlm.positions.scheme import rope_frequencies
+from octlm.training.scoring import Score, evaluate
 
 
 def text_of(count: int = 256, start: int = 32, vocab: int = 50) -> EvalText:
@@ -191,14 +191,14 @@ def test_table_marks_best_and_within_spread() -> None:
 @pytest.mark.parametrize("position", ["alibi", "t5"])
 def test_a_long_score_goes_by_chunks_and_equals_the_whole_bias(position: str, monkeypatch) -> None:
     """Scoring at 2,048 tokens (past the whole-bias limit of 1,024 x 1,024 pairs) equals the whole-bias score."""
-    import octlm.model
+    import octlm.model.decoder
 
     torch.manual_seed(0)
     model = Decoder(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, position=position,
                                 context_length=16)).eval()  # fmt: skip
     text = text_of(count=4096, start=1024)
     chunked = {mode: score(model, text, 2048, mode, batch_tokens=2048) for mode in MODES}
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", math.inf)
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", math.inf)
     for mode in MODES:
         whole = score(model, text, 2048, mode, batch_tokens=2048)
         assert (chunked[mode].tokens, chunked[mode].bytes) == (whole.tokens, whole.bytes) == (4096, 4096)

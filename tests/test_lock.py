@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from tiny import ForkServer, run_cli, snapshot, tiny_flags, write_corpus
 
-from octlm.checkpoint import load_checkpoint
 from octlm.errors import UserError
-from octlm.run import Run
+from octlm.storage.checkpoint import load_checkpoint
+from octlm.storage.run import Run
 
 RUN_FILES = ["checkpoint", "metrics.jsonl", "tokenizer.json"]
 

@@ -1,4 +1,4 @@
-"""Bias schemes at long contexts: attention with the bias built per query chunk (octlm.model.ChunkedBias)
+"""Bias schemes at long contexts: attention with the bias built per query chunk (octlm.model.decoder.ChunkedBias)
 against the whole `[H, T, T]` bias, forward and backward, with grouped KV heads and after a KV cache, and the
 largest tensor a long forward allocates (counted op by op, not timed)."""
 
@@ -8,10 +8,10 @@ import pytest
 import tiny
 import torch
 
-import octlm.model
-from octlm.config import ModelConfig
-from octlm.model import ChunkedBias, Decoder
-from octlm.schemes import build_positions
+import octlm.model.decoder
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import ChunkedBias, Decoder
+from octlm.positions import build_positions
 
 BIAS_SCHEMES = [
     ("fire", {"fire_hidden": 4, "fire_threshold": 8.0}),
@@ -36,8 +36,8 @@ def model_of(position: str, extra: dict, kv_heads: int = 0, seed: int = 0, **fie
 
 def chunked(monkeypatch: pytest.MonkeyPatch, queries: int, keys: int) -> None:
     """Every bias goes by chunks of `queries` queries (for `keys` keys), from the first query-key pair on."""
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 0)
-    monkeypatch.setattr(octlm.model, "CHUNK_BIAS_ENTRIES", H * queries * keys)
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 0)
+    monkeypatch.setattr(octlm.model.decoder, "CHUNK_BIAS_ENTRIES", H * queries * keys)
 
 
 def loss_and_grads(model: Decoder, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
@@ -121,12 +121,12 @@ def test_a_long_forward_never_allocates_the_whole_bias(position: str, extra: dic
         model(ids)
     # The largest is one chunk's bias, CHUNK_BIAS_ENTRIES float32 (8 MiB); the whole bias [4, 4096, 4096]
     # would be 256 MiB, and T5's int64 distances alone [4096, 4096] 128 MiB.
-    assert spy.largest == 4 * octlm.model.CHUNK_BIAS_ENTRIES
+    assert spy.largest == 4 * octlm.model.decoder.CHUNK_BIAS_ENTRIES
 
 
 def test_the_spy_sees_the_whole_bias_where_it_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test above can fail: with the whole-bias path forced, the same spy sees [H, T, T] at T = 2048."""
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", float("inf"))
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", float("inf"))
     model = model_of("alibi", {}, n_layers=1, d_model=16, d_ff=16).eval()
     spy = tiny.LargestTensor()
     with torch.inference_mode(), spy:

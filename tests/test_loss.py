@@ -1,4 +1,4 @@
-"""The chunked head + cross-entropy (octlm/loss.py) against PyTorch's own `F.cross_entropy` and autograd."""
+"""The chunked head + cross-entropy (octlm/model/loss.py) against PyTorch's own `F.cross_entropy` and autograd."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config import ModelConfig
-from octlm.loss import linear_cross_entropy
-from octlm.model import Decoder
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import Decoder
+from octlm.model.loss import linear_cross_entropy
 
 
 def inputs(n: int, c: int, v: int, dtype=torch.float32, seed: int = 0):

@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/loss.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
+"""Exact expected values for octlm/model/loss.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
 
 The reference is the plain computation in float64 (full logits, `F.cross_entropy`, autograd), or numbers worked
 out by hand; never the chunked code itself.
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.loss import linear_cross_entropy
+from octlm.model.loss import linear_cross_entropy
 
 
 def _inputs(n: int, c: int, v: int, dtype=torch.float64, seed: int = 0):

@@ -1,4 +1,4 @@
-"""The decoder of octlm/model.py against independent checks: the token table, causality, the length limits,
+"""The decoder of octlm/model/decoder.py against independent checks: the token table, causality, the length limits,
 KV-cache equivalence, bad ids, the tied head and hand-counted parameter totals (the NumPy float64 forward pass
 written from the formulas is in test_model_numpy.py).
 
@@ -17,10 +17,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config import ModelConfig, load_config
+from octlm.config.schema import ModelConfig, load_config
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.positions import add_positions
+from octlm.model.decoder import Decoder
+from octlm.positions.scheme import add_positions
 
 # (name, position, extra config) for every scheme; RoPE in both layouts.
 SCHEMES = [

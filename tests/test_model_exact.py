@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/model.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
+"""Exact expected values for octlm/model/decoder.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
 
 Expected values come from hand-written references (float64 softmax attention, masks written out) or from
 what the docstrings promise (sizes, messages, initial scales), never from a second run of the same code.
@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config import ModelConfig
+from octlm.config.schema import ModelConfig
 from octlm.errors import UserError
-from octlm.model import Decoder, KVCache, attention
+from octlm.model.decoder import Decoder, KVCache, attention
 
 
 def tiny(**kw) -> ModelConfig:

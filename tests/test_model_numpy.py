@@ -1,4 +1,4 @@
-"""The decoder of octlm/model.py against a NumPy float64 forward pass written from the formulas (token lookup,
+"""The decoder of octlm/model/decoder.py against a NumPy float64 forward pass written from the formulas (token lookup,
 position scheme, pre-norm block, causal softmax attention, tied head) for every scheme, and RoPE's values, which
 are never rotated.
 
@@ -15,8 +15,8 @@ import pytest
 import torch
 from test_model import SCHEMES, randomized, tiny
 
-from octlm.config import ModelConfig
-from octlm.model import Decoder
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import Decoder
 
 # ------------------------------------------------------------------------------------------------------------
 # A NumPy float64 re-derivation of the 1-layer decoder

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import Tensor
 
-import octlm.model
-from octlm.config import ModelConfig
+import octlm.model.decoder
+from octlm.config.schema import ModelConfig
 from octlm.errors import UserError
-from octlm.generate import Sampling, generate, generate_batch
-from octlm.model import ContextualBias, Decoder
-from octlm.positions import PositionScheme, add_positions, alibi_slopes
+from octlm.generation.generate import Sampling, generate, generate_batch
+from octlm.model.decoder import ContextualBias, Decoder
+from octlm.positions.scheme import PositionScheme, add_positions, alibi_slopes
 
 
 def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None:
@@ -59,15 +59,15 @@ def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
     """CoPE's bias depends on each layer's queries and keys, so `Attention.forward` decides itself: whole (the
     fast path) while queries × keys ≤ WHOLE_BIAS_PAIRS, per query chunk past it. 8 × 8 = 64 is the limit here;
     at 9 tokens the head size (4) must not stand in for a length (4 × 9 ≤ 64), nor `<` for `<=` at 8."""
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 64)
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 64)
     seen: list[type] = []
-    real = octlm.model.attention
+    real = octlm.model.decoder.attention
 
     def spy(q: Tensor, k: Tensor, v: Tensor, mask, *args, **kwargs) -> Tensor:  # noqa: ANN001
         seen.append(type(mask))
         return real(q, k, v, mask, *args, **kwargs)
 
-    monkeypatch.setattr(octlm.model, "attention", spy)
+    monkeypatch.setattr(octlm.model.decoder, "attention", spy)
     config = ModelConfig(vocab_size=64, d_model=16, context_length=16, n_layers=1, n_heads=4, d_ff=32,
                          position="cope", cope_positions=8)  # fmt: skip
     torch.manual_seed(0)
@@ -79,7 +79,7 @@ def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# generate_batch (octlm/generate.py)
+# generate_batch (octlm/generation/generate.py)
 
 
 class Tokens:

@@ -13,25 +13,25 @@ import pytest
 import torch
 from torch import Tensor
 
-import octlm.model
-import octlm.schemes.rotary
-from octlm import positions
-from octlm.config import ModelConfig
+import octlm.model.decoder
+import octlm.positions.rotary
+from octlm.config.schema import ModelConfig
 from octlm.errors import UserError
-from octlm.model import ChunkedBias, ContextualBias, Decoder, chunked_attention
-from octlm.positions import PositionScheme, family_of, register, table_order
-from octlm.schemes.absolute import LearnedPositions, SinusoidalPositions
-from octlm.schemes.bias import AlibiPositions, T5Positions
-from octlm.schemes.cope import CopePositions, interpolated_bias
-from octlm.schemes.fire import FirePositions
-from octlm.schemes.rotary import (
+from octlm.model.decoder import ChunkedBias, ContextualBias, Decoder, chunked_attention
+from octlm.positions import scheme as positions
+from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
+from octlm.positions.bias import AlibiPositions, T5Positions
+from octlm.positions.cope import CopePositions, interpolated_bias
+from octlm.positions.fire import FirePositions
+from octlm.positions.rotary import (
     PartialRotaryPositions,
     RotaryPositions,
     _fraction_problems,
     prope_frequencies,
     rotary_dims,
 )
-from octlm.schemes.xpos import XPosPositions
+from octlm.positions.scheme import PositionScheme, family_of, register, table_order
+from octlm.positions.xpos import XPosPositions
 
 
 def small(position: str, **fields) -> ModelConfig:
@@ -40,7 +40,7 @@ def small(position: str, **fields) -> ModelConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The registry and the interface's defaults (octlm/positions.py)
+# The registry and the interface's defaults (octlm/positions/scheme.py)
 
 
 @pytest.mark.parametrize("thing, shown", [(int, "<class 'int'>"), (3, "3")])
@@ -147,7 +147,7 @@ def test_the_sinusoidal_table_grows_for_the_first_position_past_it() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The decoder's chunked bias and its layers' schemes (octlm/model.py)
+# The decoder's chunked bias and its layers' schemes (octlm/model/decoder.py)
 
 
 def whole_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
@@ -176,7 +176,9 @@ def test_chunked_attention_hands_sdpa_four_dimensional_masks_and_the_dropout(mon
         seen.append((mask.dim(), kwargs.get("dropout_p", 0.0)))
         return sdpa(q, k, v, mask, **kwargs)
 
-    monkeypatch.setattr(octlm.model, "CHUNK_BIAS_ENTRIES", 4 * 6 * 2)  # two queries per chunk of 6 keys
+    monkeypatch.setattr(
+        octlm.model.decoder, "CHUNK_BIAS_ENTRIES", 4 * 6 * 2
+    )  # two queries per chunk of 6 keys
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8)
@@ -191,7 +193,7 @@ def test_chunked_attention_hands_sdpa_four_dimensional_masks_and_the_dropout(mon
 def test_attention_mask_is_in_the_models_dtype_and_chunked_only_past_the_limit(monkeypatch) -> None:  # noqa: ANN001
     # FIRE computes its bias in float32 whatever the model's dtype: the mask must be cast to it.
     model = Decoder(small("fire")).double()
-    monkeypatch.setattr(octlm.model, "WHOLE_BIAS_PAIRS", 64)
+    monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 64)
     mask, causal = model._attention_mask(torch.arange(8), 8)  # 64 pairs: still whole
     assert isinstance(mask, Tensor) and (mask.dtype, mask.shape, causal) == (torch.float64, (4, 8, 8), True)
     mask, causal = model._attention_mask(torch.arange(8), 9)  # 72 pairs: per chunk
@@ -211,7 +213,7 @@ def test_layer_schemes_list_only_the_schemes_some_layer_uses() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# ALiBi and T5 (octlm/schemes/bias.py)
+# ALiBi and T5 (octlm/positions/bias.py)
 
 
 def test_alibi_slopes_are_not_saved() -> None:
@@ -237,7 +239,7 @@ def test_t5_problems_leave_one_bucket_alone() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# FIRE (octlm/schemes/fire.py)
+# FIRE (octlm/positions/fire.py)
 
 
 def test_fire_defaults_and_its_initial_draws() -> None:
@@ -259,7 +261,7 @@ def test_fire_defaults_and_its_initial_draws() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# CoPE (octlm/schemes/cope.py)
+# CoPE (octlm/positions/cope.py)
 
 
 def test_cope_shows_layer_zero_by_default_and_when_every_layer_skips_it() -> None:
@@ -284,7 +286,7 @@ def test_cope_bias_of_bfloat16_queries_is_float32() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# RoPE with a fraction, p-RoPE (octlm/schemes/rotary.py)
+# RoPE with a fraction, p-RoPE (octlm/positions/rotary.py)
 
 
 def test_rotary_dims_default_to_the_whole_head() -> None:
@@ -296,7 +298,7 @@ def test_the_plain_turn_of_a_rotated_slice_never_uses_the_fused_kernel(monkeypat
     def refuse(*args):  # noqa: ANN002, ANN202
         raise AssertionError("_HalfRotation used with fused=False")
 
-    monkeypatch.setattr(octlm.schemes.rotary._HalfRotation, "apply", refuse)
+    monkeypatch.setattr(octlm.positions.rotary._HalfRotation, "apply", refuse)
     scheme = RotaryPositions(8, initial_length=4, rotary_dims=4)
     x = torch.randn(1, 1, 4, 8)
     cos, sin = scheme.cos[:4], scheme.sin[:4]
@@ -373,7 +375,7 @@ def test_an_odd_head_size_of_a_single_head_is_a_problem(scheme: type[RotaryPosit
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# xPos (octlm/schemes/xpos.py)
+# xPos (octlm/positions/xpos.py)
 
 
 def test_xpos_defaults_and_the_config_length() -> None:

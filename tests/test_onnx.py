@@ -28,12 +28,11 @@ from test_cope import np_cope_bias  # noqa: E402
 from test_fire import np_fire  # noqa: E402
 from test_xpos import np_xpos  # noqa: E402
 
-from octlm.checkpoint import save_checkpoint  # noqa: E402
-from octlm.config import Config, ModelConfig  # noqa: E402
-from octlm.corpus import Document  # noqa: E402
+from octlm.config.schema import Config, ModelConfig  # noqa: E402
+from octlm.data.corpus import Document  # noqa: E402
+from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
-from octlm.model import Decoder  # noqa: E402
-from octlm.onnx_export import (  # noqa: E402
+from octlm.interop.onnx_export import (  # noqa: E402
     INFO_FILE,
     ONNX_FILE,
     TOKENIZER_FILE,
@@ -42,11 +41,12 @@ from octlm.onnx_export import (  # noqa: E402
     export_onnx,
     run,
 )
-from octlm.positions import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
-from octlm.rope_scaling import scaled_frequencies  # noqa: E402
-from octlm.run import Run  # noqa: E402
-from octlm.schemes import scheme_names  # noqa: E402
-from octlm.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
+from octlm.model.decoder import Decoder  # noqa: E402
+from octlm.positions import scheme_names  # noqa: E402
+from octlm.positions.rope_scaling import scaled_frequencies  # noqa: E402
+from octlm.positions.scheme import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
+from octlm.storage.checkpoint import save_checkpoint  # noqa: E402
+from octlm.storage.run import Run  # noqa: E402
 
 # Largest |logit difference| onnxruntime vs PyTorch measured here (float32), over every scheme and length:
 # 3.8e-6 (learned, nope), 1.7e-6 to 3.6e-6 for the others. 8e-6 leaves 2x for another CPU's kernels.

@@ -1,4 +1,4 @@
-"""The position formulas of octlm/positions.py, each against something that does not share its code: a NumPy
+"""The position formulas of octlm/positions/scheme.py, each against something that does not share its code: a NumPy
 float64 re-derivation from the papers' formulas, a pure-Python transcription (ALiBi's reference slopes, T5's
 bucket rule), or a mathematical property (shift invariance, norm preservation, distance-only similarity).
 
@@ -17,7 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octlm.errors import UserError
-from octlm.positions import (
+from octlm.positions.absolute import SinusoidalPositions
+from octlm.positions.bias import T5Positions
+from octlm.positions.rotary import RotaryPositions, _HalfRotation
+from octlm.positions.scheme import (
     add_positions,
     alibi_bias,
     alibi_slopes,
@@ -27,9 +30,6 @@ from octlm.positions import (
     sinusoidal_table,
     t5_bucket,
 )
-from octlm.schemes.absolute import SinusoidalPositions
-from octlm.schemes.bias import T5Positions
-from octlm.schemes.rotary import RotaryPositions, _HalfRotation
 
 # ------------------------------------------------------------------------------------------------------------
 # Independent references

@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/positions.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
+"""Exact expected values for octlm/positions/scheme.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
 
 Expected numbers are worked out by hand (closed forms, small tables written out) or by a float64 formula
 written here independently; the defaults and table sizes the docstrings promise are checked as such.
@@ -11,18 +11,18 @@ import math
 import pytest
 import torch
 
-from octlm.config import ModelConfig
-from octlm.positions import (
+from octlm.config.schema import ModelConfig
+from octlm.positions import build_positions
+from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
+from octlm.positions.bias import AlibiPositions, T5Positions
+from octlm.positions.rotary import RotaryPositions, _HalfRotation
+from octlm.positions.scheme import (
     NoPositions,
     apply_rope,
     cosine_similarity_matrix,
     rope_rotate,
     t5_bucket,
 )
-from octlm.schemes import build_positions
-from octlm.schemes.absolute import LearnedPositions, SinusoidalPositions
-from octlm.schemes.bias import AlibiPositions, T5Positions
-from octlm.schemes.rotary import RotaryPositions, _HalfRotation
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""The position probe (octlm/probe.py): its solvers against independent computations, its controls, its hooks,
+"""The position probe (octlm/inspect/probe.py): its solvers against independent computations, its controls, its hooks,
 and `octlm probe` on a real tiny run."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from octlm import probe
 from octlm.cli import main
-from octlm.config import ModelConfig, config_from_dict
-from octlm.model import Decoder
+from octlm.config.schema import ModelConfig, config_from_dict
+from octlm.inspect import probe
+from octlm.model.decoder import Decoder
 
 
 def tiny_decoder(position: str, n_layers: int = 2, seed: int = 0) -> Decoder:
@@ -125,7 +125,7 @@ def test_dominant_learned_positions_are_read_off_the_embedding_layer() -> None:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from octlm.train import train
+    from octlm.training.loop import train
 
     root = tmp_path_factory.mktemp("probe-run")
     corpus = root / "corpus"
@@ -158,7 +158,7 @@ def test_probe_command_writes_table_figure_and_json(run_dir: Path, tmp_path: Pat
     markdown = (tmp_path / "out" / "probe.md").read_text(encoding="utf-8")
     assert "| block 1 |" in markdown and "(probe.png)" in markdown
     assert (tmp_path / "out" / "probe.png").read_bytes()[:4] == b"\x89PNG"
-    assert main(["probe", str(run_dir)]) == 0  # the default folder, named by octlm/run.py
+    assert main(["probe", str(run_dir)]) == 0  # the default folder, named by octlm/storage/run.py
     assert {p.name for p in (run_dir / "report" / "probe").iterdir()} == {
         "probe.md",
         "probe.json",
@@ -167,7 +167,7 @@ def test_probe_command_writes_table_figure_and_json(run_dir: Path, tmp_path: Pat
 
 
 def test_inspect_report_holds_the_probe_section(run_dir: Path, tmp_path: Path) -> None:
-    from octlm.report import write_report
+    from octlm.inspect.report import write_report
 
     folder = write_report(run_dir, out=tmp_path / "report", probe=True)
     assert "## What each layer knows of position" in (folder / "report.md").read_text(encoding="utf-8")

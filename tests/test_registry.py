@@ -14,13 +14,13 @@ import tiny
 import torch
 from torch import Tensor
 
-import octlm.model
-from octlm import positions
+import octlm.model.decoder
 from octlm.cli import main
-from octlm.config import ModelConfig, config_from_dict, load_config
+from octlm.config.schema import ModelConfig, config_from_dict, load_config
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.positions import PositionScheme, register, scheme_names, table_order, unbounded_schemes
+from octlm.model.decoder import Decoder
+from octlm.positions import scheme as positions
+from octlm.positions.scheme import PositionScheme, register, scheme_names, table_order, unbounded_schemes
 
 
 class FixedLinearBias(PositionScheme):
@@ -78,12 +78,12 @@ def test_a_scheme_from_outside_the_package_is_known_everywhere(linear_scheme) ->
     full, cached = full_and_cached(model, ids)
     torch.testing.assert_close(cached, full, rtol=0, atol=1e-5)  # measured 1.9e-6 (different matmul shapes)
     # Past WHOLE_BIAS_PAIRS the model builds the bias per query chunk, through the same `bias` hook.
-    original = octlm.model.WHOLE_BIAS_PAIRS
+    original = octlm.model.decoder.WHOLE_BIAS_PAIRS
     try:
-        octlm.model.WHOLE_BIAS_PAIRS = 16
+        octlm.model.decoder.WHOLE_BIAS_PAIRS = 16
         chunked, _ = model(ids)
     finally:
-        octlm.model.WHOLE_BIAS_PAIRS = original
+        octlm.model.decoder.WHOLE_BIAS_PAIRS = original
     torch.testing.assert_close(chunked, full.detach(), rtol=0, atol=1e-5)
 
 
@@ -187,7 +187,7 @@ def test_nope_layers_decode_with_the_cache_as_a_full_pass(position: str, layers:
 def test_nope_layers_from_the_command_line_and_toml(tmp_path: Path) -> None:
     from argparse import ArgumentParser
 
-    from octlm.config import add_config_arguments, config_from_args
+    from octlm.config.schema import add_config_arguments, config_from_args
 
     parser = ArgumentParser()
     add_config_arguments(parser)
@@ -253,7 +253,7 @@ class OwnTable(PositionScheme):
 
 @pytest.mark.parametrize("cls", [FixedLinearBias, HalfTurns, OwnTable], ids=lambda c: c.name)
 def test_inspect_shows_what_a_registered_scheme_declares(cls, tmp_path: Path) -> None:
-    from octlm import analysis, figures, report_schemes
+    from octlm.inspect import analysis, figures, report_schemes
 
     register(cls)
     try:

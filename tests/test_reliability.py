@@ -7,7 +7,7 @@
   uninterrupted run, with its metrics and no leftover folders. Trials run in children of a fork server, so each
   costs a fraction of a second instead of a Python start-up.
 - SIGINT: a real `python -m octlm train` process stops after the current step, checkpoints, exits 130 and
-  says how to resume (documented in octlm/train.py). SIGTERM, SIGHUP, seeded trials and the second signal:
+  says how to resume (documented in octlm/training/loop.py). SIGTERM, SIGHUP, seeded trials and the second signal:
   tests/test_signals.py; the lock and --overwrite: tests/test_lock.py.
 - A full disk first reported by fsync leaves the previous checkpoint intact and loadable (the real file-size
   limit and read-only faults: tests/test_full_disk.py).
@@ -34,11 +34,11 @@ from processes import signal_when
 from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
-from octlm.checkpoint import load_checkpoint, save_checkpoint, sha256_file
-from octlm.config import config_from_dict
+from octlm.config.schema import config_from_dict
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.run import Run
+from octlm.model.decoder import Decoder
+from octlm.storage.checkpoint import load_checkpoint, save_checkpoint, sha256_file
+from octlm.storage.run import Run
 
 RUN_FILES = ["checkpoint", "metrics.jsonl", "tokenizer.json"]
 TIMING_KEYS = ("tokens_per_second", "elapsed_seconds")
@@ -215,7 +215,7 @@ def test_kill_and_resume(trial: Trial, lab: Lab) -> None:
 def test_resumed_metrics_match_an_uninterrupted_run(tmp_path: Path) -> None:
     """A resumed run's metrics.jsonl equals an uninterrupted run's, train_loss included: the first record after a
     resume must average the same steps (the evaluation window), not only those since the checkpoint."""
-    from octlm.train import train
+    from octlm.training.loop import train
 
     corpus = write_corpus(tmp_path / "text")
     full = train(
@@ -294,7 +294,7 @@ def _fsync_no_space(fd: int) -> None:
 # Faults the OS gives for real (a file-size limit at each write, an immutable folder at the swap) are tested in
 # tests/test_full_disk.py. ENOSPC first reported by fsync has no such trigger on a machine without a tiny file
 # system to fill, so it is the one fault still simulated here.
-DISK_FULL = {"fsync": ("octlm.checkpoint.os.fsync", _fsync_no_space)}
+DISK_FULL = {"fsync": ("octlm.storage.checkpoint.os.fsync", _fsync_no_space)}
 
 
 @pytest.mark.parametrize("where", list(DISK_FULL))
@@ -312,7 +312,9 @@ def test_full_disk_keeps_the_previous_checkpoint(
             p.add_(1.0)  # the failed save would have stored different numbers
     target, fake = DISK_FULL[where]
     monkeypatch.setattr(target, fake)
-    with pytest.raises((OSError, UserError)) as info:  # octlm.checkpoint names the errno in a UserError
+    with pytest.raises(
+        (OSError, UserError)
+    ) as info:  # octlm.storage.checkpoint names the errno in a UserError
         save_checkpoint(run_dir, model, optimizer, config, 2, {})
     assert getattr(info.value, "errno", None) == errno.ENOSPC or "(ENOSPC)" in str(info.value)
     monkeypatch.undo()

@@ -15,17 +15,17 @@ import numpy as np
 import pytest
 import torch
 
-from octlm import analysis, report, similarity
-from octlm.checkpoint import load_model
 from octlm.cli import main
-from octlm.config import ModelConfig, config_from_dict
-from octlm.corpus import Document
-from octlm.data import prepare_data
-from octlm.document import render_markdown
+from octlm.config.schema import ModelConfig, config_from_dict
+from octlm.data.cache import prepare_data
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import train_tokenizer
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.positions import sinusoidal_table
-from octlm.tokenizer import train_tokenizer
+from octlm.inspect import analysis, report, similarity
+from octlm.inspect.render import render_markdown
+from octlm.model.decoder import Decoder
+from octlm.positions.scheme import sinusoidal_table
+from octlm.storage.checkpoint import load_model
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -211,13 +211,13 @@ def test_training_counts_fall_back_when_the_data_is_gone(tmp_path: Path, tiny_to
 
 
 # ------------------------------------------------------------------------------------------------------------
-# A real (tiny) run: `octlm.train.train` writes it and `octlm train` calls write_report at the end
+# A real (tiny) run: `octlm.training.loop.train` writes it and `octlm train` calls write_report at the end
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from octlm.train import train
-    from octlm.train_command import finish
+    from octlm.commands.train import finish
+    from octlm.training.loop import train
 
     root = tmp_path_factory.mktemp("report-run")
     corpus = root / "corpus"

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from octlm.errors import UserError
-from octlm.positions import rope_frequencies
-from octlm.rope_scaling import (
+from octlm.positions.rope_scaling import (
     METHODS,
     dynamic_ntk_frequencies,
     linear_frequencies,
@@ -20,7 +19,8 @@ from octlm.rope_scaling import (
     yarn_frequencies,
     yarn_mscale,
 )
-from octlm.schemes.rotary import RotaryPositions
+from octlm.positions.rotary import RotaryPositions
+from octlm.positions.scheme import rope_frequencies
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402

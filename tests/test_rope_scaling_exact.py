@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/rope_scaling.py, written to kill its mutants (scripts/mutation,
+"""Exact expected values for octlm/positions/rope_scaling.py, written to kill its mutants (scripts/mutation,
 docs/MUTANTS.md). Every expected frequency below is worked out by hand from the papers' formulas with round
 numbers (bases 100 and 10000, head size 4 or 8), not by calling the code twice.
 """
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from octlm.errors import UserError
-from octlm.rope_scaling import (
+from octlm.positions.rope_scaling import (
     dynamic_ntk_frequencies,
     linear_frequencies,
     ntk_base,

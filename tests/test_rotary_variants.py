@@ -14,16 +14,16 @@ import pytest
 import torch
 from tiny import memorise, run_cli
 
-from octlm.config import ModelConfig
-from octlm.model import Decoder
-from octlm.positions import NoPositions, apply_rope, family_of, scheme_class, table_order
-from octlm.schemes.rotary import (
+from octlm.config.schema import ModelConfig
+from octlm.model.decoder import Decoder
+from octlm.positions.rotary import (
     PartialRotaryPositions,
     RotaryPositions,
     _HalfRotation,
     prope_frequencies,
     rotary_dims,
 )
+from octlm.positions.scheme import NoPositions, apply_rope, family_of, scheme_class, table_order
 
 LAYOUTS = ["half", "interleaved"]
 

@@ -1,4 +1,4 @@
-"""Exact expected values for octlm/scoring.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
+"""Exact expected values for octlm/training/scoring.py, written to kill its mutants (scripts/mutation, docs/MUTANTS.md).
 
 A stub model returns logits chosen by hand, so every loss below is a closed form (log of a sum of exps), not a
 second run of the code under test.
@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from octlm.runtime import Dist
-from octlm.scoring import Score, evaluate, summed_loss
+from octlm.training.scoring import Score, evaluate, summed_loss
 
 V = 4
 

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, quiet_env, tiny_flags, write_corpus
 
-from octlm.checkpoint import load_checkpoint
+from octlm.storage.checkpoint import load_checkpoint
 
 STEPS = 60  # a few ms a step: a trial (stopped, then resumed) costs about one such run
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -184,7 +184,7 @@ def test_enough_signal_trials() -> None:
 
 HELD = """
 import os, sys, time
-import octlm.train as train
+import octlm.training.loop as train
 real_step = train.train_step
 def held_step(state, *args, **kwargs):
     loss = real_step(state, *args, **kwargs)

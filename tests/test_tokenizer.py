@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from octlm import data as data_module
 from octlm.cli import main
-from octlm.config import DataConfig
-from octlm.corpus import Document
-from octlm.data import prepare_data
+from octlm.config.schema import DataConfig
+from octlm.data import cache as data_module
+from octlm.data.cache import prepare_data
+from octlm.data.corpus import Document
+from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.tokenizer import EOT, Tokenizer, train_tokenizer
 
 SAMPLE = """def greet(name: str) -> str:
     \"\"\"Say hello.\"\"\"

@@ -14,13 +14,13 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-import octlm.train
-from octlm.config import Config, config_from_dict
+import octlm.training.loop
+from octlm.config.schema import Config, config_from_dict
 from octlm.errors import UserError
-from octlm.positions import cosine_similarity_matrix
-from octlm.run import Run
-from octlm.tracking import INSTALL, SCALARS, SIMILARITY_TAG, similarity_rgb
-from octlm.train import train
+from octlm.positions.scheme import cosine_similarity_matrix
+from octlm.storage.run import Run
+from octlm.training.loop import train
+from octlm.training.tracking import INSTALL, SCALARS, SIMILARITY_TAG, similarity_rgb
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -115,7 +115,7 @@ def test_resume_after_a_crash_hides_the_events_after_the_checkpoint(
     """Killed after the evaluation of step 25 but with the last checkpoint at 20: the resume redoes step 25,
     and TensorBoard shows the redone events, as metrics.jsonl keeps the redone record."""
     cfg = config(tmp_path, corpus, eval_interval=5, checkpoint_interval=10)
-    real, calls = octlm.train.random_blocks, []
+    real, calls = octlm.training.loop.random_blocks, []
 
     def crashing(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -123,10 +123,10 @@ def test_resume_after_a_crash_hides_the_events_after_the_checkpoint(
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.train, "random_blocks", crashing)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", crashing)
     with pytest.raises(RuntimeError, match="killed"):
         train(cfg, progress=False)
-    monkeypatch.setattr(octlm.train, "random_blocks", real)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", real)
     run_dir = Run.default(cfg).path
     assert [e.step for e in events(run_dir).Scalars("loss/val")] == [5, 10, 15, 20, 25]  # closed on error
     before = {e.step: e.value for e in events(run_dir).Scalars("tokens_per_second")}

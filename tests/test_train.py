@@ -14,17 +14,17 @@ import tiny
 import torch
 from safetensors.torch import load_file
 
-import octlm.data
-import octlm.train
-from octlm.checkpoint import load_checkpoint
+import octlm.data.cache
+import octlm.training.loop
 from octlm.cli import main
-from octlm.config import Config, config_from_dict
+from octlm.commands.train import finish
+from octlm.config.schema import Config, config_from_dict
 from octlm.errors import UserError
-from octlm.model import Decoder
-from octlm.optim import lr_at, param_groups
-from octlm.resume import RESUMABLE_FIELDS, config_differences
-from octlm.train import train
-from octlm.train_command import finish
+from octlm.model.decoder import Decoder
+from octlm.storage.checkpoint import load_checkpoint
+from octlm.training.loop import train
+from octlm.training.optimizer import lr_at, param_groups
+from octlm.training.resume import RESUMABLE_FIELDS, config_differences
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for"]
 
@@ -122,7 +122,7 @@ def test_train_writes_the_run_folder(tmp_path: Path, corpus: Path) -> None:
     assert {p.name for p in run_dir.iterdir()} == {"checkpoint", "metrics.jsonl", "tokenizer.json"}
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [10, 20] and records == result.metrics
-    data = octlm.data.prepare_data(config.data, 300, progress=False)
+    data = octlm.data.cache.prepare_data(config.data, 300, progress=False)
     last = records[-1]
     assert last["val_bpb"] == pytest.approx(last["val_loss"] / math.log(2) / data.val_bytes_per_token)
     assert last["val_perplexity"] == pytest.approx(math.exp(last["val_loss"]))
@@ -177,7 +177,7 @@ def test_resume_after_crash_is_bit_identical(
     """A process killed between checkpoints resumes from the last one (step 20) and catches up exactly."""
     full = train(tiny_config(tmp_path, corpus, run_name="full", model={"position": "rope"}), progress=False)
     config = tiny_config(tmp_path, corpus, run_name="crash", model={"position": "rope"})
-    real, calls = octlm.train.random_blocks, []
+    real, calls = octlm.training.loop.random_blocks, []
 
     def crashing(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -185,10 +185,10 @@ def test_resume_after_crash_is_bit_identical(
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.train, "random_blocks", crashing)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", crashing)
     with pytest.raises(RuntimeError, match="killed"):
         train(config, progress=False)
-    monkeypatch.setattr(octlm.train, "random_blocks", real)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", real)
     run_dir = tmp_path / "runs" / "crash"
     assert load_checkpoint(run_dir).step == 20
     resumed = train(config, run_dir, resume=True, progress=False)
@@ -267,7 +267,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
     capsys: pytest.CaptureFixture[str],
     request: pytest.FixtureRequest,
 ) -> None:
-    real, calls = octlm.train.random_blocks, []
+    real, calls = octlm.training.loop.random_blocks, []
     # Ctrl-C as a terminal delivers it: pytest run as a background job inherits SIGINT ignored, and octlm keeps
     # an ignored signal ignored. Whatever handler is there, training puts it back.
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -280,7 +280,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
             os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(octlm.train, "random_blocks", interrupting)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", interrupting)
     toml = tmp_path / "tiny.toml"
     cfg = tiny_config(tmp_path, corpus).to_dict()
     toml.write_text(
@@ -297,7 +297,7 @@ def test_sigint_finishes_the_step_and_checkpoints(
     assert load_checkpoint(run_dir).step == 7
     assert signal.getsignal(signal.SIGINT) is before
 
-    monkeypatch.setattr(octlm.train, "random_blocks", real)
+    monkeypatch.setattr(octlm.training.loop, "random_blocks", real)
     assert main(["train", "--resume", str(run_dir), "--steps", "12", "--no-progress"]) == 0
     assert load_checkpoint(run_dir).step == 12
     assert "bits per byte" in capsys.readouterr().out
@@ -331,7 +331,7 @@ def test_training_steps_never_build_the_full_logits(tmp_path: Path, corpus: Path
     vocab = config.model.vocab_size
     seen = {"steps": 0, "in_step": 0, "outside": 0}
     in_step = False
-    real_step = octlm.train.train_step
+    real_step = octlm.training.loop.train_step
 
     def step(*args: Any, **kwargs: Any) -> float:
         nonlocal in_step
@@ -346,7 +346,7 @@ def test_training_steps_never_build_the_full_logits(tmp_path: Path, corpus: Path
         if isinstance(output, torch.Tensor) and output.dim() >= 2 and output.shape[-1] == vocab:
             seen["in_step" if in_step else "outside"] += 1
 
-    monkeypatch.setattr(octlm.train, "train_step", step)
+    monkeypatch.setattr(octlm.training.loop, "train_step", step)
     handle = torch.nn.modules.module.register_module_forward_hook(spy)
     try:
         result = train(config, progress=False)
@@ -360,8 +360,8 @@ def test_training_steps_never_build_the_full_logits(tmp_path: Path, corpus: Path
 @pytest.mark.slow  # tokenizes the whole standard library once (~20 s on a busy 2-core machine)
 def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`octlm train` with no --text: the stdlib corpus, tiny dims, a few steps; the run records that corpus."""
-    from octlm.config import DataConfig
-    from octlm.corpus import corpus_sha256, describe_source, stdlib_documents
+    from octlm.config.schema import DataConfig
+    from octlm.data.corpus import corpus_sha256, describe_source, stdlib_documents
 
     argv = ["train", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "runs"),
             "--vocab-size", "300", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",

@@ -158,16 +158,16 @@ def _halve(path: Any) -> None:
 
 
 def _hook_snapshot(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import octlm.train
+    import octlm.training.loop
 
-    real_save = octlm.train.save_checkpoint
+    real_save = octlm.training.loop.save_checkpoint
 
     def snapshotting(run_dir, model, optimizer, config, step: int, state=None) -> Any:  # as save_checkpoint
         path = real_save(run_dir, model, optimizer, config, step, state)
         shutil.copyfile(path / "model.safetensors", Path(hook["folder"]) / f"step-{step}.safetensors")
         return path
 
-    octlm.train.save_checkpoint = snapshotting
+    octlm.training.loop.save_checkpoint = snapshotting
 
 
 def _hook_model(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
@@ -198,7 +198,7 @@ def _hook_optimizer_half(hook: dict[str, Any], point: str, due: Callable[[], boo
 
 
 def _hook_meta_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import octlm.run
+    import octlm.storage.run
 
     real_dump = json.dump
 
@@ -210,14 +210,16 @@ def _hook_meta_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -
         fp.flush()
         _die()
 
-    octlm.run.json.dump = dump
+    octlm.storage.run.json.dump = dump
 
 
 def _hook_rename(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import octlm.run
+    import octlm.storage.run
 
     real_rename = Path.rename
-    target_name = octlm.run.OLD_CHECKPOINT if point == "between_renames" else octlm.run.CHECKPOINT
+    target_name = (
+        octlm.storage.run.OLD_CHECKPOINT if point == "between_renames" else octlm.storage.run.CHECKPOINT
+    )
 
     def rename(self: Path, target: Any) -> Any:
         result = real_rename(self, target)
@@ -229,15 +231,15 @@ def _hook_rename(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> N
 
 
 def _hook_rmtree_old(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import octlm.run
+    import octlm.storage.run
 
     real_rmtree = shutil.rmtree
 
     def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
         path = Path(path)
-        swapped = (path.parent / octlm.run.CHECKPOINT / octlm.run.META_FILE).is_file()
-        if path.name == octlm.run.OLD_CHECKPOINT and swapped and path.is_dir() and due():
-            (path / octlm.run.MODEL_FILE).unlink()
+        swapped = (path.parent / octlm.storage.run.CHECKPOINT / octlm.storage.run.META_FILE).is_file()
+        if path.name == octlm.storage.run.OLD_CHECKPOINT and swapped and path.is_dir() and due():
+            (path / octlm.storage.run.MODEL_FILE).unlink()
             _die()
         real_rmtree(path, *args, **kwargs)
 
@@ -256,7 +258,9 @@ def _install_hook(hook: dict[str, Any] | None) -> None:
     # Everything the hooks patch or call, loaded before any patch (the fork server has loaded it all already).
     import safetensors.torch  # noqa: F401
 
-    from octlm import checkpoint, run, train  # noqa: F401
+    from octlm.storage import (
+        checkpoint,  # noqa: F401
+    )
 
     point, countdown = hook["point"], _Countdown(int(hook.get("nth", 1)))
     if point not in _HOOKS:
@@ -332,11 +336,11 @@ def serve() -> None:
     import safetensors.torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (AdamW imports it lazily: seconds, paid once here)
 
-    import octlm.checkpoint  # noqa: F401
-    import octlm.data  # noqa: F401
-    import octlm.generate  # noqa: F401
-    import octlm.model  # noqa: F401
-    import octlm.train  # noqa: F401
+    import octlm.data.cache  # noqa: F401
+    import octlm.generation.generate  # noqa: F401
+    import octlm.model.decoder  # noqa: F401
+    import octlm.storage.checkpoint  # noqa: F401
+    import octlm.training.loop  # noqa: F401
 
     print(json.dumps({"ready": os.getpid()}), flush=True)
     for line in sys.stdin:

@@ -1,16 +1,16 @@
 /**
  * Build-time helpers for the site, as one Vite plugin:
  *
- * - `import excerpt from "octlm:positions.py#sinusoidal_table"` gives `{ file, line, code }`: the source of that
+ * - `import excerpt from "octlm:positions/scheme.py#sinusoidal_table"` gives `{ file, line, code }`: the source of that
  *   function (or `Class.method`), cut from ../octlm/ by its `def` line when the site is built, so the code shown
  *   on a page is always the code that runs. A missing file or function fails the build.
- *   `octlm:positions.py#PositionScheme` (a capitalised name with no dot) gives a whole class. The path is under
- *   octlm/, subfolders included: `octlm:schemes/absolute.py#LearnedPositions.embed`.
- * - `import msg from "octlm-raise:model.py#Decoder.check_ids#longer than the learned position table"` gives
+ *   `octlm:positions/scheme.py#PositionScheme` (a capitalised name with no dot) gives a whole class. The path is under
+ *   octlm/, subfolders included: `octlm:positions/absolute.py#LearnedPositions.embed`.
+ * - `import msg from "octlm-raise:model/decoder.py#Decoder.check_ids#longer than the learned position table"` gives
  *   `{ file, line, parts }`: the message of the `raise ...(` in that function whose text contains the words after
  *   the last `#`, as literal strings and `{ expr }` placeholders of its f-strings, so a page can print what octlm
  *   raises without retyping it.
- * - `import c from "octlm-const:config.py#NAMES"` gives `{ file, line, value }` for a module-level tuple or list of
+ * - `import c from "octlm-const:config/schema.py#NAMES"` gives `{ file, line, value }` for a module-level tuple or list of
  *   strings. (Lists that the registry computes, such as the schemes with no maximum length, are not in the source:
  *   pages read them from web/fixtures/schemes.json, see src/schemes.ts.)
  * - `data/manifest.json` lists the result files present in public/data/ when the site is built (or, in dev, when
@@ -188,7 +188,7 @@ export const PAGES: [string, string][] = [
 
 const FOOTER =
   '<footer><p>octlm explainer. Every number on these pages is computed in your browser by <code>web/src/math.ts</code>, ' +
-  "which is tested against <code>octlm/positions.py</code> and <code>octlm/schemes/</code> to 1e-7; the code excerpts are cut from <code>octlm/</code> " +
+  "which is tested against <code>octlm/positions/scheme.py</code> and <code>octlm/positions/</code> to 1e-7; the code excerpts are cut from <code>octlm/</code> " +
   "when the site is built. Results appear only when a run exports them. The Models page runs octlm's exported models " +
   "(onnxruntime-web), tested against PyTorch to 1e-4.</p></footer>";
 

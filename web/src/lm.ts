@@ -82,7 +82,7 @@ export function meanOf(values: number[], from = 0, to = values.length): number {
 }
 
 // GPT-2's byte-level alphabet: each byte is one printable character (printable bytes stand for themselves, the
-// rest are shifted to 256 + n). octlm/tokenizer.py's byte_of_char is the same table.
+// rest are shifted to 256 + n). octlm/data/tokenizer.py's byte_of_char is the same table.
 let BYTE_OF: Map<string, number> | null = null;
 export function byteOfChar(): Map<string, number> {
   if (BYTE_OF) return BYTE_OF;

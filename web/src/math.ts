@@ -1,5 +1,5 @@
 /**
- * The position math of octlm/positions.py and octlm/schemes/, in TypeScript (float64 throughout).
+ * The position math of octlm/positions/scheme.py and octlm/positions/, in TypeScript (float64 throughout).
  *
  * Every function here has a twin there with the same name in snake_case (each fixture's `source` names its
  * file). The fixtures in web/fixtures/ are written by `octlm export fixtures` from the Python side, and
@@ -159,7 +159,7 @@ export function addPositionsError(tokenShape: number[], tableShape: number[]): s
   );
 }
 
-// ---- The newer schemes' formulas (octlm/schemes/rotary.py, xpos.py, fire.py, cope.py), each with a twin there.
+// ---- The newer schemes' formulas (octlm/positions/rotary.py, xpos.py, fire.py, cope.py), each with a twin there.
 
 /** The channels of a head that RoPE rotates: GPT-NeoX's int(headDim × fraction), rounded down to whole pairs. */
 export function rotaryDims(headDim: number, fraction = 1): number {

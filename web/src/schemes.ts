@@ -1,6 +1,6 @@
 /**
  * octlm's position-scheme registry as data: web/fixtures/schemes.json, written by `octlm export fixtures` from
- * `octlm.positions.SCHEMES` (every registered scheme, in the order octlm's tables list them). The pages read the
+ * `octlm.positions.scheme.SCHEMES` (every registered scheme, in the order octlm's tables list them). The pages read the
  * list of schemes from here and never keep one of their own.
  */
 import registry from "../fixtures/schemes.json";
@@ -22,7 +22,7 @@ export const SCHEMES: SchemeInfo[] = (registry as { schemes: SchemeInfo[] }).sch
 /** The schemes with no maximum length, in table order: what octlm's learned-table error offers instead. */
 export const unboundedSchemes = (schemes: SchemeInfo[] = SCHEMES): string[] => schemes.filter((s) => !s.bounded).map((s) => s.name);
 
-/** The f-string field of octlm/model.py's learned-table error that names the unbounded schemes. */
+/** The f-string field of octlm/model/decoder.py's learned-table error that names the unbounded schemes. */
 export const UNBOUNDED_FIELD = "', '.join(unbounded_schemes())";
 
 /**

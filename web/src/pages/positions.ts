@@ -1,11 +1,11 @@
 import "../site";
-import forwardCode from "octlm:model.py#Decoder.forward";
-import schemeCode from "octlm:positions.py#PositionScheme";
-import buildCode from "octlm:positions.py#build_positions";
-import addPositions from "octlm:positions.py#add_positions";
-import learnedEmbed from "octlm:schemes/absolute.py#LearnedPositions.embed";
-import registerCode from "octlm:positions.py#register";
-import tooLong from "octlm-raise:model.py#Decoder.check_ids#longer than the learned position table";
+import forwardCode from "octlm:model/decoder.py#Decoder.forward";
+import schemeCode from "octlm:positions/scheme.py#PositionScheme";
+import buildCode from "octlm:positions/scheme.py#build_positions";
+import addPositions from "octlm:positions/scheme.py#add_positions";
+import learnedEmbed from "octlm:positions/absolute.py#LearnedPositions.embed";
+import registerCode from "octlm:positions/scheme.py#register";
+import tooLong from "octlm-raise:model/decoder.py#Decoder.check_ids#longer than the learned position table";
 import { randomMatrix, sinusoidalTable } from "../math";
 import { schemeRows, tooLongMessage } from "../schemes";
 import { $, codeBlock, el, labelled, legend, numberSlider, numberTable, readNumber, scaleFor, select } from "../ui";
@@ -93,7 +93,7 @@ for (const p of pickers) p.addEventListener("change", render);
 scheme.addEventListener("change", render);
 render();
 
-// ---- past the last row: octlm's own message, cut from octlm/model.py when the site was built
+// ---- past the last row: octlm's own message, cut from octlm/model/decoder.py when the site was built
 const rowsCtl = numberSlider("end-rows", "Rows in the learned table", 128, 1, 512, () => renderEnd(), { hint: "Day 1: 128" });
 const lenCtl = numberSlider("end-length", "Sequence length", 120, 1, 1024, () => renderEnd());
 $("#end-controls").append(rowsCtl.control, lenCtl.control);

@@ -312,7 +312,7 @@ describe("sections added for the post", () => {
 
   test("positions: the code section is octlm's own source, the embedding line marked", async () => {
     const { page } = await open("positions");
-    for (const [file, sel] of [["octlm/model.py", "#code-forward"], ["octlm/positions.py", "#code-scheme"], ["octlm/positions.py", "#code-build"], ["octlm/positions.py", "#code-register"], ["octlm/schemes/absolute.py", "#code-learned"]]) {
+    for (const [file, sel] of [["octlm/model/decoder.py", "#code-forward"], ["octlm/positions/scheme.py", "#code-scheme"], ["octlm/positions/scheme.py", "#code-build"], ["octlm/positions/scheme.py", "#code-register"], ["octlm/positions/absolute.py", "#code-learned"]]) {
       const fig = page.locator(`${sel} figure.code`);
       assert.equal(await fig.getAttribute("data-file"), file);
       const line = Number(await fig.getAttribute("data-line"));
@@ -359,8 +359,8 @@ describe("sections added for the post", () => {
     if (existsSync(python)) {
       const script = [
         "import torch",
-        "from octlm.config import ModelConfig",
-        "from octlm.model import Decoder",
+        "from octlm.config.schema import ModelConfig",
+        "from octlm.model.decoder import Decoder",
         "m = Decoder(ModelConfig(vocab_size=16, d_model=8, context_length=128, n_layers=1, n_heads=2, d_ff=16))",
         "try:\n    m.check_ids(torch.zeros(1, 129, dtype=torch.long))\nexcept Exception as e:\n    print(e)",
       ].join("\n");

@@ -90,7 +90,7 @@ test("byte-level tokens map back to their bytes and show readably", () => {
   expect(new TextDecoder().decode(tokenBytes("<|endoftext|>"))).toBe("<|endoftext|>"); // not in the alphabet
 });
 
-// The same table from octlm/tokenizer.py's byte_of_char, written by scripts/site-models into the fixture.
+// The same table from octlm/data/tokenizer.py's byte_of_char, written by scripts/site-models into the fixture.
 const REFERENCE = resolve(import.meta.dirname, "../fixtures/site-models-reference.json");
 test("byteOfChar equals octlm's byte_of_char, entry for entry", () => {
   expect(existsSync(REFERENCE)).toBe(true);

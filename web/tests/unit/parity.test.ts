@@ -1,4 +1,4 @@
-/** Every function of src/math.ts against the fixtures that `octlm export fixtures` wrote from octlm/positions.py. */
+/** Every function of src/math.ts against the fixtures that `octlm export fixtures` wrote from octlm/positions/scheme.py. */
 import { readFileSync, readdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
@@ -35,7 +35,7 @@ export function allClose(got: unknown, want: unknown, where: string, tol = TOL, 
   expect(worst.diff <= tol, `${where}: worst index ${worst.path}: TypeScript ${worst.g} vs Python ${worst.w} (|diff| ${worst.diff} > ${tol})`).toBe(true);
 }
 
-describe("math.ts agrees with octlm/positions.py", () => {
+describe("math.ts agrees with octlm/positions/scheme.py", () => {
   test("every fixture file is covered", () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith(".json")).sort();
     expect(files).toEqual(
@@ -94,12 +94,12 @@ describe("math.ts agrees with octlm/positions.py", () => {
   });
 });
 
-describe("math.ts agrees with octlm/schemes/ (rotary.py, xpos.py, fire.py, cope.py)", () => {
+describe("math.ts agrees with octlm/positions/ (rotary.py, xpos.py, fire.py, cope.py)", () => {
   const source = (name: string): string => JSON.parse(readFileSync(resolve(DIR, `${name}.json`), "utf-8")).source;
 
   test("each fixture names the file its formula lives in", () => {
     const files = { rotary_dims: "rotary", prope_frequencies: "rotary", xpos_scales: "xpos", xpos_safe_length: "xpos", fire_inputs: "fire", fire_mlp: "fire", gated_counts: "cope", interpolated_bias: "cope" };
-    for (const [name, file] of Object.entries(files)) expect(source(name), name).toBe(`octlm/schemes/${file}.py`);
+    for (const [name, file] of Object.entries(files)) expect(source(name), name).toBe(`octlm/positions/${file}.py`);
   });
 
   test("rotary_dims, exactly", () => {

@@ -37,8 +37,8 @@ test("f-strings split into text and fields", () => {
   expect(() => parseStrings(`"a" + b`)).toThrow(/not a string literal/);
 });
 
-test("the learned table's error is cut from octlm/model.py with the fields the page fills in", () => {
-  const msg = extractRaise(source("model.py"), "Decoder.check_ids", "longer than the learned position table");
+test("the learned table's error is cut from octlm/model/decoder.py with the fields the page fills in", () => {
+  const msg = extractRaise(source("model/decoder.py"), "Decoder.check_ids", "longer than the learned position table");
   expect(fields(msg.parts)).toEqual(["length", "limit", "limit", UNBOUNDED_FIELD]);
   // the unbounded list is the registry's (schemes.json), in table order: every scheme but the learned table
   const unbounded = unboundedSchemes();
@@ -51,12 +51,12 @@ test("the learned table's error is cut from octlm/model.py with the fields the p
 });
 
 test("the code the positions page cuts from octlm/ is there: subfolders resolve, classes and methods are found", () => {
-  const embed = extractDef(source("schemes/absolute.py"), "LearnedPositions.embed", "octlm/schemes/absolute.py");
+  const embed = extractDef(source("positions/absolute.py"), "LearnedPositions.embed", "octlm/positions/absolute.py");
   expect(embed.code).toMatch(/^def embed\(self, x: Tensor, positions: Tensor\) -> Tensor:\n\s+return add_positions\(x, self\.table\(positions\)\)$/);
-  expect(source("schemes/absolute.py").split("\n")[embed.line - 1].trim()).toBe(embed.code.split("\n")[0]);
-  expect(extractDef(source("positions.py"), "register").code).toMatch(/^def register\(cls/);
-  expect(extractDef(source("positions.py"), "build_positions").code).toMatch(/scheme_class\(config\.position\)/);
-  expect(() => extractDef(source("positions.py"), "LearnedPositions.embed")).toThrow(/no class LearnedPositions/);
+  expect(source("positions/absolute.py").split("\n")[embed.line - 1].trim()).toBe(embed.code.split("\n")[0]);
+  expect(extractDef(source("positions/scheme.py"), "register").code).toMatch(/^def register\(cls/);
+  expect(extractDef(source("positions/scheme.py"), "build_positions").code).toMatch(/scheme_class\(config\.position\)/);
+  expect(() => extractDef(source("positions/scheme.py"), "LearnedPositions.embed")).toThrow(/no class LearnedPositions/);
 });
 
 test("extractConst reads a module-level tuple or list of strings", () => {
@@ -92,7 +92,7 @@ test("the scheme table: every registered scheme once, in table order, each where
 });
 
 test("a class is cut whole, up to the next top-level line", () => {
-  const cls = extractClass(source("positions.py"), "PositionScheme");
+  const cls = extractClass(source("positions/scheme.py"), "PositionScheme");
   expect(cls.code.startsWith("class PositionScheme(nn.Module):")).toBe(true);
   expect(cls.code).toMatch(/def bias\(/);
   expect(cls.code).not.toMatch(/class NoPositions/);

@@ -1,0 +1,4 @@
+"""`octlm <command>`: one module per command word, each with `add_arguments(parser)` and `run(args)` over
+library functions that tests call directly. `octlm.cli` dispatches to them.
+May import: every layer.
+"""

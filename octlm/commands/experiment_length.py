@@ -1,0 +1,141 @@
+"""`octlm experiment length`: the command line of the length experiment (`octlm.experiments.length` does the work).
+
+Three ways to run it: the whole grid in one command (the default); `--only SCHEME:SEED ...`, which trains and
+scores just those cells into `<out>/cells/` (many processes may share one folder: a Slurm job array, GNU
+parallel); and `--collect`, which builds the tables, figure and web JSON from whatever cells are there and
+names the missing ones on stderr. The one-command run is `--only` of every cell, then `--collect`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from octlm.config.schema import add_config_arguments, load_config, overrides_from_args
+from octlm.data.corpus import write_atomic
+from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
+from octlm.experiments import length, length_results
+from octlm.experiments.length import Settings
+from octlm.positions import scheme_names
+from octlm.positions.scheme import table_order
+
+# Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
+MAX_JOBS = 4096
+MAX_SEEDS = 1000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)  # --steps, --d-model, --text, --data-dir, --seed (the first seed), ...
+    parser.add_argument("--train-length", type=int, default=None, help="training context length (default 64)")
+    parser.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="L",
+                        help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
+    parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
+                        help="position schemes (default: every registered one)")  # fmt: skip
+    parser.add_argument("--eval-windows", type=int, default=None,
+                        help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
+    parser.add_argument("--rope-factor", type=float, default=None,
+                        help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
+    parser.add_argument("--long", action="store_true",
+                        help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)")  # fmt: skip
+    parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
+                        help="trainings run at once, in worker processes (default: one per CPU core)")  # fmt: skip
+    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
+                        help="torch threads per worker (default 1)")  # fmt: skip
+    parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
+    parser.add_argument("--out", default=None, help="output folder (default runs/length-<YYYY-MM-DD>)")
+    parser.add_argument("--export-web", default=None, metavar="PATH",
+                        help="also copy length.json here, e.g. web/public/data/length.json")  # fmt: skip
+    parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
+    cells = parser.add_mutually_exclusive_group()
+    cells.add_argument("--only", action="append", default=[], metavar="SCHEME:SEED",
+                       help="train and score only this cell of the grid into OUT/cells/ (repeatable), "
+                            "e.g. rope:1337; then --collect")  # fmt: skip
+    cells.add_argument("--collect", action="store_true",
+                       help="build the tables, figure and web JSON from the cells in OUT/cells/ "
+                            "(the experiment's options are read from the cells)")  # fmt: skip
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The --quick or full defaults, overridden by the options given."""
+    keys = ("train_length", "eval_lengths", "seeds", "eval_windows")
+    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
+    return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
+                    seeds=chosen["seeds"], schemes=args.schemes or table_order(scheme_names()),
+                    eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
+                    jobs=args.jobs, threads=args.threads)  # fmt: skip
+
+
+def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any]) -> str:
+    """A command that reproduces this experiment: every experiment option spelled out, config as --set."""
+    parts = ["octlm", "experiment", "length"]
+    if args.quick:
+        parts.append("--quick")
+    if args.long:
+        parts.append("--long")  # what it sets is spelled out below; this names the mode
+    if args.config:
+        parts += ["--config", args.config]
+    parts += ["--train-length", str(settings.train_length),
+              "--eval-lengths", *map(str, settings.eval_lengths),
+              "--seeds", str(settings.seeds), "--eval-windows", str(settings.eval_windows)]  # fmt: skip
+    if settings.schemes != table_order(scheme_names()):
+        parts += ["--schemes", *settings.schemes]
+    if settings.rope_factor is not None:
+        parts += ["--rope-factor", f"{settings.rope_factor:g}"]
+    for key, value in overrides.items():
+        value = " ".join(value) if isinstance(value, list) else value
+        parts += ["--set", f"{key}={value}"]
+    return shlex.join(parts)
+
+
+def _check_args(args: argparse.Namespace, out: Path) -> None:
+    """What can be refused before any training: too many seeds, outputs that cannot be written."""
+    if args.seeds is not None and args.seeds > MAX_SEEDS:
+        raise UserError(f"--seeds {args.seeds} is more than {MAX_SEEDS} seeds per scheme; pass fewer")
+    check_output(out, "--out", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    overrides = overrides_from_args(args)
+    defaults = length.QUICK_DEFAULTS if args.quick else length.FULL_DEFAULTS
+    config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
+    out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
+    _check_args(args, out)
+    progress = not args.no_progress
+    if args.only:
+        ran = length.run_cells(
+            config, settings, out, command_line(args, settings, overrides), progress, args.only
+        )
+        if progress:
+            print(f"wrote {len(ran.names)} cell(s) to {out}/cells; once every cell is there: "
+                  f"octlm experiment length --collect --out {shlex.quote(str(out))}")  # fmt: skip
+        return 0
+    if args.collect:
+        result = length.collect(out, progress)
+    else:
+        result = length.run_experiment(
+            config, settings, out, command_line(args, settings, overrides), progress
+        )
+    if result.missing:
+        sys.stderr.write(f"octlm experiment length: {len(result.missing)} cell(s) of the grid missing, "
+                         f"collected without them: {' '.join(result.missing)}\n")  # fmt: skip
+    if args.export_web:
+        target = Path(args.export_web)
+        with writing(target):  # atomic: a failed copy leaves the old file, and a symlink is replaced
+            write_atomic(target, (out / length_results.WEB_FILE).read_bytes())
+        if progress:
+            print(f"copied {length_results.WEB_FILE} to {target}")
+    if progress:
+        print()
+        print(result.markdown)
+    return 0

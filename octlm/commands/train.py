@@ -1,0 +1,139 @@
+"""`octlm train`: parse the flags, train (`octlm.training.loop`), then print the figures, a sample and the report.
+
+The command owns what happens around the loop: which config (a new run's, or the run's own for `--resume`),
+how many threads, and what a user sees at the end. A run a signal stopped (SIGINT, SIGTERM, SIGHUP: it finished
+the step and wrote a checkpoint) prints where it stopped and how to resume, and the command returns 128 + the
+signal's number, so the CLI needs no special case. Sampling and the report come after `train()` returns, so
+the training loop imports neither generation nor the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from octlm.config.schema import Config, add_config_arguments, config_from_args, overrides_from_args
+from octlm.errors import THREADS_RANGE, int_in_range
+from octlm.runtime import BF16Support, cpu_bf16_support, resolve_device, torch_threads
+from octlm.storage.run import Run
+from octlm.training.loop import TrainResult, train
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue the run in RUN_DIR (e.g. runs/day1-learned) from its last checkpoint; "
+        "its config is reused, and only bookkeeping such as --steps may change",
+    )
+    parser.add_argument("--name", default=None, help="run name: the run lives in <out_dir>/<name>/")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start again in a run folder that holds a run"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--threads",
+        type=int_in_range(*THREADS_RANGE),
+        default=None,
+        help="torch CPU threads (default: torch's choice; 1 is often fastest on a busy machine)",
+    )
+
+
+def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
+    """The config to train and its run folder: from the flags, or for `--resume` the run's own config."""
+    if args.name:
+        args.set.append(f"train.run_name={args.name}")
+    if args.resume:
+        run = Run.of(args.resume)
+        return run.config_for_resume(overrides_from_args(args), args.config), run
+    config = config_from_args(args)
+    return config, Run.default(config)
+
+
+def bf16_notice(config: Config, support: BF16Support | None = None, stream: TextIO | None = None) -> bool:
+    """Say once on `stream` (stderr) that `--dtype bf16` will be slower than fp32 on a CPU without bf16
+    instructions, naming what was detected (`support`: detected here when None). True when it spoke."""
+    if not config.train.dtype.startswith("bf16") or resolve_device(config.train.device).type != "cpu":
+        return False
+    support = support or cpu_bf16_support()
+    if support.native:
+        return False
+    print(
+        f"note: --dtype bf16 will be slower than fp32 here: this CPU has no native bf16 ({support.detail}), "
+        "so every bf16 matmul is converted to fp32 and back; use --dtype fp32 unless you are testing bf16",
+        file=stream or sys.stderr,
+    )
+    return True
+
+
+def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
+    """`octlm train`; `bf16`: the processor's bf16 support (detected when None; tests pass one)."""
+    with torch_threads(args.threads):
+        started = time.perf_counter()
+        config, folder = config_and_run(args)
+        if int(os.environ.get("RANK", "0")) == 0:  # one notice per command, not one per DDP rank
+            bf16_notice(config, bf16)
+        result = train(
+            config,
+            folder.path,
+            resume=bool(args.resume),
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+        )
+        if result.interrupted:
+            # 128 + N, as a shell reports a process a signal ended (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
+            code = 128 + (result.stop_signal or signal.SIGINT)
+            if result.rank == 0:
+                name = signal.Signals(result.stop_signal).name if result.stop_signal else "request"
+                print(
+                    f"stopped at step {result.step} of {config.train.steps} on {name}; checkpoint saved in "
+                    f"{folder.checkpoint_dir}"
+                )
+                print(f"resume with: octlm train --resume {folder.path}")
+            return code
+        if result.rank != 0:
+            return 0
+        sample, report = finish(config, result)
+        report_figures(result, time.perf_counter() - started, sample, report)
+        return 0
+
+
+def finish(config: Config, result: TrainResult) -> tuple[str, Path | None]:
+    """What follows a finished run: a sample from the final model and the embedding report (as configured)."""
+    from octlm.generation.generate import sample_prompt, sample_text
+    from octlm.storage.checkpoint import load_model
+
+    sample = ""
+    if config.train.sample_tokens > 0:
+        model, _, tokenizer = load_model(result.run_dir)
+        sample = sample_text(
+            model, tokenizer, sample_prompt(config), config.train.sample_tokens, config.train.seed
+        )
+    report = None
+    if config.train.report:
+        from octlm.inspect.report import write_report
+
+        report = Path(write_report(result.run_dir))
+    return sample, report
+
+
+def report_figures(result: TrainResult, seconds: float, sample: str, report: Path | None) -> None:
+    print(
+        f"validation   loss {result.val_loss:.4f}, perplexity {result.val_perplexity:.2f}, "
+        f"bits per byte {result.val_bpb:.4f} (step {result.step})"
+    )
+    print(f"speed        {result.tokens_per_second:,.0f} tokens/s, {seconds:.1f} s in all")
+    if sample:
+        print("sample       " + sample.replace("\n", "\n             "))
+    print(
+        f'run          {result.run_dir}  (generate: octlm generate --run {result.run_dir} --prompt "class")'
+    )
+    if report is not None:
+        print(f"report       {report}")

@@ -1,0 +1,443 @@
+"""`octlm experiment length`: train short, test long, for every position scheme.
+
+One model per position scheme (learned, sinusoidal, rope, alibi, t5, nope) and seed (`--seeds n`: `train.seed
++ 0 .. n-1`) is trained with the same data and budget at a short context (`--train-length`, default 64), then
+scored at several evaluation lengths on **the same held-out tokens**: a context prefix of S validation tokens,
+then N = `--eval-windows` × max(eval lengths) scored targets, so bits per byte (nats / ln 2 / UTF-8 bytes of
+the scored tokens, EOT 0 bytes) compare down a column and along a row.
+
+- Mode `windows`: non-overlapping windows of L tokens, every token scored (early ones have little context).
+- Mode `sliding`: windows of L tokens every h = L // 2 tokens, only the last h targets scored, so every scored
+  token sees L - h to L - 1 earlier tokens: this tells "little context" apart from real use of long context.
+- A learned table has no row past `--train-length`: those cells read "no rows" (the model is not run there).
+- RoPE models also get the inference-time extensions of `octlm.positions.rope_scaling`: `pi`, `ntk` and `yarn` with one
+  fixed factor s = max(eval lengths) / train length (`--rope-factor`; a deployed model is configured once, so
+  short lengths pay for over-scaling), and `dynamic`, whose NTK factor is L / train length per length L.
+
+The grid (scheme × seed) is independent cells: `run_cells` trains and scores some or all of them, writing each
+to its own file (`octlm.experiments.cells`), and `collect` builds the outputs from whatever cells are there; the
+one-command `run_experiment` is exactly both. Outputs in `runs/length-<date>/` (or `--out`):
+`runs/<scheme>-seed<k>/` (reused when a finished run with the same config is there), `cells/<scheme>-seed<k>.json`,
+`results.jsonl` (one record per scheme/variant, seed, length and mode), and from `octlm.experiments.length_results`:
+`results.md`, `length.png` and `length.json` (web/DATA.md). The command line is `octlm.commands.experiment_length`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from octlm.config.schema import Config, config_from_dict
+from octlm.errors import UserError
+from octlm.experiments import cells as length_cells
+from octlm.experiments import length_results
+from octlm.inspect import probe
+from octlm.positions import scheme_names
+from octlm.positions.rope_scaling import VARIANTS, scaled_frequencies
+from octlm.positions.scheme import rope_frequencies, table_order
+from octlm.runtime import in_processes, torch_threads
+from octlm.storage.jsonable import to_json
+from octlm.storage.run import Run
+from octlm.training.scoring import Score, summed_loss
+
+MODES = ("windows", "sliding")
+RECORDS_FILE = (
+    "results.jsonl"  # the output folder's other files: length_cells' and length_results' (docstring)
+)
+
+# The default experiment: the day1 shape at context 64, sized to train 18 models and evaluate them in
+# under 30 minutes on 2 CPU cores (see docs/LOG.md, "Length experiment").
+FULL_DEFAULTS: dict[str, Any] = {"train.steps": 600, "train.batch_size": 32, "train.warmup_steps": 60,
+                                 "train.eval_batches": 4}  # fmt: skip
+# --quick: the whole pipeline in about a minute (tests); every scheme and RoPE row, two seeds.
+QUICK_DEFAULTS: dict[str, Any] = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2,
+                                  "model.d_ff": 64, "train.steps": 15, "train.batch_size": 8,
+                                  "train.warmup_steps": 3, "train.eval_batches": 2}  # fmt: skip
+QUICK = {"train_length": 16, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4}
+# Upper bounds where the numbers enter: past them a run would exhaust memory rather than finish.
+MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
+FULL = {"train_length": 64, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3, "eval_windows": 16}
+# --long: the same trainings scored from 64 up to 16,384 tokens. ALiBi and T5 build their bias per query chunk
+# there (octlm/model/decoder.py), in memory linear in the length; 2 windows of the longest length keep the validation
+# text needed (40k tokens with the sliding context) and the scoring time (benchmarks/README.md) in bounds.
+LONG = {"eval_lengths": [64 << i for i in range(9)], "eval_windows": 2}
+
+
+@dataclass
+class Settings:
+    """What the experiment varies and measures (the per-run training config comes from `Config`)."""
+
+    train_length: int = 64
+    eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
+    seeds: int = 3
+    schemes: list[str] = field(default_factory=lambda: list(table_order(scheme_names())))
+    eval_windows: int = 16  # N = eval_windows × max(eval_lengths) scored tokens
+    modes: tuple[str, ...] = MODES  # how each length is cut into windows (see windows_for)
+    rope_factor: float | None = None  # None: max(eval_lengths) / train_length
+    batch_tokens: int = 8192  # tokens per evaluation forward pass
+    retrain: bool = False
+    jobs: int = 0  # worker processes; 0: one per CPU core (at most one per training)
+    # The seed whose models are probed (octlm.inspect.probe; results.md shows one model per scheme); None: every seed.
+    probe_seed: int | None = None
+    threads: int = 1  # torch threads per worker
+
+    def problems(self) -> list[str]:
+        unknown, known = [s for s in self.schemes if s not in scheme_names()], ", ".join(scheme_names())
+        checks = [
+            (not 2 <= self.train_length <= MAX_LENGTH,
+             f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}"),
+            (not self.eval_lengths or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= MAX_LENGTH,
+             f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {MAX_LENGTH:,} tokens"),
+            (self.seeds < 1, f"--seeds {self.seeds} must be at least 1"),
+            (unknown or not self.schemes, f"--schemes {' '.join(unknown)} unknown; choose from {known}"),
+            (not 1 <= self.eval_windows <= MAX_WINDOWS,
+             f"--eval-windows {self.eval_windows} must be from 1 to {MAX_WINDOWS:,}"),
+            (self.jobs < 0 or self.threads < 1,
+             f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1"),
+            (self.rope_factor is not None and not 1 <= self.rope_factor < math.inf,
+             f"--rope-factor {self.rope_factor} must be a finite number of at least 1"),
+        ]  # fmt: skip
+        return [message for failed, message in checks if failed]
+
+    @property
+    def factor(self) -> float:
+        """The static RoPE extension factor s."""
+        return self.rope_factor or max(1.0, max(self.eval_lengths) / self.train_length)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The evaluation text and scoring
+
+
+@dataclass
+class EvalText:
+    """The held-out slice every length is scored on.
+
+    `tokens[start + 1 : start + count + 1]` are the scored targets; the `start` tokens before them are context
+    for the sliding windows. `token_bytes[id]` is the UTF-8 length of token `id` (EOT: 0).
+    """
+
+    tokens: np.ndarray  # [start + count + 1] int64
+    start: int
+    count: int
+    token_bytes: np.ndarray  # [V] int64
+
+    def bytes_of(self, targets: np.ndarray) -> int:
+        return int(self.token_bytes[targets].sum())
+
+
+def sliding_part(length: int) -> int:
+    """How many final targets of a sliding window of `length` tokens are scored (also the stride): L // 2."""
+    return max(1, length // 2)
+
+
+def make_eval_text(val: np.ndarray, tokenizer: Any, lengths: Sequence[int], windows: int) -> EvalText:
+    """The first `S + N + 1` validation tokens; S: the longest sliding context, N: windows × max(lengths)."""
+    start = max(length - sliding_part(length) for length in lengths)
+    count = windows * max(lengths)
+    if len(val) < start + count + 1:
+        raise UserError(
+            f"the validation split has {len(val):,} tokens, fewer than the {start + count + 1:,} the "
+            f"evaluation needs ({windows} windows of {max(lengths)} plus {start} of context); use fewer "
+            "--eval-windows, shorter --eval-lengths or a bigger corpus"
+        )
+    sizes = np.array(
+        [0 if i == tokenizer.eot_id else len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)]
+    )
+    return EvalText(
+        np.asarray(val[: start + count + 1]).astype(np.int64), start, count, sizes.astype(np.int64)
+    )
+
+
+def windows_for(text: EvalText, length: int, mode: str) -> tuple[np.ndarray, int]:
+    """Window start offsets `[n]` into `text.tokens`, and how many final targets of each window are scored.
+
+    windows: non-overlapping, covering the N targets (a remainder shorter than `length` is dropped).
+    sliding: every h = L // 2 tokens, window ends at start + h, start + 2h, ...; the last h targets scored.
+    """
+    if mode == "windows":
+        return text.start + length * np.arange(text.count // length), length
+    if mode == "sliding":
+        h = sliding_part(length)
+        ends = text.start + h * np.arange(1, text.count // h + 1)
+        return ends - length, h
+    raise UserError(f"unknown evaluation mode {mode!r}; choose one of {', '.join(MODES)}")
+
+
+@torch.inference_mode()
+def score(model: torch.nn.Module, text: EvalText, length: int, mode: str, batch_tokens: int = 8192) -> Score:
+    """Summed next-token loss over the scored targets of every window of `length` tokens.
+
+    Batches of `[batch_tokens // length, length]` windows go through `octlm.training.scoring.summed_loss`; the Score
+    holds the nats (float64), the scored targets and their UTF-8 bytes.
+    """
+    starts, scored = windows_for(text, length, mode)
+    rows = max(1, batch_tokens // length)
+    offsets = np.arange(length + 1)
+    nats, tokens, nbytes = 0.0, 0, 0
+    for first in range(0, len(starts), rows):
+        chunk = text.tokens[starts[first : first + rows, None] + offsets]  # [b, L + 1]
+        x, y = torch.from_numpy(chunk[:, :-1]), torch.from_numpy(chunk[:, 1:])
+        nats += float(summed_loss(model, x, y, last=scored))
+        tokens += chunk.shape[0] * scored
+        nbytes += text.bytes_of(chunk[:, -scored:])
+    return Score(nats=nats, tokens=tokens, bytes=nbytes)
+
+
+def set_rope_variant(model: torch.nn.Module, variant: str, length: int, settings: Settings) -> None:
+    """Give a RoPE model the frequencies of `variant` (rope_scaling.VARIANTS) for windows of `length` tokens."""
+    method, mc, dims = (
+        VARIANTS[variant],
+        model.config,
+        model.positions.rotary_dims,
+    )  # rotated channels per head
+    if method is None:
+        freqs = rope_frequencies(dims, mc.rope_base), 1.0
+    else:
+        # Dynamic: Hugging Face's formula with factor 1, so the NTK factor is exactly L / train length.
+        factor = 1.0 if method == "dynamic" else settings.factor
+        freqs = scaled_frequencies(method, dims, mc.rope_base, factor, settings.train_length, length)
+    model.positions.set_frequencies(*freqs)
+
+
+def evaluate_run(
+    model: torch.nn.Module, scheme: str, seed: int, text: EvalText, settings: Settings
+) -> list[dict]:
+    """Every (variant, length, mode) record for one trained model."""
+    records = []
+    limit = model.positions.max_length  # a learned table's rows; None for the other schemes
+    variants = list(VARIANTS) if scheme == "rope" else [""]
+    model.eval()
+    for variant in variants:
+        for length in settings.eval_lengths:
+            for mode in settings.modes:
+                record: dict[str, Any] = {"scheme": scheme, "variant": variant, "seed": seed,
+                                          "length": length, "mode": mode,
+                                          "train_length": settings.train_length}  # fmt: skip
+                if variant not in ("", "plain", "dynamic"):
+                    record["rope_factor"] = settings.factor
+                if limit is not None and length > limit:
+                    record.update(status="no rows", bpb=None, ppl=None, loss=None, tokens=0, bytes=0)
+                    records.append(record)
+                    continue
+                if scheme == "rope":
+                    set_rope_variant(model, variant, length, settings)
+                s = score(model, text, length, mode, settings.batch_tokens)
+                record.update(status="ok", bpb=s.bpb, ppl=s.perplexity, loss=s.loss, tokens=s.tokens,
+                              bytes=s.bytes)  # fmt: skip
+                records.append(record)
+    if scheme == "rope":
+        set_rope_variant(model, "plain", settings.train_length, settings)
+    return records
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+
+
+def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_dir: Path) -> Config:
+    """One training's config: `base` with this scheme, seed and short context; one evaluation at the end."""
+    steps = base.train.steps
+    overrides = {"model.position": scheme, "model.context_length": settings.train_length, "train.seed": seed,
+                 "train.out_dir": str(runs_dir), "train.run_name": length_cells.cell_name(scheme, seed),
+                 "train.eval_interval": steps, "train.checkpoint_interval": steps, "train.sample_tokens": 0,
+                 "train.report": False}  # fmt: skip
+    return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
+
+
+def trained_model(
+    config: Config, run_dir: Path, retrain: bool, progress: bool
+) -> tuple[torch.nn.Module, dict]:
+    """Train `config` in `run_dir`, or reuse a finished run there with the same config; (model, info)."""
+    from octlm.storage.checkpoint import load_model
+    from octlm.training.loop import train
+
+    if not retrain and Run.of(run_dir).checkpoint_dir.is_dir():
+        try:
+            model, old, _ = load_model(run_dir)
+            if old.hash() == config.hash() and old.train.steps == config.train.steps:
+                return model, {"reused": True}
+        except UserError:
+            pass
+    result = train(config, run_dir, progress=progress, overwrite=True)
+    if result.interrupted:
+        raise KeyboardInterrupt
+    model, _, _ = load_model(run_dir)
+    info = {"reused": False, "seconds": result.wall_seconds, "tokens_per_second": result.tokens_per_second}
+    return model, info
+
+
+def train_and_score(config: Config, text: EvalText, settings: Settings) -> tuple[list[dict], dict[str, Any]]:
+    """One job (a worker process's unit): train (or reuse) one run, then score it everywhere.
+
+    Returns the records of `evaluate_run` and timing info. Runs with `settings.threads` torch threads: on a
+    small CPU machine one thread per job is fastest, and two OpenMP threads on a busy core thrash.
+    """
+    run = Run.default(config)
+    with torch_threads(settings.threads):
+        t0 = time.perf_counter()
+        model, info = trained_model(config, run.path, settings.retrain, progress=False)
+        t1 = time.perf_counter()
+        records = evaluate_run(model, config.model.position, config.train.seed, text, settings)
+        t2 = time.perf_counter()
+        # What each layer knows of absolute position, at the training length, on the same held-out tokens.
+        if settings.probe_seed in (None, config.train.seed):
+            info["probe"] = to_json(probe.probe_model(model, text.tokens, seed=config.train.seed), 6)
+    info.update(train_wall=t1 - t0, eval_seconds=t2 - t1, probe_seconds=time.perf_counter() - t2)
+    final = run.last_metrics()
+    for r in records:
+        r["train_seconds"] = final.get("elapsed_seconds")  # train.py's clock at its last evaluation
+        r["final_train_loss"] = final.get("train_loss")  # mean over the steps since the last evaluation
+        r["final_val_bpb"] = final.get("val_bpb")  # train.py's own validation figure at the training length
+    return records, info
+
+
+def scored_runs(
+    configs: list[Config], text: EvalText, settings: Settings, workers: int
+) -> Iterator[tuple[list[dict], dict[str, Any]]]:
+    """`train_and_score` of every config, yielded as each finishes: here with one worker, else in a pool."""
+    job = functools.partial(train_and_score, text=text, settings=settings)
+    yield from map(job, configs) if workers == 1 else in_processes(job, configs, workers)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The experiment: cells of the grid, each written to its file (octlm.experiments.cells), then collected
+
+
+def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
+    """The settings that define the grid (length_cells.GRID_KEYS), recorded with every cell."""
+    normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
+    tokens = hashlib.sha256(text.tokens.tobytes() + text.token_bytes.tobytes()).hexdigest()
+    return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
+            "eval_windows": settings.eval_windows, "modes": list(settings.modes), "rope_factor": settings.factor,
+            "schemes": table_order(settings.schemes), "seeds": seeds,
+            "config_sha256": normal.hash(), "eval_sha256": tokens}  # fmt: skip
+
+
+@dataclass
+class CellsRun:
+    """What `run_cells` did: the cells it wrote, with how many workers, from when (perf_counter)."""
+
+    names: list[str]
+    workers: int
+    started: float
+
+
+def run_cells(
+    config: Config,
+    settings: Settings,
+    out_dir: Path,
+    command: str = "octlm experiment length",
+    progress: bool = True,
+    only: Sequence[str] = (),
+) -> CellsRun:
+    """Train and score the grid's cells (every scheme × seed, or the `--only SCHEME:SEED` ones) at the short
+    length, each written to `out_dir/cells/` as it finishes.
+
+    `config` is the base training config (model shape, data, optimisation); position, context length, seed and
+    run folder are set here per training. `command` (the whole experiment's) is recorded with each cell.
+    """
+    from octlm.data.cache import prepare_data
+
+    problems = settings.problems()
+    if problems:
+        raise UserError("; ".join(problems))
+    started = time.perf_counter()
+    # Flushed: redirected to a file or a pipe, stdout is block-buffered and the lines would all come at the end.
+    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    seeds = [config.train.seed + i for i in range(settings.seeds)]
+    settings = dataclasses.replace(settings, probe_seed=seeds[0])  # the seed results.md's probe table shows
+    schemes = table_order(settings.schemes)
+    jobs = length_cells.parse_only(only, schemes, seeds) if only else length_cells.grid_cells(schemes, seeds)
+    with length_cells.locked(out_dir):  # cells started together: the first builds the token cache
+        data = prepare_data(
+            config.data, config.model.vocab_size, progress=progress, block=settings.train_length
+        )
+    text = make_eval_text(data.val, data.tokenizer, settings.eval_lengths, settings.eval_windows)
+    grid = grid_of(config, settings, seeds, text)
+    say(f"length experiment: {len(jobs)} of {len(schemes) * len(seeds)} trainings ({len(schemes)} schemes × "
+        f"{len(seeds)} seeds) at length {settings.train_length}, {config.train.steps} steps each; scoring "
+        f"{text.count:,} tokens at lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
+
+    configs = [run_config(config, scheme, seed, settings, out_dir / "runs") for scheme, seed in jobs]
+    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    say(f"{workers} worker process(es), {settings.threads} torch thread(s) each")
+    scored_bytes = text.bytes_of(text.tokens[text.start + 1 : text.start + text.count + 1])
+    facts = {"command": command, "config": config.to_dict(), "config_name": config.name,
+             "scored_tokens": text.count, "scored_bytes": scored_bytes}  # fmt: skip
+    for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
+        scheme, seed = records[0]["scheme"], records[0]["seed"]
+        length_cells.write_cell(out_dir, scheme, seed, grid, {**facts, "info": info}, records)
+        say(length_results.progress_line(done, len(jobs), records, info))
+    return CellsRun([length_cells.cell_name(s, k) for s, k in jobs], workers, started)
+
+
+@dataclass
+class LengthResult:
+    """What `collect` wrote and measured."""
+
+    out_dir: Path
+    records: list[dict]
+    summary: list[dict]
+    wall_seconds: float
+    markdown: str
+    missing: list[str] = field(default_factory=list)  # the grid's cells with no file, as scheme:seed
+
+
+def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> LengthResult:
+    """results.jsonl, results.md, length.png and length.json from the cells in `out_dir/cells/`: whichever are
+    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
+    results.md and `missing`), and a scheme with no cell has no rows.
+    """
+    cells = length_cells.read_cells(out_dir, ran.names if ran else None)
+    grid = length_cells.agreed_grid(cells)
+    cells = length_cells.in_grid_order(grid, cells)
+    missing = length_cells.missing(grid, cells)
+    present = {cell.scheme for cell in cells}
+    settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
+                        seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
+                        eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
+                        rope_factor=grid["rope_factor"])  # fmt: skip
+    first = cells[0].facts
+    config = config_from_dict(first["config"], name=first["config_name"])
+    records = [record for cell in cells for record in cell.records]
+    (out_dir / RECORDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    workers = ran.workers if ran else None  # None: cells run separately, and `wall` is their time in all
+    seconds = sum(c.facts["info"]["train_wall"] + c.facts["info"]["eval_seconds"] for c in cells)
+    wall = time.perf_counter() - ran.started if ran else seconds
+    summary = length_results.summarize(records, settings)
+    probes = {}  # scheme -> the probe of its first seed's model (cells written before the probe have none)
+    for cell in cells:
+        if "probe" in cell.facts["info"] and cell.scheme not in probes:
+            probes[cell.scheme] = cell.facts["info"]["probe"] | {"seed": cell.seed}
+    facts = length_results.RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
+                                    first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
+    markdown = length_results.write_results(out_dir, summary, records, settings, config, facts)
+    if progress:
+        files = [length_results.MD_FILE, RECORDS_FILE, length_results.FIGURE_FILE, length_results.WEB_FILE]
+        print(f"wrote {out_dir}/{', '.join(files)} from {len(cells)} cell(s) in {wall / 60:.1f} min")
+    return LengthResult(out_dir, records, summary, wall, markdown, missing)
+
+
+def run_experiment(
+    config: Config,
+    settings: Settings,
+    out_dir: Path,
+    command: str = "octlm experiment length",
+    progress: bool = True,
+) -> LengthResult:
+    """The whole grid in one command: `run_cells` for every scheme × seed, then `collect` of those cells."""
+    ran = run_cells(config, settings, out_dir, command, progress)
+    return collect(out_dir, progress, ran)

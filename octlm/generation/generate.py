@@ -1,0 +1,445 @@
+"""`octlm generate`: stream text from a trained run, one token at a time, with the KV cache.
+
+The prompt is run once through the model, filling the cache; after that each new token is a single-position
+forward pass that reads the cached keys and values. The cache starts with room for `INITIAL_NEW_TOKENS` new
+tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up front. Schemes with no maximum length (sinusoidal, rope, alibi,
+t5, nope) keep using the cache past the trained context. A learned position table has no row past its last
+one, so once the sequence outgrows it the window slides: every new token re-reads the last `context_length`
+tokens without the cache (slower, and said once on stderr).
+
+Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, optionally cut to the `top_k`
+most likely tokens and to the smallest set whose probability reaches `top_p`, then drawn with a seeded
+generator, so the same seed gives the same text.
+
+Streaming: `StreamDecoder` feeds each token's bytes through an incremental UTF-8 decoder, so printing is
+linear in the output and a character spelled out over several tokens prints once it is whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+import torch
+from torch import Tensor, nn
+
+from octlm.errors import SEED_RANGE, THREADS_RANGE, UserError, check_text, int_in_range
+from octlm.model.decode_step import DecodeStep
+from octlm.runtime import resolve_device, torch_threads
+
+if TYPE_CHECKING:
+    from octlm.config.schema import Config
+
+# The sample a training run writes into its results: low temperature, top-k, so it reads as the model's best.
+SAMPLE_TEMPERATURE = 0.7
+SAMPLE_TOP_K = 40
+# The KV cache starts with room for the prompt and this many new tokens, then doubles as decoding needs: a
+# huge --max-new-tokens costs nothing up front, and growth copies each cached entry about once on average.
+INITIAL_NEW_TOKENS = 256
+DEVICES = "auto, cpu, cuda or cuda:N"
+# `--num-samples`: one batch, one KV cache of N rows; past a few thousand rows a cache would not fit in memory.
+NUM_SAMPLES_RANGE = (1, 4096)
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """EOT then the prompt's tokens: training streams put EOT before every document, so this marks a start."""
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise UserError('the prompt encodes to no tokens; pass some text, e.g. --prompt "class"')
+    return [tokenizer.eot_id, *ids]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each next token is chosen; made only with settings in range (otherwise a UserError)."""
+
+    temperature: float = 0.0  # 0: greedy
+    top_k: int | None = None  # None: no limit
+    top_p: float = 1.0  # 1: keep every token
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.temperature < math.inf:  # also catches NaN
+            raise UserError(
+                f"temperature = {self.temperature} must be 0 (greedy) or a finite positive number"
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top-k = {self.top_k} must be at least 1 (or left unset for no limit)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UserError(f"top-p = {self.top_p} must be in (0, 1]; 1 keeps every token")
+
+
+def _check_max_new_tokens(max_new_tokens: int) -> None:
+    if max_new_tokens < 0:
+        raise UserError(f"max-new-tokens = {max_new_tokens} must not be negative")
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_tokens: int) -> None:
+    """UserError for a sampling setting outside its range."""
+    Sampling(temperature, top_k, top_p)
+    _check_max_new_tokens(max_new_tokens)
+
+
+def choose_tokens(
+    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
+) -> Tensor:
+    """Token ids `[...]` (long, on the logits' device) from `logits` `[..., V]`: every row on its own, one
+    draw per row, no host round trip. Entries set to -inf are never chosen."""
+    # float64, and the largest logit moved to 0 first: a tiny temperature then sends the others to -inf
+    # instead of overflowing to inf (softmax NaN), and a tiny top-p is not rounded to 0.
+    logits = logits.double()
+    if temperature == 0:
+        return torch.argmax(logits, dim=-1)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens before it already reach top_p; the most likely one always stays.
+        drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def pick_token(
+    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
+) -> int:
+    """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
+    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
+
+
+def _stderr(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _silent(message: str) -> None:
+    """Drop a notice (`generate(..., notice=None)`)."""
+
+
+def _checked_prompt(model: nn.Module, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    """The prompt as a list of ints, or a UserError naming what is wrong with it or with `max_new_tokens`."""
+    _check_max_new_tokens(max_new_tokens)
+    prompt = [int(i) for i in prompt_ids]
+    if not prompt:
+        raise UserError("the prompt is empty: generation needs at least one token to continue")
+    vocab = model.config.vocab_size
+    bad = [i for i in prompt if not 0 <= i < vocab]
+    if bad:
+        raise UserError(f"prompt token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
+    return prompt
+
+
+def generate(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float = 1.0,
+    seed: int = 0,
+    use_cache: bool = True,
+    stop_at_eot: bool = True,
+    notice: Callable[[str], None] | None = _stderr,
+) -> Iterator[int]:
+    """Yield up to `max_new_tokens` new token ids continuing `prompt_ids`, one at a time as they are made.
+
+    Stops early at EOT when `stop_at_eot` (the EOT id is yielded). Ids the tokenizer cannot decode (a model
+    vocabulary larger than the tokenizer's) are never chosen. Options are checked before anything runs.
+    """
+    sampling = Sampling(temperature, top_k, top_p, seed)
+    prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
+    return _generate(model, tokenizer, [prompt], max_new_tokens, sampling, use_cache=use_cache,
+                     stop_at_eot=stop_at_eot, notice=notice or _silent)  # fmt: skip
+
+
+def generate_batch(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    num_samples: int,
+    max_new_tokens: int,
+    sampling: Sampling,
+    use_cache: bool = True,
+    stop_at_eot: bool = True,
+    notice: Callable[[str], None] | None = _stderr,
+) -> list[list[int]]:
+    """`num_samples` continuations of one prompt, decoded together as a batch (one cache, one forward per
+    step for all of them), each drawn from its own row of logits by one seeded generator.
+
+    Each list stops after its own EOT when `stop_at_eot` (the EOT id included); the batch stops when all did.
+    """
+    if num_samples < 1:
+        raise UserError(f"num-samples = {num_samples} must be at least 1")
+    prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
+    outs: list[list[int]] = [[] for _ in range(num_samples)]
+    done = [False] * num_samples
+    for tokens in _generate(model, tokenizer, [prompt] * num_samples, max_new_tokens, sampling,
+                            use_cache=use_cache, stop_at_eot=False, notice=notice or _silent, batched=True):  # fmt: skip
+        for out, token, finished in zip(outs, tokens, done, strict=True):
+            if not finished:
+                out.append(token)
+        done = [d or (stop_at_eot and t == tokenizer.eot_id) for d, t in zip(done, tokens, strict=True)]
+        if all(done):
+            break
+    return outs
+
+
+def _last_logits(
+    model: nn.Module, window: list[int], *, device: torch.device, usable: int, cache: Any = None
+) -> Tensor:
+    """The next-token logits `[V]` after `window` (float; ids from `usable` on, which the tokenizer lacks,
+    set to -inf). With a cache, `window` is only the tokens it does not hold yet."""
+    x = torch.tensor([window], dtype=torch.long, device=device)  # [1, T]
+    logits, _ = model(x, cache=cache)
+    return _usable(logits[0, -1], usable)
+
+
+def _usable(logits: Tensor, usable: int) -> Tensor:
+    """`logits` `[..., V]` in float32, ids from `usable` on (which the tokenizer lacks) set to -inf."""
+    out = logits.float()
+    if usable < out.shape[-1]:
+        out[..., usable:] = float("-inf")
+    return out
+
+
+def _generate(
+    model: nn.Module,
+    tokenizer: Any,
+    rows: list[list[int]],
+    max_new_tokens: int,
+    sampling: Sampling,
+    *,
+    use_cache: bool,
+    stop_at_eot: bool,
+    notice: Callable[[str], None],
+    batched: bool = False,
+) -> Iterator[Any]:
+    """`generate` once its arguments are checked, for `rows` (prompts of one length): one int per step for a
+    single row, or (`batched`) a list of ints, one per row, however many rows. Stops at EOT when
+    `stop_at_eot`, unbatched only: a batch's rows stop one by one in `generate_batch`."""
+    limit: int | None = model.positions.max_length  # None: the scheme has no maximum length
+    if limit is not None and len(rows[0]) > limit:
+        notice(
+            f"the prompt has {len(rows[0])} tokens; the learned position table has {limit} rows, "
+            f"so only the last {limit} are read"
+        )
+    if not max_new_tokens:
+        return
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            ids = torch.tensor(rows, dtype=torch.long, device=next(model.parameters()).device)
+            for tokens in _token_steps(model, ids, max_new_tokens, sampling, tokenizer, use_cache, notice):
+                if batched:
+                    yield tokens.tolist()  # one device sync per step for the whole batch
+                    continue
+                token = int(tokens[0])  # the one host round trip per token: the caller prints it now
+                yield token
+                if stop_at_eot and token == tokenizer.eot_id:
+                    return
+    finally:
+        model.train(was_training)
+
+
+def _token_steps(model: nn.Module, ids: Tensor, max_new_tokens: int, sampling: Sampling, tokenizer: Any,
+                 use_cache: bool, notice: Callable[[str], None]) -> Iterator[Tensor]:  # fmt: skip
+    """The new token ids `[B]` of each step after `ids` `[B, T]`, on the device, `max_new_tokens` of them.
+
+    With the cache, the prompt is read once and each step reads one token (through `DecodeStep` where it
+    computes what the model would); a learned table that the sequence outgrows drops the cache and slides
+    its window. Without the cache, every step re-reads the whole sequence (the last `limit` tokens).
+    """
+    limit: int | None = model.positions.max_length
+    usable = min(tokenizer.vocab_size, model.config.vocab_size)
+    generator = torch.Generator(device=ids.device).manual_seed(sampling.seed)
+    cache, step = None, None
+    if use_cache and (limit is None or ids.shape[1] <= limit):
+        capacity = ids.shape[1] + min(max_new_tokens, INITIAL_NEW_TOKENS)
+        cache = model.new_cache(ids.shape[0], capacity if limit is None else min(limit, capacity))
+        step = DecodeStep(model) if DecodeStep.supports(model) else None
+    first = ids if cache is not None or not limit else ids[:, -limit:]
+    logits, sliding = _usable(model(first, cache=cache)[0][:, -1], usable), False
+    for n in range(max_new_tokens):
+        tokens = choose_tokens(logits, sampling.temperature, sampling.top_k, sampling.top_p, generator)
+        yield tokens
+        if n == max_new_tokens - 1:
+            return
+        if cache is None or limit is not None:  # what an uncached pass, or a sliding window, reads
+            ids = torch.cat((ids, tokens[:, None]), dim=1)
+        if limit is not None and ids.shape[1] > limit:  # past the learned table: slide, no cache
+            if not sliding:
+                sliding = True
+                notice(
+                    f"passed the learned position table's {limit} rows: sliding the window, each "
+                    f"new token now re-reads the last {limit} tokens without the cache"
+                )
+            cache = None
+        if step is not None and cache is not None:
+            logits = step(tokens, cache)
+        elif cache is not None:
+            logits = model(tokens[:, None], cache=cache)[0][:, -1]
+        else:
+            logits = model(ids[:, -limit:] if limit else ids)[0][:, -1]
+        logits = _usable(logits, usable)
+
+
+class StreamDecoder:
+    """Turns token ids into text pieces as they arrive, never printing half of a multi-byte character.
+
+    Each push feeds the token's exact bytes to an incremental UTF-8 decoder, which holds back a character
+    still being spelled out by the next tokens until it completes: the work per token does not grow with
+    the output. Once flushed, the pieces joined are exactly `tokenizer.decode(ids)` (byte-level decoding is
+    the tokens' bytes joined, then UTF-8 with invalid bytes as U+FFFD).
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        return self._utf8.decode(self.tokenizer.token_bytes(int(token_id)))
+
+    def flush(self) -> str:
+        """Whatever is left, broken characters included (as U+FFFD)."""
+        return self._utf8.decode(b"", final=True)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The sample a training run prints and saves
+
+
+def sample_prompt(config: Config) -> str:
+    """A fixed prompt that suits the corpus: code for the stdlib, prose otherwise."""
+    # A whole word with no trailing space: BPE merges a space into the next word (" self"), so a prompt ending
+    # in a lone " " token starts from a context the model rarely saw, and samples from it degenerate.
+    return "class" if config.data.source == "stdlib" else "The"
+
+
+def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, seed: int) -> str:
+    """Prompt plus a low-temperature continuation (fixed seed, so the same weights give the same sample)."""
+    ids = list(
+        generate(
+            model,
+            tokenizer,
+            encode_prompt(tokenizer, prompt),
+            max_new_tokens,
+            temperature=SAMPLE_TEMPERATURE,
+            top_k=SAMPLE_TOP_K,
+            top_p=1.0,
+            seed=seed,
+        )
+    )
+    if ids and ids[-1] == tokenizer.eot_id:
+        ids = ids[:-1]  # the document ended; EOT is not text
+    return prompt + tokenizer.decode(ids)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# `octlm generate`
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-learned"
+    )
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
+    parser.add_argument(
+        "--top-p", type=float, default=1.0, help="nucleus sampling: keep tokens up to this mass"
+    )
+    parser.add_argument("--seed", type=int_in_range(*SEED_RANGE), default=0, help="sampling seed (default 0)")
+    parser.add_argument("--device", type=device_name, default="auto", help=DEVICES + " (default auto)")
+    parser.add_argument("--no-cache", action="store_true", help="re-run the whole sequence for every token")
+    parser.add_argument("--keep-going", action="store_true", help="do not stop at the end-of-text token")
+    parser.add_argument("--num-samples", type=int_in_range(*NUM_SAMPLES_RANGE), default=1,
+                        help="continuations decoded together as one batch, printed when done (default 1: stream)")  # fmt: skip
+    # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
+    # 2-core machine two threads measured 15x slower), so one is the default.
+    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
+                        help="torch CPU threads (default 1)")  # fmt: skip
+
+
+def device_name(text: str) -> str:
+    """An argparse `type`: a device octlm can run on (whether it is present is checked when it is used)."""
+    index = text[5:] if text.startswith("cuda:") else "0"
+    if text not in ("auto", "cpu", "cuda") and not (text.startswith("cuda:") and index.isdecimal()):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; choose {DEVICES}")
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
+    check_text(args.prompt, "--prompt")
+    with torch_threads(args.threads):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from octlm.storage.checkpoint import load_model
+
+    model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device, "--device"))
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
+    options = {"use_cache": not args.no_cache, "stop_at_eot": not args.keep_going}
+    start = time.perf_counter()
+    if args.num_samples == 1:
+        count = stream_text(
+            model, tokenizer, args.prompt, args.max_new_tokens, sampling, sys.stdout, **options
+        )
+    else:
+        count = print_samples(model, tokenizer, args.prompt, args.num_samples, args.max_new_tokens, sampling,
+                              sys.stdout, **options)  # fmt: skip
+    seconds = time.perf_counter() - start
+    _stderr(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]")
+    return 0
+
+
+def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, sampling: Sampling,
+                out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+    """What `octlm generate` prints: `prompt`, then each new piece of text as soon as it is whole, flushed.
+
+    Returns the number of tokens made (a final EOT counts, and is not printed).
+    """
+    out.write(prompt)
+    out.flush()
+    stream, count = StreamDecoder(tokenizer), 0
+    for token in generate(model, tokenizer, encode_prompt(tokenizer, prompt), max_new_tokens,
+                          sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed,
+                          use_cache=use_cache, stop_at_eot=stop_at_eot):  # fmt: skip
+        count += 1
+        if token == tokenizer.eot_id and stop_at_eot:
+            break  # the end of a document: nothing to print
+        piece = stream.push(token)
+        if piece:
+            out.write(piece)
+            out.flush()
+    out.write(stream.flush() + "\n")
+    out.flush()
+    return count
+
+
+def print_samples(model: nn.Module, tokenizer: Any, prompt: str, num_samples: int, max_new_tokens: int,
+                  sampling: Sampling, out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+    """`octlm generate --num-samples N`: N continuations decoded as one batch, printed whole when done, each
+    as `prompt` + text after a `--- sample i ---` line. Returns the number of tokens made, all samples."""
+    samples = generate_batch(model, tokenizer, encode_prompt(tokenizer, prompt), num_samples, max_new_tokens,
+                             sampling, use_cache=use_cache, stop_at_eot=stop_at_eot)  # fmt: skip
+    for i, ids in enumerate(samples):
+        text = tokenizer.decode(ids[:-1] if stop_at_eot and ids and ids[-1] == tokenizer.eot_id else ids)
+        out.write(f"--- sample {i + 1} ---\n{prompt}{text}\n")
+    out.flush()
+    return sum(len(ids) for ids in samples)

@@ -1,0 +1,333 @@
+"""The report's figures, drawn from an `analyze` result (octlm/inspect/analysis.py), and the length experiment's.
+
+matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed. Also the
+web site's data (`web_export`, embeddings.json): the rows of the report's model that its playground draws.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from octlm.inspect.analysis import INIT_STD, Tables, most_frequent, tables_of, to_json
+
+if TYPE_CHECKING:
+    from octlm.data.tokenizer import Tokenizer
+    from octlm.model.decoder import Decoder
+
+WEB_TOKENS = 300  # rows exported to embeddings.json
+WEB_SCHEMA = 1
+
+
+def _figure(width: float, height: float) -> Any:
+    """A figure on the Agg canvas. Margins are set by hand: constrained layout doubles the drawing time."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # glyphs a font lacks (rare token bytes) are not worth a warning
+        fig.savefig(path, format="png")
+    return path
+
+
+def plot_similarity_maps(maps: list[tuple[str, np.ndarray]], path: Path) -> Path:
+    """One panel per (title, `[T, T]` cosine similarity); diverging colours fixed to [-1, 1], a colour bar."""
+    fig = _figure(3.4 * len(maps) + 1.0, 3.5)
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=0.97, bottom=0.14, top=0.91, wspace=0.35)
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    image = None
+    for ax, (title, sim) in zip(axes, maps, strict=True):
+        image = ax.imshow(sim, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("position")
+        ax.set_ylabel("position")
+    fig.colorbar(image, ax=list(axes), label="cosine similarity", shrink=0.9)
+    return _save(fig, path)
+
+
+def plot_pca(panels: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path) -> Path:
+    """One panel per (title, coordinates `[N, 2]`, explained `[2]`, labels `[N]`): labelled 2-D points."""
+    fig = _figure(5.2 * len(panels), 5.0)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.94, wspace=0.22)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, coords, explained, labels) in zip(axes, panels, strict=True):
+        ax.scatter(coords[:, 0], coords[:, 1], s=10, color="tab:blue")
+        for (x, y), label in zip(coords, labels, strict=True):
+            short = label if len(label) <= 14 else label[:13] + "…"
+            ax.text(x, y, short, fontsize=6.5, parse_math=False, ha="left", va="bottom")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(f"PC 1 ({explained[0]:.0%} of variance)")
+        ax.set_ylabel(f"PC 2 ({explained[1]:.0%} of variance)")
+    return _save(fig, path)
+
+
+def plot_norms(
+    panels: list[tuple[str, np.ndarray]], counts: np.ndarray | None, expected: float, path: Path
+) -> Path:
+    """Row norm `[V]` against training count `[V]` (log x), one panel per (title, norms).
+
+    Tokens never seen in training (count 0) cannot sit on a log axis; they are drawn in red at x = 0.5. The
+    dashed line is the expected norm of a freshly initialised row, INIT_STD·√C. Without counts, norms by id.
+    """
+    fig = _figure(4.6 * len(panels), 3.8)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.12)
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, (title, norms) in zip(axes, panels, strict=True):
+        if counts is None:
+            ax.scatter(np.arange(len(norms)), norms, s=5)
+            ax.set_xlabel("token id (no training counts found)")
+        else:
+            seen = counts > 0
+            ax.scatter(counts[seen], norms[seen], s=5, alpha=0.6, label="seen in training")
+            if (~seen).any():
+                ax.scatter(
+                    np.full((~seen).sum(), 0.5),
+                    norms[~seen],
+                    s=9,
+                    color="tab:red",
+                    label=f"never seen ({int((~seen).sum())}), at x = 0.5",
+                )
+            ax.set_xscale("log")
+            ax.set_xlabel("training count")
+        ax.axhline(expected, color="black", linestyle="--", linewidth=0.8, label="init std·√C")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("row norm")
+        ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
+    """RoPE: wavelength per pair. ALiBi: bias against distance per head. T5: the same, trained and untrained.
+
+    Returns None for schemes with nothing to draw here.
+    """
+    length = section["context_length"]
+    if "rope" in section or "frequencies" in section:
+        rope = section.get("rope") or section["frequencies"]
+        name = "RoPE" if "rope" in section else section["scheme"]
+        fig = _figure(5.0, 3.4)
+        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
+        ax = fig.subplots()
+        ax.semilogy(np.arange(len(rope["wavelength"])), rope["wavelength"], marker="o", markersize=3)
+        ax.axhline(length, color="black", linestyle="--", linewidth=0.8, label=f"context ({length})")
+        ax.set_xlabel("channel pair i")
+        ax.set_ylabel("wavelength 2π/θ_i (positions)")
+        ax.set_title(f"{name}: one rotation frequency per channel pair (none: not rotated)", fontsize=9)
+        ax.legend(fontsize=7)
+        return _save(fig, path)
+    if "bias" in section:
+        return _plot_bias(section["scheme"], section["bias"], path)
+    if "alibi" in section or "t5" in section:
+        fig = _figure(5.4, 3.6)
+        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
+        ax = fig.subplots()
+        distance = np.arange(length)
+        if "alibi" in section:
+            for h, slope in enumerate(section["alibi"]["slopes"]):
+                ax.plot(distance, -slope * distance, linewidth=1, label=f"head {h}")
+            ax.set_title("ALiBi: fixed bias = -slope x distance", fontsize=9)
+        else:
+            t5 = section["t5"]
+            buckets = t5["bucket_of_distance"]
+            for h in range(t5["bias"].shape[1]):
+                line = ax.plot(distance, t5["bias"][buckets, h], linewidth=1, label=f"head {h}")[0]
+                ax.plot(
+                    distance,
+                    t5["untrained_bias"][buckets, h],
+                    linewidth=0.8,
+                    linestyle=":",
+                    color=line.get_color(),
+                )
+            ax.set_title("T5: learned bias per head (dotted: untrained)", fontsize=9)
+        ax.set_xlabel("distance (query - key)")
+        ax.set_ylabel("added to the attention score")
+        ax.legend(fontsize=7, ncol=2)
+        return _save(fig, path)
+    return None
+
+
+def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
+    """A registered scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted)."""
+    fig = _figure(5.4, 3.6)
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
+    ax = fig.subplots()
+    distance = np.arange(bias["trained"].shape[1])
+    for h, row in enumerate(bias["trained"]):
+        line = ax.plot(distance, row, linewidth=1, label=f"head {h}")[0]
+        ax.plot(distance, bias["untrained"][h], linewidth=0.8, linestyle=":", color=line.get_color())
+    ax.set_title(f"{scheme}: bias per head, seen from the last position (dotted: untrained)", fontsize=9)
+    ax.set_xlabel("distance (query - key)")
+    ax.set_ylabel("added to the attention score")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """Every figure of `report` into `folder`; returns name -> path."""
+    figures: dict[str, Path] = {}
+    pos = report["positions"]
+    scheme, width = pos["scheme"], report["model"]["d_model"]
+    sinusoidal = (f"sinusoidal (fixed, C = {width})", pos["sinusoidal_reference"]["similarity"])
+    if "untrained" in pos:  # learned, or a registered scheme with position vectors
+        maps = [
+            (f"{scheme}, trained", pos["trained"]["similarity"]),
+            (f"{scheme}, untrained", pos["untrained"]["similarity"]),
+            sinusoidal,
+        ]
+    else:
+        maps = [sinusoidal]
+    figures["positions"] = plot_similarity_maps(maps, folder / "positions.png")
+    extra = plot_scheme(pos, folder / "position_scheme.png")
+    if extra is not None:
+        figures["position_scheme"] = extra
+
+    labels = report["labels"]
+    figures["tokens_pca"] = plot_pca(
+        [
+            (
+                f"{name} token table",
+                report[name]["pca"]["coords"],
+                report[name]["pca"]["explained"],
+                [labels[i] for i in report[name]["pca"]["ids"]],
+            )
+            for name in ("trained", "untrained")
+        ],
+        folder / "tokens_pca.png",
+    )
+    figures["norms"] = plot_norms(
+        [(f"{name} token table", report[name]["norms"]) for name in ("trained", "untrained")],
+        report["counts"],
+        report.get("source", {}).get("init_std", INIT_STD) * math.sqrt(width),
+        folder / "norms.png",
+    )
+    return figures
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The web site's data
+
+
+def web_export(
+    report: dict[str, Any], model: Decoder | Tables, tokenizer: Tokenizer | None, n: int = WEB_TOKENS
+) -> dict[str, Any]:
+    """`embeddings.json` for the web site: the most frequent tokens' rows and the position similarity map.
+
+    Schema 1, as web/DATA.md defines it: {schema, run, position, d_model, tokens: [{id, text, count}],
+    token_table: rows `[N, C]` rounded to 5 decimals, position_similarity: `[T, T]` or null (schemes without
+    position vectors)}. Without training counts the tokens are the lowest ids and every count is 0 (the web
+    page's check wants a number).
+    """
+    counts, tables = report["counts"], tables_of(model)
+    table = tables.token_table  # [V, C]
+    ranked = most_frequent(counts, n) if counts is not None else list(range(min(n, len(table))))
+    pos = report["positions"]
+    return {
+        "schema": WEB_SCHEMA,
+        "run": report["run"],
+        "position": pos["scheme"],
+        "d_model": table.shape[1],
+        "tokens": [
+            {
+                "id": i,
+                "text": _token_text(tokenizer, i),
+                "count": int(counts[i]) if counts is not None else 0,
+            }
+            for i in ranked
+        ],
+        "token_table": to_json(table[ranked]),
+        "position_similarity": to_json(pos["trained"]["similarity"]) if pos["has_vectors"] else None,
+    }
+
+
+def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
+    if tokenizer is None or token_id >= tokenizer.vocab_size:
+        return f"<id {token_id}>"
+    return tokenizer.token_str(token_id)
+
+
+@dataclass
+class Curve:
+    """One line of `plot_length`: `mean` `[n]` at `lengths` `[n]`, a band of ± `spread` `[n]` around it."""
+
+    label: str
+    lengths: np.ndarray
+    mean: np.ndarray
+    spread: np.ndarray
+    dashed: bool = False
+    color: int = 0  # index into tab10: a row keeps its colour when another row is left out
+
+
+def plot_length(
+    panels: list[list[tuple[str, list[Curve]]]], train_length: int, lengths: list[int], note: str, path: Path
+) -> Path:
+    """Bits per byte against evaluation length (log x): rows of panels, each (title, curves); shared y axis.
+
+    A dotted line marks the training length; each row has its legend on the right; `note` (e.g. the rows left
+    off the scale) goes under the panels.
+    """
+    from matplotlib import colormaps
+
+    colors = colormaps["tab10"]
+    n_rows, n_cols = len(panels), max(len(row) for row in panels)
+    fig = _figure(14.0, 1.0 + 4.5 * n_rows)
+    fig.subplots_adjust(
+        left=0.05, right=0.83, bottom=0.1 / n_rows, top=1 - 0.14 / n_rows, wspace=0.06, hspace=0.3
+    )
+    grid = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
+    for row, axes in zip(panels, grid, strict=True):
+        _length_row(row, axes, colors, train_length, lengths)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8)
+    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
+    return _save(fig, path)
+
+
+def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, colors: Any, train_length: int,
+                lengths: list[int]) -> None:  # fmt: skip
+    for ax, (title, curves) in zip(axes, row, strict=False):
+        for c in curves:
+            line = ax.plot(c.lengths, c.mean, "--" if c.dashed else "-", marker="o", ms=3,
+                           color=colors(c.color % 10), label=c.label)[0]  # fmt: skip
+            ax.fill_between(c.lengths, c.mean - c.spread, c.mean + c.spread, color=line.get_color(),
+                            alpha=0.15, linewidth=0)  # fmt: skip
+        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bits per byte (the same tokens at every length)")
+    axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+
+
+def plot_probe(
+    layers: list[str], panels: list[tuple[str, list[float], list[float], float | None]], path: Path
+) -> Path:
+    """Probe scores against layer, one panel per (y label, scores, shuffled-label control, chance or None).
+
+    The control is dashed; a dotted line marks chance (`octlm probe`, octlm/inspect/probe.py).
+    """
+    fig = _figure(4.2 * len(panels), 3.6)
+    fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.9, wspace=0.28)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    x = np.arange(len(layers))
+    for ax, (label, scores, control, chance) in zip(axes, panels, strict=True):
+        ax.plot(x, scores, marker="o", markersize=4, label="probe")
+        ax.plot(x, control, marker="o", markersize=3, linestyle="--", label="shuffled-label control")
+        if chance is not None:
+            ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance ({chance:.3f})")
+        ax.set_xticks(x, layers, rotation=30, fontsize=8)
+        ax.set_ylabel(label)
+        ax.set_ylim(min(-0.05, min(control) - 0.05), 1.05)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle("What each layer knows of a token's absolute position (held-out windows)", fontsize=10)
+    return _save(fig, path)

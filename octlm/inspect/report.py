@@ -1,0 +1,415 @@
+"""`octlm inspect runs/<name>` (or `--hf NAME_OR_PATH`): what the token table and the position scheme learned.
+
+A trained run is compared with an untrained model of the same config and seed (its starting point), because an
+embedding space only means something next to one that has not learned anything. A pretrained Hugging Face
+model (GPT-2, Llama, GPT-NeoX; loaded by octlm/inspect/pretrained.py) gets the same report, beside a freshly
+initialised model of its config and without training counts. The report holds:
+
+- nearest neighbours by cosine similarity of chosen tokens (default: token 0 and the most frequent training
+  tokens), trained and untrained;
+- for schemes with position vectors (learned, sinusoidal), the nearest positions of a few positions and the
+  position x position similarity map; for RoPE, ALiBi, T5 and NoPE, what they have instead;
+- the token table's frequent rows in 2-D (PCA), and each row's norm against its training count: tokens
+  never seen in training are never looked up, so only a tied output head moves their rows (an untied table
+  leaves them exactly at their initial values).
+
+The stage is four modules: octlm/inspect/analysis.py computes every number (`analyze`, one JSON-able dict),
+octlm/inspect/figures.py draws them, octlm/inspect/render.py renders blocks to Markdown and HTML, and this module writes
+the report's text, the files (`write_report`, `write_pretrained_report`) and the CLI.
+
+    runs/<name>/report/ (--hf: reports/<name>/)
+        report.md  report.html  report.json  embeddings.json  positions.png  tokens_pca.png  norms.png
+        [position_scheme.png for RoPE, ALiBi and T5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from octlm.data.corpus import write_atomic
+from octlm.errors import UserError, check_output, check_text, writing
+from octlm.inspect.analysis import (
+    DEFAULT_FREQUENT,
+    DEFAULT_TOP,
+    INIT_STD,
+    Tables,
+    analyze,
+    resolve_tokens,
+    to_json,
+    token_counts,
+)
+from octlm.inspect.figures import draw_figures, web_export
+from octlm.inspect.probe import inspect_probe, report_probe_blocks
+from octlm.inspect.render import (
+    Block,
+    Code,
+    Heading,
+    Image,
+    Inline,
+    Paragraph,
+    Table,
+    render_html,
+    render_markdown,
+)
+from octlm.inspect.report_schemes import instead_blocks
+from octlm.inspect.similarity import Neighbours
+from octlm.storage.run import Run
+
+if TYPE_CHECKING:
+    from octlm.config.schema import Config
+    from octlm.data.tokenizer import Tokenizer
+    from octlm.model.decoder import Decoder
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The document: the report's text, in reading order (octlm/inspect/render.py renders it)
+
+
+def _neighbour_cells(nb: Neighbours, labels: dict[int, str]) -> list[str | Code]:
+    cells: list[str | Code] = []
+    for n, (j, sim) in enumerate(nb):
+        cells += [", " if n else "", Code(labels[j]), f" {sim:.2f}"]
+    return cells
+
+
+def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
+    """The report as blocks, in reading order."""
+    m, source = report["model"], report.get("source")
+    shape = (
+        f"Position scheme {m['position']}, vocabulary V = {m['vocab_size']:,}, width C = {m['d_model']}, "
+        f"context T = {m['context_length']}, layers {m['n_layers']}, heads {m['n_heads']}"
+        f"{', output head tied to the token table' if m['tie_embeddings'] else ''}."
+    )
+    if source is None:
+        intro = (f"After {report['step']:,} training steps. " if report.get("step") is not None else "") + (
+            shape + " Every table compares the trained model with an untrained one of the same config and "
+            "seed: its starting point."
+        )
+    else:
+        intro = f"{source['summary']} {shape}"
+    blocks: list[Block] = [
+        Heading(f"What the embeddings learned: {report['run'] or 'model'}", 1),
+        Paragraph(intro),
+    ]
+    blocks += [Paragraph(note) for note in report["notes"]]
+    blocks += _token_blocks(report) + _position_blocks(report, figures)
+    pca = f"The {len(report['trained']['pca']['ids'])} most frequent tokens' rows"
+    norms = "Row norm against training count"
+    if source is not None:  # no training counts: the lowest ids, norms by id
+        pca, norms = (
+            f"The rows of the first {len(report['trained']['pca']['ids'])} token ids",
+            "Row norm by token id",
+        )
+    blocks.append(Heading("The token table"))
+    blocks.append(
+        Image(
+            figures["tokens_pca"],
+            f"{pca} projected on their first two principal components, trained and untrained.",
+        )
+    )
+    blocks.append(Image(figures["norms"], f"{norms}, trained and untrained."))
+    if "unseen" in report:
+        blocks += _unseen_blocks(report["unseen"], m)
+    return blocks
+
+
+def _token_blocks(report: dict[str, Any]) -> list[Block]:
+    """Nearest tokens, trained and untrained."""
+    labels, counts = report["labels"], report["counts"]
+    blocks: list[Block] = [Heading("Nearest tokens")]
+    blocks.append(
+        Paragraph(
+            f"The {report['k']} rows of the token table closest to each chosen token by cosine similarity. "
+            "Mean similarity of the nearest neighbour: trained "
+            f"{report['trained']['mean_top1_similarity']:.3f}, "
+            f"untrained {report['untrained']['mean_top1_similarity']:.3f} (chance: the closest of V - 1 "
+            "random directions)."
+        )
+    )
+    for name in ("trained", "untrained"):
+        rows: list[list[Inline]] = []
+        for i in report["tokens"]:
+            count = f"{int(counts[i]):,}" if counts is not None else "?"
+            rows.append(
+                [Code(labels[i]), str(i), count, _neighbour_cells(report[name]["neighbours"][i], labels)]
+            )
+        blocks += [Paragraph(f"{name.capitalize()} model:"), Table(["token", "id", "count", "nearest"], rows)]
+    return blocks
+
+
+def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
+    """What the position table learned, or what the scheme has instead of one."""
+    m, pos = report["model"], report["positions"]
+    blocks: list[Block] = [Heading("Positions"), Paragraph(pos["summary"])]
+    if pos["has_vectors"]:
+        versions = [("trained", pos["trained"])]
+        if "untrained" in pos:
+            versions.append(("untrained", pos["untrained"]))
+        for name, data in versions:
+            rows = [
+                [str(p), ", ".join(f"{q} ({s:.2f})" for q, s in nb)] for p, nb in data["neighbours"].items()
+            ]
+            blocks += [Paragraph(f"Nearest positions, {name}:"), Table(["position", "nearest"], rows)]
+        learned = "untrained" in pos  # a table that training changed (learned, or a registered scheme's)
+        headers = ["distance"] + [name for name, _ in versions] + (["sinusoidal"] if learned else [])
+        sources = [data for _, data in versions] + ([pos["sinusoidal_reference"]] if learned else [])
+        rows = [
+            [str(d)] + [f"{s['similarity_by_distance'][d]:.3f}" for s in sources] for d in pos["distances"]
+        ]
+        blocks += [Paragraph("Mean cosine similarity of positions t and t + d:"), Table(headers, rows)]
+        caption = (
+            f"Position x position cosine similarity: the {m['position']} vectors after and before training, "
+            "beside the sinusoidal table of the same width."
+            if learned
+            else "Position x position cosine similarity of the sinusoidal table (fixed; trained = untrained)."
+        )
+    else:
+        blocks += instead_blocks(pos)
+        caption = (
+            f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model adds "
+            "no position vectors to its input, so it has no similarity map of its own."
+        )
+    blocks.append(Image(figures["positions"], caption))
+    if "position_scheme" in figures:
+        blocks.append(
+            Image(figures["position_scheme"], f"What {m['position']} has instead of position vectors.")
+        )
+    return blocks
+
+
+def _unseen_blocks(unseen: dict[str, Any], m: dict[str, Any]) -> list[Block]:
+    u, s = unseen["unseen"], unseen["seen"]
+    expected = unseen["expected_init_norm"]
+    text = (
+        f"{u['tokens']:,} of {m['vocab_size']:,} tokens never occur in the training tokens. A fresh row has "
+        f"norm about init std·√C = {INIT_STD}·√{m['d_model']} = {expected:.3f}."
+    )
+    if u["tokens"]:
+        text += (
+            f" The unseen rows' mean norm is {u['mean_norm']:.3f} (it was {u['mean_initial_norm']:.3f} at "
+            f"the start); they moved by {u['mean_relative_change']:.0%} of their initial norm on average and "
+            f"keep a cosine of {u['mean_cosine_to_initial']:.2f} with their initial rows, against "
+            f"{s['mean_relative_change']:.0%} and {s['mean_cosine_to_initial']:.2f} for the seen rows."
+        )
+        if m["tie_embeddings"]:
+            text += (
+                " The input lookup never touches an unseen row, but the output head is the same table: every "
+                "softmax pushes unseen tokens' logits down, so these rows move too (Adam scales each update "
+                "to the gradient's typical size, so a small but consistent push adds up). Only an untied "
+                "table keeps unseen rows exactly at their initial values."
+            )
+        else:
+            text += (
+                " The table is not tied to the output head, so nothing updates an unseen row: it should "
+                "still equal its initial value (relative change 0%)."
+            )
+    return [Paragraph(text)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Putting it together
+
+
+def untrained_like(config: Config) -> Decoder:
+    """The model a run started from: same config, initialised under the run's seed."""
+    from octlm.model.decoder import Decoder
+
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(config.train.seed)
+        return Decoder(config.model).eval()
+
+
+def training_counts(
+    config: Config, tokenizer: Tokenizer, recorded: dict[str, str] | None = None
+) -> tuple[np.ndarray | None, str | None]:
+    """Training token counts `[V]` from the run's data cache (rebuilt if missing), or (None, why not).
+
+    `recorded`: the checkpoint's SHA-256 table; when it names the training tokens, the files must match it.
+    """
+    from octlm.storage.checkpoint import sha256_array
+
+    try:
+        from octlm.data.cache import prepare_data
+
+        data = prepare_data(config.data, config.model.vocab_size, progress=False)
+    except (UserError, OSError) as error:
+        return None, f"the training data could not be loaded ({error})"
+    if data.tokenizer_sha256 != tokenizer.sha256:
+        return None, "the data cache was made with another tokenizer than this run's"
+    expected = (recorded or {}).get("train_tokens")
+    if expected and sha256_array(data.train) != expected:
+        return None, f"the training tokens in {data.folder} are not the ones this run was trained on"
+    return token_counts(data.train, config.model.vocab_size), None
+
+
+def checkpoint_meta(run_dir: Path) -> dict[str, Any]:
+    """The run's checkpoint description (config.json: step, SHA-256 table), or {} when unreadable."""
+    try:
+        return Run.of(run_dir).read_meta()
+    except UserError:
+        return {}
+
+
+def write_report(
+    run_dir: str | Path,
+    tokens: list[str] | None = None,
+    ids: list[int] | None = None,
+    top: int = DEFAULT_TOP,
+    frequent: int = DEFAULT_FREQUENT,
+    out: str | Path | None = None,
+    export_web: str | Path | None = None,
+    counts: np.ndarray | None = None,
+    probe: bool = False,
+) -> Path:
+    """Write the report of a trained run into `out` (default `run_dir/report/`) and return that folder.
+
+    `tokens` (texts, each one token) and `ids` choose the tokens whose neighbours are listed (default: token 0
+    and the `frequent` most frequent). `counts` `[V]` skips finding the training data. `export_web` also
+    copies embeddings.json there (e.g. web/public/data/embeddings.json).
+    """
+    from octlm.storage.checkpoint import load_model
+
+    run_dir = Path(run_dir)
+    model, config, tokenizer = load_model(run_dir)  # a clear UserError for a folder that is not a run
+    meta = checkpoint_meta(run_dir)
+    chosen = None
+    if tokens or ids:
+        chosen = resolve_tokens(tokenizer, tokens or []) + list(ids or [])
+    notes: list[str] = []
+    if counts is None:
+        counts, why = training_counts(config, tokenizer, meta.get("sha256"))
+        if why:
+            notes.append(f"No training token counts: {why}.")
+    with torch.no_grad():
+        report = analyze(
+            model, untrained_like(config), tokenizer, counts, chosen, top, frequent, run_dir.name, notes
+        )
+    report["step"] = meta.get("step")
+    report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
+    folder = Path(out) if out is not None else Run.of(run_dir).report_dir
+    return write_files(report, model, tokenizer, folder, export_web)
+
+
+def write_pretrained_report(
+    name: str,
+    tokens: list[str] | None = None,
+    ids: list[int] | None = None,
+    top: int = DEFAULT_TOP,
+    frequent: int = DEFAULT_FREQUENT,
+    out: str | Path | None = None,
+    export_web: str | Path | None = None,
+) -> Path:
+    """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default reports/<name>/).
+
+    `name`: a local folder or a Hub name (see octlm/inspect/pretrained.py); UserError when it is refused.
+    """
+    from octlm.inspect.pretrained import default_out, load_pretrained
+
+    loaded = load_pretrained(name)
+    chosen = resolve_tokens(loaded.tokenizer, tokens or []) + list(ids or []) if tokens or ids else None
+    report = analyze(
+        loaded.trained, loaded.initial, loaded.tokenizer, None, chosen, top, frequent, name, loaded.notes
+    )
+    report["step"] = None
+    folder = Path(out) if out is not None else default_out(name)
+    return write_files(report, loaded.trained, loaded.tokenizer, folder, export_web)
+
+
+def write_files(
+    report: dict[str, Any],
+    model: Decoder | Tables,
+    tokenizer: Tokenizer | None,
+    folder: Path,
+    export_web: str | Path | None = None,
+) -> Path:
+    """Figures, report.md, report.html, report.json and embeddings.json of an `analyze` result."""
+    with writing(folder):  # a failed write names no file of its own: name the folder
+        folder.mkdir(parents=True, exist_ok=True)
+        figures = draw_figures(report, folder)
+        blocks = report_blocks(report, figures) + report_probe_blocks(report.get("probe"), folder)
+        (folder / "report.md").write_text(render_markdown(blocks, folder), encoding="utf-8")
+        (folder / "report.html").write_text(render_html(blocks), encoding="utf-8")
+        numbers = to_json(report)
+        numbers["figures"] = {name: path.name for name, path in figures.items()}
+        (folder / "report.json").write_text(json.dumps(numbers) + "\n", encoding="utf-8")
+        web = folder / "embeddings.json"
+        web.write_text(
+            json.dumps(web_export(report, model, tokenizer), separators=(",", ":")) + "\n", encoding="utf-8"
+        )
+    if export_web is not None:
+        with writing(export_web):  # atomic: a failed copy leaves the old file, and a symlink is replaced
+            write_atomic(export_web, web.read_bytes())
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------------------
+# `octlm inspect`
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", nargs="?", help="a run folder made by `octlm train`, e.g. runs/day1-learned")
+    parser.add_argument("--hf", metavar="NAME_OR_PATH",
+                        help="instead of RUN: a pretrained GPT-2, Llama or GPT-NeoX model of Hugging Face "
+                        "transformers, a local folder or a Hub name (e.g. gpt2); safetensors weights only")  # fmt: skip
+    parser.add_argument("--tokens", nargs="+", metavar="TEXT",
+                        help="tokens to inspect, by text (each must be one token), e.g. --tokens ' def' ' self'; "
+                        "in bash, $'\\n    ' gives a newline")  # fmt: skip
+    parser.add_argument("--ids", nargs="+", type=int, metavar="ID", help="tokens to inspect, by id")
+    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
+                        help=f"neighbours listed per token and position (default {DEFAULT_TOP})")  # fmt: skip
+    parser.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, metavar="N",
+                        help=f"without --tokens/--ids: token 0 and the N most frequent (default {DEFAULT_FREQUENT})")  # fmt: skip
+    parser.add_argument("--out", help="report folder (default: RUN/report; with --hf: reports/NAME)")
+    parser.add_argument("--export-web", metavar="PATH",
+                        help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
+    parser.add_argument("--no-probe", action="store_true", help="skip the position probe (octlm probe)")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an --out or --export-web that cannot be written before the (slow) analysis, not after it."""
+    if args.out is not None:
+        check_output(args.out, "--out", folder=True)
+    elif args.run is not None and Path(args.run).is_dir():
+        check_output(Run.of(args.run).report_dir, "the report folder", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise UserError(f"--top {args.top} must be at least 1")
+    if args.frequent < 0:
+        raise UserError(f"--frequent {args.frequent} must not be negative")
+    if (args.run is None) == (args.hf is None):
+        raise UserError(
+            "give exactly one of RUN (an octlm run folder) and --hf NAME_OR_PATH (a pretrained model)"
+        )
+    for text in args.tokens or []:
+        check_text(text, "--tokens")
+    _check_outputs(args)
+    write = partial(write_report, probe=not args.no_probe) if args.hf is None else write_pretrained_report
+    folder = write(
+        args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
+    )
+    numbers = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+    labels = numbers["labels"]
+    what = f"trained; run {numbers['run']}" if args.hf is None else f"pretrained; model {numbers['run']}"
+    print(f"nearest tokens by cosine similarity ({what}):")
+    for i in numbers["tokens"]:
+        nb = numbers["trained"]["neighbours"][str(i)]
+        listed = ", ".join(f"{labels[str(j)]} {s:.2f}" for j, s in nb)
+        print(f"  {labels[str(i)]:>16}  {listed}")
+    print(numbers["positions"]["summary"])
+    for note in numbers["notes"]:
+        print(note)
+    print(f"report: {folder / 'report.md'} (also report.html, report.json, embeddings.json)")
+    if args.export_web:
+        print(f"web data: {args.export_web}")
+    return 0

@@ -1,0 +1,205 @@
+"""octlm <-> Hugging Face `transformers`: convert models both ways and export a trained run as a model folder.
+
+Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, GPT-NeoX for
+RoPE on a fraction of the channels with LayerNorm and GELU) and the weight names on both sides live in
+`octlm.interop.hf_arch`; any other mix (sinusoidal, ALiBi, T5, interleaved RoPE, LayerNorm with SwiGLU, ...) has no
+standard architecture to load into, so `to_hf` raises a `UserError` that names every setting that differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from octlm.errors import writing
+from octlm.interop.export_folder import check_out, sibling, swap_in
+from octlm.interop.hf_arch import (
+    CLASSES,
+    STATES,
+    check_rope_untouched,
+    config_from_hf,
+    hf_architecture,
+    hf_config,
+)
+from octlm.model.decoder import Decoder
+from octlm.storage.run import Run
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from octlm.data.tokenizer import Tokenizer
+
+EOT = "<|endoftext|>"  # the same string as octlm.data.tokenizer.EOT (not imported: this module loads without it)
+
+
+def to_hf(
+    model: Decoder, eos_token_id: int | None = None, attn_implementation: str = "sdpa"
+) -> PreTrainedModel:
+    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM` or
+    `GPTNeoXForCausalLM` computing the same logits as `model`.
+
+    `eos_token_id` (the tokenizer's `<|endoftext|>` id) is recorded as bos/eos for `generate`. Raises
+    UserError when the model's architecture has no counterpart in `transformers` (see `hf_architecture`).
+    """
+    import transformers
+
+    config = model.config
+    arch = hf_architecture(config)
+    if arch != "gpt2":
+        check_rope_untouched(model)
+    cls = getattr(transformers, CLASSES[arch])
+    # Random init is wasted work (every weight is overwritten) but keeps us on the public constructor.
+    hf_model = cls._from_config(
+        hf_config(config, arch, eos_token_id), attn_implementation=attn_implementation
+    )
+    shapes = {name: t.shape for name, t in hf_model.state_dict().items()}
+    # reshape: a mapped tensor may be a regrouping view of ours (GPT-NeoX's per-head q/k/v); a no-op elsewhere
+    state = {name: t.detach().to("cpu", torch.float32).reshape(shapes[name]).contiguous()
+             for name, t in STATES[arch](model).items()}  # fmt: skip
+    hf_model.load_state_dict(state, strict=True)  # strict: a missing or extra name is a mapping bug
+    if config.tie_embeddings:
+        hf_model.tie_weights()
+    return hf_model.float().eval()
+
+
+def from_hf(hf_model: PreTrainedModel) -> Decoder:
+    """The octlm Decoder for a `transformers` model of a representable configuration (the inverse of `to_hf`).
+
+    Raises UserError for other architectures or settings octlm does not have (see `hf_arch.config_from_hf`).
+    """
+    config = config_from_hf(hf_model.config)
+    model = Decoder(config)
+    mapped = STATES[hf_model.config.model_type](model)
+    hf_state = hf_model.state_dict()
+    with torch.no_grad():
+        # Each mapped tensor is a view of an octlm parameter (a transpose, a row slice, a regrouping), so
+        # copying into the view writes the parameter itself.
+        for name, target in mapped.items():
+            target.copy_(hf_state[name].reshape(target.shape).to(target.dtype))
+    return model.eval()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Export a model folder
+
+
+def _not_an_export(out: Path) -> str | None:
+    """Why the non-empty folder `out` is no earlier transformers export (which holds files only), or None."""
+    from transformers.utils import CONFIG_NAME
+
+    inner = sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
+    if inner:
+        what = "the run folder" if Run.of(inner[0]).is_run() else "the folder"
+        return f"holds {what} {str(inner[0])!r}, so it is no earlier export (an export holds files only)"
+    if not (out / CONFIG_NAME).is_file():
+        return f"is no earlier export (it has no {CONFIG_NAME} of a transformers model)"
+    return None
+
+
+def _check_out(out: Path, force: bool, run_dir: Path | None = None) -> None:
+    """Fail before the (slow) export rather than after it; never write into or over a run folder."""
+    check_out(out, force, run_dir, "-hf", _not_an_export)
+
+
+def _save_error(error: Exception, folder: Path) -> Exception:
+    """safetensors reports a failed write as its own error type; make it the OSError it wraps, if one."""
+    found = re.search(r"(?:Os \{ code: |os error )(\d+)", str(error))  # Rust's io::Error, as text
+    if isinstance(error, OSError) or found is None:
+        return error
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code), str(folder))
+
+
+def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force: bool = False) -> Path:
+    """Write `model` and `tokenizer` to the folder `out` as a `transformers` model, atomically.
+
+    The folder loads with `AutoModelForCausalLM.from_pretrained(out)` and
+    `AutoTokenizer.from_pretrained(out)`; nothing is left behind when anything fails, and with `force` an
+    earlier export is replaced only once the new one is complete (it stays when anything fails).
+    """
+    out = Path(out)
+    _check_out(out, force)
+    hf_model = to_hf(model, eos_token_id=tokenizer.eot_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = sibling(out, "tmp")
+    tmp.mkdir()  # mkdir, not mkdtemp: the folder gets the usual permissions, not 0700
+    try:
+        with writing(out):  # the export's path, not its hidden temporary sibling's
+            _write_export(hf_model, model, tokenizer, tmp, out)
+        swap_in(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _write_export(
+    hf_model: PreTrainedModel, model: Decoder, tokenizer: Tokenizer, tmp: Path, out: Path
+) -> None:
+    """The model folder's files, written into `tmp` (a failed write names `out`)."""
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import logging
+
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # "Writing model shards" bars: stderr is for one line on failure
+    try:
+        hf_model.save_pretrained(tmp, safe_serialization=True)
+    except Exception as error:
+        raise _save_error(error, out) from None
+    finally:
+        if bars:
+            logging.enable_progress_bar()
+    tokenizer.save(tmp / "octlm_tokenizer.json")
+    # A learned table has no row past context_length; other schemes have no maximum.
+    learned = model.config.position == "learned"
+    max_length = {"model_max_length": model.config.context_length} if learned else {}
+    hf_tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(tmp / "octlm_tokenizer.json"), bos_token=EOT, eos_token=EOT,
+        clean_up_tokenization_spaces=False,  # else decode drops spaces before punctuation (tokenizer.py)
+        split_special_tokens=True,  # literal "<|endoftext|>" in text is plain text, as in octlm's encode
+        **max_length,
+    )  # fmt: skip
+    hf_tokenizer.save_pretrained(tmp)
+    (tmp / "octlm_tokenizer.json").unlink()
+
+
+def export_hf(run_dir: str | Path, out: str | Path, force: bool = False) -> Path:
+    """Export the trained run in `run_dir` (see `octlm.storage.checkpoint.load_model`) to the folder `out`."""
+    from octlm.storage.checkpoint import load_model
+
+    _check_out(Path(out), force, Path(run_dir))  # before the load, so a mistake costs nothing
+    model, _config, tokenizer = load_model(Path(run_dir))
+    return export_hf_model(model, tokenizer, out, force)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# `octlm export hf`
+
+
+# What `octlm export hf --help` says maps where (hf_arch.hf_architecture decides; its refusal says the same).
+SHAPES = (
+    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, layernorm, "
+    "gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV heads "
+    "allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction as "
+    "rotary_pct, layernorm, gelu, bias). Anything else is refused, naming what differs."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = SHAPES
+    parser.add_argument(
+        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-learned"
+    )
+    parser.add_argument("out", metavar="OUT", help="the folder to write (must be new or empty)")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists and is not empty")
+
+
+def run(args: argparse.Namespace) -> None:
+    out = export_hf(args.run, args.out, force=args.force)
+    print(f"wrote {out}: load it with transformers.AutoModelForCausalLM.from_pretrained({str(out)!r})")

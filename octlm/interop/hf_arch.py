@@ -1,0 +1,363 @@
+"""Which `transformers` architecture holds an octlm config exactly, and the weight names on both sides.
+
+Four octlm stacks have an exact counterpart (the names are `transformers`' `model_type`s):
+
+- `gpt2` (`GPT2LMHeadModel`): learned positions, LayerNorm, GELU MLP, biases everywhere, no grouped KV heads.
+- `llama` (`LlamaForCausalLM`): RoPE in the `half` layout on every channel, RMSNorm, SwiGLU MLP, no biases
+  (GQA allowed).
+- `smollm3` (`SmolLM3ForCausalLM`): the Llama stack with `model.nope_layers`, SmolLM3's `no_rope_layers`.
+- `gpt_neox` (`GPTNeoXForCausalLM`, e.g. Pythia): RoPE in the `half` layout on the first `rope_fraction` of
+  each head's channels (`rotary_pct`), LayerNorm, GELU MLP, biases, sequential (not parallel) residuals.
+
+The mapping is renaming plus three layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the
+transpose of `nn.Linear`), Llama fuses nothing that octlm fuses (q/k/v and gate/up are split), and GPT-NeoX
+fuses q/k/v per head (`[q_h | k_h | v_h]` for each head h) where octlm stacks them (`[q | k | v]`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from octlm.config.schema import ModelConfig
+from octlm.errors import UserError
+from octlm.model.decoder import Decoder
+from octlm.positions.rotary import rotary_dims
+from octlm.positions.scheme import rope_frequencies
+
+# What each target architecture requires of an octlm config: (field, required value).
+_GPT2_NEEDS = (("position", "learned"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", True))
+_LLAMA_NEEDS = (
+    ("position", "rope"),
+    ("rope_layout", "half"),
+    ("rope_fraction", 1.0),  # Llama rotates every channel; a fraction is GPT-NeoX's rotary_pct
+    ("norm", "rmsnorm"),
+    ("mlp", "swiglu"),
+    ("bias", False),
+)
+_NEOX_NEEDS = (
+    ("position", "rope"),
+    ("rope_layout", "half"),
+    ("norm", "layernorm"),
+    ("mlp", "gelu"),
+    ("bias", True),
+)
+# The transformers class each architecture loads into.
+CLASSES = {
+    "gpt2": "GPT2LMHeadModel",
+    "llama": "LlamaForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+}
+
+
+def _differences(config: ModelConfig, needs: tuple[tuple[str, Any], ...]) -> list[str]:
+    return [
+        f"{name}={getattr(config, name)!r} (needs {want!r})"
+        for name, want in needs
+        if getattr(config, name) != want
+    ]
+
+
+def hf_architecture(config: ModelConfig) -> str:
+    """The `transformers` architecture that holds this config exactly: "gpt2", "llama", "smollm3" (Llama with
+    `nope_layers`) or "gpt_neox".
+
+    Raises UserError "not representable in transformers: ..." naming what differs from each target.
+    """
+    full_heads = config.kv_heads == config.n_heads
+    gpt2 = _differences(config, _GPT2_NEEDS)
+    if not full_heads:
+        gpt2.append(f"n_kv_heads={config.n_kv_heads} (GPT-2 has no grouped-query attention; needs 0)")
+    neox = _differences(config, _NEOX_NEEDS)
+    if not full_heads:
+        neox.append(f"n_kv_heads={config.n_kv_heads} (GPT-NeoX has no grouped-query attention; needs 0)")
+    if config.nope_layers:
+        neox.append(f"nope_layers={config.nope_layers} (GPT-NeoX has no NoPE layers; needs [])")
+    llama = _differences(config, _LLAMA_NEEDS)
+    if not gpt2:
+        return "gpt2"
+    if not llama:
+        return "smollm3" if config.nope_layers else "llama"
+    if not neox:
+        return "gpt_neox"
+    raise UserError(
+        "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in " + ", ".join(gpt2)
+        + "; as Llama (LlamaForCausalLM, or SmolLM3ForCausalLM with nope_layers) it differs in "
+        + ", ".join(llama)
+        + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in " + ", ".join(neox)
+    )  # fmt: skip
+
+
+def _rotary_pct(config: ModelConfig) -> float:
+    """A `rotary_pct` for which transformers rotates exactly octlm's `rotary_dims` channels.
+
+    transformers rotates int(head_dim × pct) channels rounded *up* to even (its frequencies are
+    arange(0, dim, 2) / dim), octlm's `rotary_dims` rounds down: the fraction is kept when the product is even
+    already (so that export then import gives back the same config), else replaced by rotary_dims / head_dim.
+    """
+    head_dim = config.head_dim
+    dims = rotary_dims(head_dim, config.rope_fraction)
+    if int(head_dim * config.rope_fraction) == dims:
+        return config.rope_fraction
+    pct = dims / head_dim
+    while int(head_dim * pct) < dims:  # r / D × D may land an ulp below r
+        pct = math.nextafter(pct, 2.0)
+    return pct
+
+
+def check_rope_untouched(model: Decoder) -> None:
+    """transformers' default RoPE is base^(-2i/d) unscaled; refuse a model whose frequencies were replaced."""
+    scheme = model.positions
+    default = rope_frequencies(
+        rotary_dims(model.config.head_dim, model.config.rope_fraction), model.config.rope_base
+    )
+    inv_freq = getattr(scheme, "inv_freq", default).cpu()
+    if (
+        getattr(scheme, "attention_scaling", 1.0) != 1.0
+        or inv_freq.shape != default.shape
+        or not torch.allclose(inv_freq, default)
+    ):
+        raise UserError(
+            "not representable in transformers: this model's RoPE frequencies were replaced with "
+            "set_frequencies (context extension); export the model as trained, before scaling them"
+        )
+
+
+def _rope_kwargs(hf_config: type, base: float, fraction: float | None = None) -> dict[str, Any]:
+    """RoPE's base (and GPT-NeoX's rotated fraction) in the installed transformers' spelling:
+    `rope_parameters` (5.x) or `rope_theta` / `rotary_emb_base` and `rotary_pct` (4.x).
+
+    Checked rather than assumed, because 4.x would silently keep an unknown keyword and use its default base.
+    """
+    if "rope_parameters" in inspect.signature(hf_config.__init__).parameters:
+        rope = {"rope_type": "default", "rope_theta": float(base)}
+        return {"rope_parameters": rope | ({} if fraction is None else {"partial_rotary_factor": fraction})}
+    if fraction is None:
+        return {"rope_theta": float(base)}
+    return {"rotary_emb_base": float(base), "rotary_pct": fraction}
+
+
+def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
+    """The `transformers` config for an octlm ModelConfig (arch from `hf_architecture`)."""
+    import transformers
+
+    common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_embeddings,
+                  bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=None)  # fmt: skip
+    if arch == "gpt2":
+        return transformers.GPT2Config(
+            n_embd=config.d_model, n_layer=config.n_layers, n_head=config.n_heads,
+            n_positions=config.context_length, n_inner=config.d_ff,
+            activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
+            layer_norm_epsilon=config.norm_eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
+        )  # fmt: skip
+    if arch == "gpt_neox":
+        cls = transformers.GPTNeoXConfig
+        return cls(
+            hidden_size=config.d_model, intermediate_size=config.d_ff, num_hidden_layers=config.n_layers,
+            num_attention_heads=config.n_heads, hidden_act="gelu",  # exact erf GELU, as F.gelu
+            **_rope_kwargs(cls, config.rope_base, _rotary_pct(config)),
+            use_parallel_residual=False,  # octlm's block: x + attn(norm1(x)), then + mlp(norm2(that))
+            layer_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
+            attention_bias=True, attention_dropout=0.0, hidden_dropout=0.0, **common,
+        )  # fmt: skip
+    cls = transformers.SmolLM3Config if arch == "smollm3" else transformers.LlamaConfig
+    llama = dict(
+        hidden_size=config.d_model, intermediate_size=config.d_ff, num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads, num_key_value_heads=config.kv_heads,
+        hidden_act="silu", **_rope_kwargs(cls, config.rope_base),
+        rms_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
+        attention_bias=False, mlp_bias=False, attention_dropout=0.0, **common,
+    )  # fmt: skip
+    if arch == "llama":
+        return cls(head_dim=config.head_dim, **llama)
+    # SmolLM3 (its head size is always hidden_size / heads, as octlm's): no_rope_layers[i] is 1 where layer i
+    # *uses* RoPE. Its sliding window (which applies to NoPE layers) stays off: octlm attends to every key.
+    no_rope = [int(i not in config.nope_layers) for i in range(config.n_layers)]
+    return cls(no_rope_layers=no_rope, use_sliding_window=False, sliding_window=None, **llama)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Weight names: each octlm tensor (a view of its parameter) under its transformers name
+
+
+def gpt2_state(model: Decoder) -> dict[str, Tensor]:
+    s: dict[str, Tensor] = {
+        "transformer.wte.weight": model.token_embedding.weight,
+        "transformer.wpe.weight": model.positions.table.weight,
+        "transformer.ln_f.weight": model.norm.weight,
+        "transformer.ln_f.bias": model.norm.bias,
+        "lm_head.weight": model.head.weight,
+    }
+    for i, b in enumerate(model.blocks):
+        p = f"transformer.h.{i}."
+        s |= {
+            p + "ln_1.weight": b.norm1.weight, p + "ln_1.bias": b.norm1.bias,
+            # Conv1D is x @ W + b, W [in, out]: the transpose of nn.Linear. c_attn is [q | k | v] like qkv.
+            p + "attn.c_attn.weight": b.attn.qkv.weight.T, p + "attn.c_attn.bias": b.attn.qkv.bias,
+            p + "attn.c_proj.weight": b.attn.proj.weight.T, p + "attn.c_proj.bias": b.attn.proj.bias,
+            p + "ln_2.weight": b.norm2.weight, p + "ln_2.bias": b.norm2.bias,
+            p + "mlp.c_fc.weight": b.mlp.fc.weight.T, p + "mlp.c_fc.bias": b.mlp.fc.bias,
+            p + "mlp.c_proj.weight": b.mlp.proj.weight.T, p + "mlp.c_proj.bias": b.mlp.proj.bias,
+        }  # fmt: skip
+    return s
+
+
+def llama_state(model: Decoder) -> dict[str, Tensor]:
+    """Llama's names, which SmolLM3 shares."""
+    c = model.config
+    q_rows, kv_rows = c.n_heads * c.head_dim, c.kv_heads * c.head_dim
+    s: dict[str, Tensor] = {
+        "model.embed_tokens.weight": model.token_embedding.weight,
+        "model.norm.weight": model.norm.weight,
+        "lm_head.weight": model.head.weight,
+    }
+    for i, b in enumerate(model.blocks):
+        p = f"model.layers.{i}."
+        q, k, v = b.attn.qkv.weight.split([q_rows, kv_rows, kv_rows], dim=0)
+        gate, up = b.mlp.fc.weight.split([c.d_ff, c.d_ff], dim=0)  # MLP.forward: gate, up = h.chunk(2)
+        s |= {
+            p + "input_layernorm.weight": b.norm1.weight,
+            p + "self_attn.q_proj.weight": q,
+            p + "self_attn.k_proj.weight": k,
+            p + "self_attn.v_proj.weight": v,
+            p + "self_attn.o_proj.weight": b.attn.proj.weight,
+            p + "post_attention_layernorm.weight": b.norm2.weight,
+            p + "mlp.gate_proj.weight": gate,
+            p + "mlp.up_proj.weight": up,
+            p + "mlp.down_proj.weight": b.mlp.proj.weight,
+        }  # fmt: skip
+    return s
+
+
+def neox_state(model: Decoder) -> dict[str, Tensor]:
+    """GPT-NeoX's names. Its fused q/k/v is per head: rows [q_h | k_h | v_h] for h = 0 .. H-1 (its attention
+    views the output as [B, T, H, 3D] and chunks the last axis), where octlm's are [q | k | v], each [H, D].
+    The same rows regrouped: the view [H, 3, D, ...] of ours, which is NeoX's [3C, ...] reshaped."""
+    c = model.config
+    H, D = c.n_heads, c.head_dim
+    s: dict[str, Tensor] = {
+        "gpt_neox.embed_in.weight": model.token_embedding.weight,
+        "gpt_neox.final_layer_norm.weight": model.norm.weight,
+        "gpt_neox.final_layer_norm.bias": model.norm.bias,
+        "lm_head.weight": model.head.weight,
+    }
+    for i, b in enumerate(model.blocks):
+        p = f"gpt_neox.layers.{i}."
+        s |= {
+            p + "input_layernorm.weight": b.norm1.weight, p + "input_layernorm.bias": b.norm1.bias,
+            p + "attention.query_key_value.weight": b.attn.qkv.weight.view(3, H, D, c.d_model).transpose(0, 1),
+            p + "attention.query_key_value.bias": b.attn.qkv.bias.view(3, H, D).transpose(0, 1),
+            p + "attention.dense.weight": b.attn.proj.weight, p + "attention.dense.bias": b.attn.proj.bias,
+            p + "post_attention_layernorm.weight": b.norm2.weight,
+            p + "post_attention_layernorm.bias": b.norm2.bias,
+            p + "mlp.dense_h_to_4h.weight": b.mlp.fc.weight, p + "mlp.dense_h_to_4h.bias": b.mlp.fc.bias,
+            p + "mlp.dense_4h_to_h.weight": b.mlp.proj.weight, p + "mlp.dense_4h_to_h.bias": b.mlp.proj.bias,
+        }  # fmt: skip
+    return s
+
+
+STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "gpt_neox": neox_state}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Reading a transformers config
+
+
+def _rope_of(hc: Any) -> dict[str, Any]:
+    """RoPE's parameters: transformers 5.x `rope_parameters`; 4.x rope_theta (or GPT-NeoX's rotary_emb_base and
+    rotary_pct) plus rope_scaling (None for plain RoPE)."""
+    return getattr(hc, "rope_parameters", None) or {
+        "rope_type": (getattr(hc, "rope_scaling", None) or {}).get("rope_type", "default"),
+        "rope_theta": getattr(hc, "rope_theta", getattr(hc, "rotary_emb_base", 10000.0)),
+        "partial_rotary_factor": getattr(hc, "rotary_pct", 1.0),
+    }
+
+
+def _problems(checks: tuple[tuple[str, Any, bool], ...]) -> list[str]:
+    return [f"{name}={value!r}" for name, value, ok in checks if not ok]
+
+
+def _gpt2_config(hc: Any) -> tuple[ModelConfig, list[str]]:
+    problems = _problems((
+        ("activation_function", hc.activation_function, hc.activation_function == "gelu"),
+        ("scale_attn_by_inverse_layer_idx", True, not hc.scale_attn_by_inverse_layer_idx),
+        ("add_cross_attention", True, not hc.add_cross_attention),
+        ("scale_attn_weights", False, hc.scale_attn_weights),
+    ))  # fmt: skip
+    config = ModelConfig(
+        vocab_size=hc.vocab_size, d_model=hc.n_embd, context_length=hc.n_positions, n_layers=hc.n_layer,
+        n_heads=hc.n_head, d_ff=hc.n_inner or 4 * hc.n_embd, position="learned", norm="layernorm",
+        mlp="gelu", bias=True, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.layer_norm_epsilon,
+    )  # fmt: skip
+    return config, problems
+
+
+def _llama_config(hc: Any) -> tuple[ModelConfig, list[str]]:
+    """Llama, or SmolLM3 (Llama with `no_rope_layers`: 0 marks a NoPE layer)."""
+    rope = _rope_of(hc)
+    head_dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
+    no_rope = list(getattr(hc, "no_rope_layers", None) or [1] * hc.num_hidden_layers)
+    sliding = hc.model_type == "smollm3" and hc.use_sliding_window and hc.sliding_window is not None
+    problems = _problems((
+        ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
+        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+        ("attention_bias", hc.attention_bias, not hc.attention_bias),
+        ("mlp_bias", hc.mlp_bias, not hc.mlp_bias),
+        ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
+        ("no_rope_layers", no_rope, set(no_rope[: hc.num_hidden_layers]) <= {0, 1}),
+        ("sliding_window", getattr(hc, "sliding_window", None), not sliding),
+    ))  # fmt: skip
+    config = ModelConfig(
+        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
+        n_layers=hc.num_hidden_layers, n_heads=hc.num_attention_heads,
+        n_kv_heads=0 if hc.num_key_value_heads == hc.num_attention_heads else hc.num_key_value_heads,
+        d_ff=hc.intermediate_size, position="rope", rope_layout="half",
+        rope_base=float(rope["rope_theta"]), norm="rmsnorm", mlp="swiglu", bias=False,
+        tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.rms_norm_eps,
+        nope_layers=[i for i in range(hc.num_hidden_layers) if not no_rope[i]],
+    )  # fmt: skip
+    return config, problems
+
+
+def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
+    rope = _rope_of(hc)
+    fraction = float(rope.get("partial_rotary_factor", 1.0))
+    dims = int(hc.hidden_size // hc.num_attention_heads * fraction)
+    problems = _problems((
+        ("hidden_act", hc.hidden_act, hc.hidden_act == "gelu"),
+        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+        # Pythia's parallel residual adds attention and MLP of the same input; octlm's blocks are sequential.
+        ("use_parallel_residual", hc.use_parallel_residual, not hc.use_parallel_residual),
+        ("attention_bias", hc.attention_bias, hc.attention_bias),
+        # An odd int(head_dim × rotary_pct) rotates one channel more than it says; octlm rotates what it says.
+        ("rotary_pct", fraction, dims % 2 == 0 and dims > 0),
+    ))  # fmt: skip
+    config = ModelConfig(
+        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
+        n_layers=hc.num_hidden_layers, n_heads=hc.num_attention_heads, d_ff=hc.intermediate_size,
+        position="rope", rope_layout="half", rope_base=float(rope["rope_theta"]), rope_fraction=fraction,
+        norm="layernorm", mlp="gelu", bias=True, tie_embeddings=hc.tie_word_embeddings,
+        norm_eps=hc.layer_norm_eps,
+    )  # fmt: skip
+    return config, problems
+
+
+_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config, "gpt_neox": _neox_config}
+
+
+def config_from_hf(hc: Any) -> ModelConfig:
+    """The octlm ModelConfig of a transformers config; UserError for another architecture or a setting octlm
+    does not have (GPT-2's tanh GELU, biased Llama projections, scaled RoPE, parallel residuals, ...)."""
+    reader = _READERS.get(hc.model_type)
+    if reader is None:
+        raise UserError("octlm reads only gpt2, llama, smollm3 and gpt_neox models from transformers, "
+                        f"not model_type {hc.model_type!r}")  # fmt: skip
+    config, problems = reader(hc)
+    if problems:
+        raise UserError(f"not representable in octlm: this {hc.model_type} model has " + ", ".join(problems))
+    return config

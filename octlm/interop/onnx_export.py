@@ -1,0 +1,385 @@
+"""`octlm export onnx`: a trained run as one ONNX graph for a full forward pass, attention included.
+
+    ids [B, T] int64 -> logits [B, T, V], attn_0 .. attn_{L-1} [B, H, T, T]    (float32, 1 <= T <= max length)
+
+The explainer site runs it in the browser (onnxruntime-web) to show bits per token along a text and the
+attention pattern of any layer and head, so the probabilities must be the very ones that made the logits.
+The model attends through `scaled_dot_product_attention`, which never materialises them. For export only,
+`octlm.model.decoder.attention`, the one function every layer calls, is swapped for `explicit_attention`:
+softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it computed. Everything else in the
+graph is the model's own code: its blocks, norms and MLPs, and the scheme's embed / rotate / bias hooks.
+
+Two schemes grow their tables on demand, from the value of the last position: the sinusoidal table and RoPE's
+cos/sin. A data-dependent branch cannot live in a graph, so `FixedTables` grows them once to the export's
+longest length and then reads them exactly as the scheme does (a RoPE model's scaled frequencies included,
+`--rope-scaling`). Dynamic NTK changes the frequencies with each text's length, which fixed tables cannot
+hold, so it is refused.
+
+The exporter is torch's default one (`torch.onnx.export(dynamo=True)`: torch.export, then onnxscript): batch
+and length are declared dynamic with their ranges and checked symbolically, where the deprecated TorchScript
+exporter traces one example and silently freezes what depends on its shape. The folder holds model.onnx (one
+file, weights inside), the run's tokenizer.json byte for byte, and model.json (what a page needs to know).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib.util
+import json
+import logging
+import math
+import shutil
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import octlm.model.decoder
+from octlm.errors import UserError, int_in_range, writing
+from octlm.interop.export_folder import check_out, sibling, swap_in
+from octlm.model.decoder import Decoder
+from octlm.positions.absolute import SinusoidalPositions
+from octlm.positions.rope_scaling import METHODS, scaled_frequencies
+from octlm.positions.rotary import RotaryPositions
+from octlm.positions.scheme import PositionScheme, add_positions
+from octlm.storage.run import Run
+
+ONNX_FILE, TOKENIZER_FILE, INFO_FILE = "model.onnx", "tokenizer.json", "model.json"
+FORMAT = "octlm-onnx"  # model.json's mark: --force replaces only a folder that carries it
+OPSET = 18  # the opset torch 2.13's exporter writes natively (no version conversion); onnxruntime-web runs it
+DEFAULT_MAX_LENGTH = (
+    1024  # the length experiment's longest evaluation length (octlm/experiments/length.py, FULL)
+)
+LENGTH_RANGE = (2, 65536)  # torch.export needs a range of at least two lengths; 65,536: tables stay small
+STATIC_SCALING = ("linear", "ntk", "yarn")  # rope_scaling methods with one set of frequencies for all lengths
+CHECK_TOLERANCE = 1e-3  # |logit| difference past which the written graph is wrong, not merely rounded
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The graph
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                       dropout: float, record: list[Tensor]) -> Tensor:  # fmt: skip
+    """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to `record`.
+
+    q `[B, H, Tq, D]`, k and v `[B, Hkv, Tk, D]`, `mask` additive float (ALiBi, T5: causal -inf included) or
+    bool (True: may attend) over `[.., Tq, Tk]`. Returns `[B, H, Tq, D]`; records probabilities `[B, H, Tq, Tk]`.
+    """
+    if dropout:
+        raise ValueError("explicit_attention is for export: the model must be in eval mode (no dropout)")
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # grouped KV heads: query head h reads KV head h // group, as SDPA's enable_gqa does
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, Tq, Tk]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    if is_causal:  # queries and keys are the same positions: key j is hidden from query i when j > i
+        rows, cols = torch.arange(q.shape[2], device=q.device), torch.arange(k.shape[2], device=q.device)
+        scores = scores.masked_fill(cols.unsqueeze(0) > rows.unsqueeze(1), float("-inf"))
+    probs = scores.softmax(dim=-1)
+    record.append(probs)
+    return probs @ v
+
+
+@contextlib.contextmanager
+def recording_attention(record: list[Tensor]) -> Iterator[None]:
+    """Inside: every attention layer of every Decoder runs `explicit_attention`, appending to `record`."""
+    original = octlm.model.decoder.attention
+    octlm.model.decoder.attention = functools.partial(explicit_attention, record=record)
+    try:
+        yield
+    finally:
+        octlm.model.decoder.attention = original
+
+
+class FixedTables(PositionScheme):
+    """`scheme`, with the tables it grows on demand grown once to `length` rows and read without a branch.
+
+    Sinusoidal: the table `[length, C]`; RoPE and its variants: every table the scheme builds (`tables`: cos
+    and sin `[length, rotary_dims/2]`, xPos's key tables too), scaled frequencies and attention scaling
+    included, turned by the scheme's own plain formula. Every other scheme, its bias and contextual bias
+    included, is passed through unchanged.
+    """
+
+    def __init__(self, scheme: PositionScheme, length: int) -> None:
+        super().__init__()
+        self.scheme, self.name, self.max_length = scheme, scheme.name, length
+        for name in ("table", "cos", "sin", "key_cos", "key_sin"):  # buffers: the graph's named initializers
+            self.register_buffer(name, None, persistent=False)
+        positions = torch.arange(length)
+        if isinstance(scheme, SinusoidalPositions):
+            scheme.embed(torch.zeros(1, length, scheme.width), positions)  # grows scheme.table
+            self.table = scheme.table[:length].clone()
+        elif isinstance(scheme, RotaryPositions):
+            probe = torch.zeros(1, 1, length, scheme.head_dim)
+            scheme.rotate(probe, probe, positions)  # grows the scheme's tables
+            for name in scheme.tables:
+                setattr(self, name, getattr(scheme, name)[:length].clone())
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        """`[B, T, C]` plus the rows at `positions` `[T]` (SinusoidalPositions.embed without the growth)."""
+        if self.table is None:
+            return self.scheme.embed(x, positions)
+        return add_positions(x, self.table[positions].to(x.dtype))
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """q `[B, H, T, D]`, k `[B, Hkv, T, D]` rotated (RotaryPositions.rotate without the growth)."""
+        if self.cos is None:
+            return self.scheme.rotate(q, k, positions)
+        cos, sin = self.cos[positions].to(q.dtype), self.sin[positions].to(q.dtype)
+        if self.key_cos is None:
+            key_cos, key_sin = cos, sin
+        else:  # xPos scales queries and keys inversely: its keys have tables of their own
+            key_cos, key_sin = self.key_cos[positions].to(q.dtype), self.key_sin[positions].to(q.dtype)
+        return self.scheme.turn(q, cos, sin, fused=False), self.scheme.turn(k, key_cos, key_sin, fused=False)
+
+    def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
+        return self.scheme.bias(q_positions, k_positions)
+
+    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
+                        layer: int) -> Tensor | None:  # fmt: skip
+        return self.scheme.contextual_bias(q, k, q_positions, k_positions, layer)
+
+    @property
+    def is_contextual(self) -> bool:
+        return self.scheme.is_contextual
+
+
+class ProbedDecoder(nn.Module):
+    """`Decoder.forward` for a full pass, through the model's own blocks, that also returns every layer's
+    attention: ids `[B, T]` -> (logits `[B, T, V]`, attn_0, ..., attn_{L-1} each `[B, H, T, T]`)."""
+
+    def __init__(self, model: Decoder, max_length: int) -> None:
+        super().__init__()
+        self.model, self.scheme = model, FixedTables(model.positions, max_length)
+
+    def forward(self, ids: Tensor) -> tuple[Tensor, ...]:
+        m, T = self.model, ids.shape[1]
+        positions = torch.arange(T, device=ids.device)
+        x = self.scheme.embed(m.token_embedding(ids), positions)  # [B, T, C]
+        # the same masks the model builds for this pass; layers in nope_layers use NoPE's
+        masks = {
+            False: m._attention_mask(positions, T),
+            True: m._attention_mask(positions, T, m.no_positions),
+        }
+        record: list[Tensor] = []
+        with recording_attention(record):
+            for layer, block in enumerate(m.blocks):
+                plain = layer in m.config.nope_layers
+                x = block(x, positions, m.no_positions if plain else self.scheme, *masks[plain], None, layer)
+        if len(record) != len(
+            m.blocks
+        ):  # octlm.model.decoder stopped calling `attention`: the hook went stale
+            raise RuntimeError(
+                f"recorded {len(record)} attention layers of {len(m.blocks)}; see recording_attention"
+            )
+        return (m.head(m.norm(x)), *record)
+
+
+def output_names(n_layers: int) -> list[str]:
+    return ["logits"] + [f"attn_{layer}" for layer in range(n_layers)]
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """The exporter's progress lines, torchvision notices and deprecation warnings: stderr is for one line."""
+    quiet = [
+        logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")
+    ]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(quiet, levels, strict=True):
+            logger.setLevel(level)
+
+
+def write_onnx(model: Decoder, path: Path, max_length: int) -> None:
+    """Write `model` (eval mode, CPU) to the single file `path` as a graph over ids `[B, T]`, T <= max_length."""
+    probed = ProbedDecoder(model.eval(), max_length).eval()
+    example = torch.arange(2 * min(max_length, 8)).reshape(2, -1) % model.config.vocab_size
+    dims = {0: torch.export.Dim("batch", min=1), 1: torch.export.Dim("length", min=1, max=max_length)}
+    with _quiet_exporter(), torch.no_grad():
+        program = torch.onnx.export(
+            probed, (example,), dynamo=True, dynamic_shapes={"ids": dims}, input_names=["ids"],
+            output_names=output_names(model.config.n_layers), opset_version=OPSET, verbose=False,
+        )  # fmt: skip
+        program.save(str(path), external_data=False)  # one file: the browser fetches one URL per model
+
+
+def check_onnx(path: Path, model: Decoder, length: int) -> float:
+    """Max |logit difference| between onnxruntime on `path` and `model` for one fixed `[1, length]` text."""
+    import onnxruntime
+
+    ids = (torch.arange(length) * 7919 % model.config.vocab_size).unsqueeze(0)  # every part of the table
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(["logits"], {"ids": ids.numpy()})
+    with torch.no_grad():
+        reference, _ = model(ids)
+    return float((torch.from_numpy(logits) - reference).abs().max())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What is exported
+
+
+def need_exporter() -> None:
+    """UserError naming the install command when a package of the `onnx` extra is missing."""
+    missing = [
+        name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise UserError(f"octlm export onnx needs {', '.join(missing)}: pip install 'octlm[onnx]'")
+
+
+def export_length(model: Decoder, max_length: int | None) -> int:
+    """The longest T the graph takes: --max-length, at most a learned table's rows (default: all of them)."""
+    rows, scheme = model.positions.max_length, model.config.position
+    if max_length is None:
+        return rows if rows is not None else max(DEFAULT_MAX_LENGTH, model.config.context_length)
+    low, high = LENGTH_RANGE
+    if not low <= max_length <= high:
+        raise UserError(
+            f"--max-length {max_length} is outside [{low}, {high}]; choose a length in that range"
+        )
+    if rows is not None and max_length > rows:
+        raise UserError(f"--max-length {max_length} is longer than the {scheme} position table ({rows} rows), "
+                        f"which has no row past its last one; use --max-length {rows} or less")  # fmt: skip
+    return max_length
+
+
+def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None, length: int) -> dict | None:
+    """Give a RoPE model the frequencies of `method` (rope_scaling.METHODS); None leaves it as trained.
+
+    `factor` defaults to length / training length (as the length experiment's static factor). Returns what
+    model.json records: {"method", "factor"}, or None.
+    """
+    mc = model.config
+    if method is None:
+        if factor is not None:
+            raise UserError(
+                f"--rope-factor {factor} needs --rope-scaling METHOD ({', '.join(STATIC_SCALING)})"
+            )
+        return None
+    if mc.position != "rope":
+        raise UserError(f"--rope-scaling {method}: the {mc.position} scheme has no RoPE frequencies to scale; "
+                        "drop the flag or export a rope run")  # fmt: skip
+    if method == "dynamic":
+        raise UserError("--rope-scaling dynamic: dynamic NTK changes RoPE's frequencies with each text's length, "
+                        "and an ONNX graph holds one fixed cos/sin table; use ntk, linear or yarn")  # fmt: skip
+    if method not in METHODS:
+        raise UserError(f"--rope-scaling {method!r} is unknown; choose one of {', '.join(STATIC_SCALING)}")
+    factor = max(1.0, length / mc.context_length) if factor is None else float(factor)
+    if not (math.isfinite(factor) and factor >= 1):
+        raise UserError(f"--rope-factor {factor} must be a finite number of at least 1")
+    model.positions.set_frequencies(
+        *scaled_frequencies(method, model.positions.rotary_dims, mc.rope_base, factor, mc.context_length)
+    )
+    return {"method": method, "factor": factor}
+
+
+def model_info(model: Decoder, length: int, scaling: dict | None, eot_id: int) -> dict[str, Any]:
+    """model.json without its file sizes: what a page needs to feed the graph and read its outputs."""
+    mc = model.config
+    return {
+        "format": FORMAT, "scheme": mc.position, "rope_scaling": scaling,
+        "context_length": length,  # the longest input the graph takes
+        "train_length": mc.context_length,  # the length the model was trained at
+        "vocab_size": mc.vocab_size, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_model": mc.d_model,
+        "eot_id": eot_id, "opset": OPSET, "inputs": {"ids": ["batch", "length"]},
+        "outputs": {name: ["batch", "length", "vocab"] if name == "logits" else
+                    ["batch", "head", "length", "length"] for name in output_names(mc.n_layers)},
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The folder
+
+
+def _is_export(folder: Path) -> bool:
+    try:
+        return json.loads((folder / INFO_FILE).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _not_an_export(out: Path) -> str | None:
+    """Why the non-empty folder `out` is no earlier ONNX export (files only, with its model.json), or None."""
+    if any(p.is_dir() or p.is_symlink() for p in out.iterdir()) or not _is_export(out):
+        return f"is no earlier ONNX export (no {INFO_FILE} of one, or it holds folders)"
+    return None
+
+
+def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_length: int | None = None,
+                rope_scaling: str | None = None, rope_factor: float | None = None) -> dict[str, Any]:  # fmt: skip
+    """Export the trained run in `run_dir` to the folder `out`: model.onnx, tokenizer.json, model.json.
+
+    Nothing is left behind when anything fails; with `force` an earlier export is replaced only once the new
+    one is complete. Returns model.json's contents (file sizes in bytes under "files").
+    """
+    from octlm.storage.checkpoint import load_model
+
+    run_dir, out = Path(run_dir), Path(out)
+    check_out(out, force, run_dir, "-onnx", _not_an_export)  # before the load: a mistake costs nothing
+    need_exporter()
+    model, _config, tokenizer = load_model(run_dir)
+    length = export_length(model, max_length)
+    info = model_info(
+        model, length, apply_rope_scaling(model, rope_scaling, rope_factor, length), tokenizer.eot_id
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = sibling(out, "tmp")
+    tmp.mkdir()
+    try:
+        with writing(out):
+            write_onnx(model, tmp / ONNX_FILE, length)
+            shutil.copyfile(Run.of(run_dir).tokenizer_path, tmp / TOKENIZER_FILE)
+            checked = min(length, 64)
+            error = check_onnx(tmp / ONNX_FILE, model, checked)
+            if not error <= CHECK_TOLERANCE:  # an exporter or runtime bug, not rounding: keep no such file
+                raise RuntimeError(f"the ONNX graph's logits differ from PyTorch's by {error:.3g}")
+            info["checked"] = {"length": checked, "max_logit_difference": error}  # onnxruntime vs PyTorch
+            info["files"] = {name: (tmp / name).stat().st_size for name in (ONNX_FILE, TOKENIZER_FILE)}
+            (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        swap_in(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `octlm export onnx`
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-rope"
+    )
+    parser.add_argument("out", metavar="OUT", help="the folder to write (must be new or empty)")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it holds an earlier ONNX export")
+    parser.add_argument("--max-length", type=int_in_range(*LENGTH_RANGE), metavar="N",
+                        help=f"the longest input (default: a learned table's rows, else {DEFAULT_MAX_LENGTH})")  # fmt: skip
+    parser.add_argument("--rope-scaling", choices=STATIC_SCALING + ("dynamic",), metavar="METHOD",
+                        help=f"RoPE runs: scale the frequencies ({', '.join(STATIC_SCALING)})")  # fmt: skip
+    parser.add_argument("--rope-factor", type=float, metavar="S",
+                        help="the scaling factor (default: max length / training length)")  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    info = export_onnx(args.run, args.out, args.force, args.max_length, args.rope_scaling, args.rope_factor)
+    seconds, size = time.perf_counter() - start, info["files"][ONNX_FILE]
+    print(f"wrote {args.out}: {ONNX_FILE} {size:,} bytes ({info['scheme']}, inputs of 1 to "
+          f"{info['context_length']} tokens, trained at {info['train_length']}) in {seconds:.1f} s")  # fmt: skip

@@ -1,0 +1,324 @@
+"""`octlm export fixtures`: the JSON files that the web site's TypeScript math is tested against.
+
+The explainer site (web/) recomputes the position math in the browser, in `web/src/math.ts`. So that the two
+never drift, this command evaluates the formulas of `octlm/positions/scheme.py` and `octlm/positions/` on small fixed
+inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file).
+`web/tests/unit/parity.test.ts` runs every TypeScript twin on the same inputs and fails when any value differs by
+more than 1e-7, and `tests/test_fixtures.py` fails when the committed files are not what this command writes today.
+`schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks and the class
+docstring's summary of every scheme `import octlm.positions` registers), from which the site lists the schemes.
+
+The files are stable byte for byte: keys sorted, values converted to float64 and rounded to 12 significant
+digits: far below the 1e-7 tolerance, far above the last-bit noise by which one CPU's `sin` may differ from
+another's.
+A masked entry (an ALiBi bias of minus infinity) is written as `null`, because JSON has no infinity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from octlm.data.corpus import write_atomic
+from octlm.errors import UserError, check_output, writing
+from octlm.storage.jsonable import to_json
+
+DEFAULT_OUT = Path("web") / "fixtures"
+SCHEMA = 1
+DIGITS = 12
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        default=str(DEFAULT_OUT),
+        help=f"folder for the JSON files (default: {DEFAULT_OUT}, from the repo root)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the files in --out differ from a fresh export",
+    )
+
+
+def _clean(value: Any) -> Any:
+    """Plain JSON values: tensors to nested lists, floats to DIGITS significant digits, -inf (masked) to None."""
+    return to_json(value, DIGITS, significant=True, nonfinite="mask")
+
+
+def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:
+    """Small fixed inputs in [-1, 1] from a plain LCG: identical on every machine and NumPy version."""
+    state = seed
+    out = []
+    for _ in range(rows):
+        row = []
+        for _ in range(cols):
+            state = (6364136223846793005 * state + 1442695040888963407) % 2**64
+            row.append(round((state >> 11) / 2**53 * 2 - 1, 4))
+        out.append(row)
+    return out
+
+
+# Where a scheme can act, in the order of the forward pass (the PositionScheme hooks).
+HOOKS = ("embed", "rotate", "bias", "contextual_bias")
+
+
+def _summary(cls: type) -> str:
+    """A class docstring's summary: its first paragraph on one line (a first physical line may stop mid-sentence)."""
+    doc = (cls.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def scheme_table() -> dict[str, Any]:
+    """`schemes.json`: every registered scheme in table order, as the site lists them.
+
+    `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme` hooks it
+    overrides (where it acts), `bounded` whether it has a maximum length.
+    """
+    import octlm.positions  # noqa: F401  registers every built-in scheme
+    from octlm.positions import scheme as P
+
+    rows = []
+    for name in P.table_order(P.scheme_names()):
+        cls = P.SCHEMES[name]
+        hooks = [h for h in HOOKS if getattr(cls, h) is not getattr(P.PositionScheme, h)]
+        rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
+                     "options": list(cls.options), "hooks": hooks, "doc": _summary(cls)})  # fmt: skip
+    note = ("the position-scheme registry (octlm.positions.scheme.SCHEMES after `import octlm.positions`), in table order; "
+            "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads")  # fmt: skip
+    return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
+
+
+def build_fixtures() -> dict[str, dict[str, Any]]:
+    """Every fixture file by name: {"function", "source", "schema", "note", "cases": [{inputs, output}]}, and
+    `schemes.json` (the registry as data)."""
+    files: dict[str, dict[str, Any]] = {}
+
+    def add(
+        name: str, note: str, cases: list[dict[str, Any]], source: str = "octlm/positions/scheme.py"
+    ) -> None:
+        files[f"{name}.json"] = {"function": name, "source": source, "schema": SCHEMA, "note": note,
+                                 "cases": _clean(cases)}  # fmt: skip
+
+    # The registry first: the modules below register their schemes as they are imported, and schemes.json lists
+    # what `import octlm.positions` registers (in a fresh process that is all octlm has, in its table order).
+    files["schemes.json"] = scheme_table()
+    _formula_fixtures(add)
+    _scheme_formula_fixtures(add)
+    _cope_fixtures(add)
+    return dict(sorted(files.items()))
+
+
+def _formula_fixtures(add: Callable[..., None]) -> None:
+    """The formulas of octlm/positions/scheme.py on small fixed inputs."""
+    import torch
+
+    from octlm.positions import scheme as P
+
+    def f64(rows: list[list[float]]) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    add("sinusoidal_table", "output[t][2i] = sin(t / base^(2i/width)), output[t][2i+1] = cos(same)", [
+        {"inputs": {"length": n, "width": w, "base": b}, "output": P.sinusoidal_table(n, w, b)}
+        for n, w, b in [(8, 8, 10000.0), (16, 6, 10000.0), (5, 32, 10000.0), (12, 10, 100.0), (1, 2, 10000.0)]
+    ])  # fmt: skip
+
+    similarity_inputs = [_clean(P.sinusoidal_table(12, 16)), _inputs(6, 5, seed=7), [[3.0, 4.0], [-4.0, 3.0]]]
+    add("cosine_similarity_matrix", "output[i][j] = cosine of the angle between rows i and j of x", [
+        {"inputs": {"x": x}, "output": P.cosine_similarity_matrix(f64(x))} for x in similarity_inputs
+    ])  # fmt: skip
+
+    add("rope_frequencies", "output[i] = base^(-2i/head_dim)", [
+        {"inputs": {"head_dim": d, "base": b}, "output": P.rope_frequencies(d, b)}
+        for d, b in [(8, 10000.0), (16, 500.0), (64, 10000.0), (2, 10000.0)]
+    ])  # fmt: skip
+
+    rope_cases = []
+    for layout in ("half", "interleaved"):
+        for rows, dim, positions, base, seed in [
+            (5, 8, [0, 1, 2, 7, 100], 10000.0, 1),
+            (3, 4, [3, 3, 250], 100.0, 2),
+        ]:
+            x = _inputs(rows, dim, seed)
+            pos = torch.tensor(positions, dtype=torch.float64)
+            out = P.rope_rotate(f64(x), pos, base=base, layout=layout)
+            rope_cases.append({"inputs": {"x": x, "positions": positions, "base": base, "layout": layout},
+                               "output": out})  # fmt: skip
+    add("rope_rotate", "row r of x rotated as position positions[r]: pair i turns by positions[r] * theta_i",
+        rope_cases)  # fmt: skip
+
+    add("alibi_slopes", "Press et al.'s head slopes, with their recipe for head counts that are not 2^k", [
+        {"inputs": {"n_heads": n}, "output": P.alibi_slopes(n)} for n in [1, 2, 3, 4, 5, 6, 8, 12, 16, 24]
+    ])  # fmt: skip
+
+    bias_cases = []
+    for heads, q, k in [(4, list(range(6)), list(range(6))), (3, [4, 5], [0, 1, 2, 3, 4, 5, 6])]:
+        slopes = P.alibi_slopes(heads).double()
+        bias = P.alibi_bias(slopes, torch.tensor(q), torch.tensor(k))
+        bias_cases.append({"inputs": {"slopes": slopes, "q_positions": q, "k_positions": k}, "output": bias})
+    add("alibi_bias", "output[h][q][k] = -slope_h * (q - k) for k <= q; null stands for -inf (k > q, masked)",
+        bias_cases)  # fmt: skip
+
+    t5_cases = []
+    for buckets, distance in [(32, 128), (8, 20), (16, 64), (2, 4)]:
+        rel = list(range(-300, 4))
+        out = P.t5_bucket(torch.tensor(rel), buckets, distance)
+        inputs = {"relative_position": rel, "num_buckets": buckets, "max_distance": distance}
+        t5_cases.append({"inputs": inputs, "output": out})
+    add("t5_bucket", "causal T5 bucket of relative_position = k - q (bidirectional=False)", t5_cases)
+
+    shape_cases = []
+    for tokens, table in [([2, 5, 8], [6, 8]), ([1, 4, 8], [4, 6]), ([3, 4, 16], [4, 16])]:
+        try:
+            P.add_positions(torch.zeros(tokens), torch.zeros(table))
+            message = None
+        except UserError as error:
+            message = str(error)
+        shape_cases.append({"inputs": {"token_shape": tokens, "table_shape": table}, "output": message})
+    add("add_positions", "the error add_positions raises for [B, T, C] + [T', C'] (null: the shapes fit)",
+        shape_cases)  # fmt: skip
+
+
+def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
+    """The plain formulas of the newer schemes (octlm/positions/), each fixture naming its source file."""
+    import torch
+
+    from octlm.positions import fire, rotary, xpos
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    def exact(value: torch.Tensor) -> Any:
+        """`value` as the fixture stores it, so that both languages start from the very same numbers."""
+        return f64(_clean(value))
+
+    src = "octlm/positions/rotary.py"
+    add("rotary_dims", "int(head_dim * fraction) rounded down to whole pairs (GPT-NeoX rotary_pct)", [
+        {"inputs": {"head_dim": d, "fraction": f}, "output": rotary.rotary_dims(d, f)}
+        for d, f in [(64, 1.0), (64, 0.25), (64, 0.3), (16, 0.5), (10, 0.35), (8, 0.2), (2, 0.99), (96, 0.1)]
+    ], src)  # fmt: skip
+    add("prope_frequencies", "theta_i = base^(-2i/head_dim) for the round(kept * D/2) smallest i (half up), else 0", [
+        {"inputs": {"head_dim": d, "base": b, "kept": k}, "output": rotary.prope_frequencies(d, b, k)}
+        for d, b, k in [(8, 10000.0, 0.75), (8, 10000.0, 0.625), (12, 500.0, 0.75), (16, 10000.0, 0.25),
+                        (8, 10000.0, 0.0), (8, 10000.0, 1.0), (64, 10000.0, 0.75)]
+    ], src)  # fmt: skip
+
+    src = "octlm/positions/xpos.py"
+    add("xpos_scales", "zeta_i = (2i / head_dim + gamma) / (1 + gamma), one per channel pair", [
+        {"inputs": {"head_dim": d, "gamma": g}, "output": xpos.xpos_scales(d, g)}
+        for d, g in [(8, 0.4), (16, 0.4), (64, 0.4), (2, 0.4), (10, 0.1)]
+    ], src)  # fmt: skip
+    add("xpos_safe_length", "the first position whose key scale zeta_0^(-t / scale_base) passes 2^64", [
+        {"inputs": {"head_dim": d, "scale_base": sb, "gamma": g}, "output": xpos.xpos_safe_length(d, sb, g)}
+        for d, sb, g in [(64, 512.0, 0.4), (16, 512.0, 0.4), (64, 64.0, 0.4), (8, 2048.0, 0.4), (32, 512.0, 1.0)]
+    ], src)  # fmt: skip
+
+    src = "octlm/positions/fire.py"
+    fire_cases = []
+    for c, threshold, q, k in [(0.1, 4.0, [0, 1, 2, 3, 4, 5, 6, 7], list(range(8))), (0.5, 2.0, [5, 9], list(range(10))),
+                               (2.0, 100.0, [100, 300], [0, 1, 50, 100, 299, 300])]:  # fmt: skip
+        out = fire.fire_inputs(f64(c), f64(threshold), torch.tensor(q), torch.tensor(k))
+        fire_cases.append({"inputs": {"c": c, "threshold": threshold, "q_positions": q, "k_positions": k},
+                           "output": out})  # fmt: skip
+    add("fire_inputs", "psi(i - j) / psi(max(L, i)), psi(x) = log(c x + 1), for query i and key j <= i (0 for j > i)",
+        fire_cases, src)  # fmt: skip
+    mlp_cases = []
+    for heads, hidden, seed in [(2, 4, 21), (3, 8, 22)]:
+        x = exact(fire_cases[1]["output"] if heads == 2 else fire_cases[0]["output"])
+        rows = f64(_inputs(4, heads * hidden, seed))  # four rows of fixed values in [-1, 1]
+        w1, b1, w2, b2 = (
+            rows[0, :hidden] * 2,
+            rows[1, :hidden],
+            rows[2].reshape(heads, hidden),
+            rows[3, :heads],
+        )
+        weights = {"w1": w1, "b1": b1, "w2": w2, "b2": b2}
+        mlp_cases.append({"inputs": {"x": x, **weights}, "output": fire.fire_mlp(x, **weights)})
+    add("fire_mlp", "output[h][q][k] = w2[h] . relu(w1 x[q][k] + b1) + b2[h]", mlp_cases, src)
+
+
+def _cope_fixtures(add: Callable[..., None]) -> None:
+    """CoPE's gated counts and their interpolated bias (octlm/positions/cope.py)."""
+    import torch
+
+    from octlm.positions import cope
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    src = "octlm/positions/cope.py"
+    count_cases, bias_cases = [], []
+    for (b, h, hkv, tq, tk, d, limit, offset, seed) in [(1, 2, 2, 5, 5, 4, 8, 0, 31), (2, 4, 2, 3, 7, 4, 3, 4, 32),
+                                                          (1, 1, 1, 6, 6, 8, 63, 0, 33)]:  # fmt: skip
+        # times 3: scores of a few units, so that the gates spread over (0, 1) instead of all sitting near 1/2
+        q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
+        k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
+        qp, kp = list(range(offset, offset + tq)), list(range(tk))
+        counts = cope.gated_counts(q, k, torch.tensor(qp), torch.tensor(kp), limit)
+        inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp, "limit": limit}
+        count_cases.append({"inputs": inputs, "output": counts})
+        table = f64(_inputs(limit + 1, d, seed + 200))
+        p = f64(_clean(counts))  # the counts as the fixture stores them: both sides start from them
+        # (a copy goes in: interpolated_bias overwrites its counts with their fractional parts)
+        bias_cases.append(
+            {
+                "inputs": {"q": q, "table": table, "counts": p},
+                "output": cope.interpolated_bias(q, table, p.clone()),
+            }
+        )
+    add("gated_counts", "p[b][h][i][j] = min(sum over keys t = j..i of sigmoid(q_i . k_t / sqrt(D)), limit); 0 for j > i; "
+        "query head h reads key head h // (H / Hkv)", count_cases, src)  # fmt: skip
+    add(
+        "interpolated_bias",
+        "z = (1 - w) q . e[floor(p)] + w q . e[ceil(p)], w = p - floor(p)",
+        bias_cases,
+        src,
+    )
+
+
+def render(fixture: dict[str, Any]) -> str:
+    return json.dumps(fixture, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def write_fixtures(out: Path) -> list[Path]:
+    """Write every fixture file into `out` (created if needed) and return the paths written."""
+    check_output(out, "--out", folder=True)
+    written = []
+    for name, fixture in build_fixtures().items():
+        path = out / name
+        with writing(path):  # atomic: a failed write leaves the old file, and a symlink is replaced
+            write_atomic(path, render(fixture).encode("utf-8"))
+        written.append(path)
+    return written
+
+
+def stale_fixtures(out: Path) -> list[str]:
+    """Names of fixture files in `out` that are missing or differ from what would be written now."""
+    stale = []
+    for name, fixture in build_fixtures().items():
+        path = out / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != render(fixture):
+            stale.append(name)
+    return stale
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if args.out == str(DEFAULT_OUT) and not out.parent.is_dir():
+        raise UserError(
+            f"there is no {out.parent}/ folder here; run from the octlm repository root or pass --out DIR"
+        )
+    if args.check:
+        stale = stale_fixtures(out)
+        if stale:
+            names = ", ".join(stale)
+            print(f"{len(stale)} fixture file(s) in {out} are stale ({names}); run `octlm export fixtures`")
+            return 1
+        print(f"fixtures in {out} are up to date")
+        return 0
+    written = write_fixtures(out)
+    print(f"wrote {len(written)} fixture files to {out}")
+    return 0

@@ -1,0 +1,115 @@
+"""What a run starts from: nothing (a new run), or a checkpoint and the data it was trained on, both checked.
+
+A resume may change only bookkeeping (`RESUMABLE_FIELDS`); the corpus, the tokenizer and the token files must
+hash the same as when the run started. Everything is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+from octlm.config.schema import Config
+from octlm.data.cache import PreparedData, prepare_data
+from octlm.data.corpus import load_corpus
+from octlm.errors import UserError
+from octlm.runtime import Dist
+from octlm.storage.checkpoint import Checkpoint, load_checkpoint, sha256_array
+from octlm.storage.run import Run
+
+# Fields a resume may change: they do not change what the next step computes (steps only reshapes the tail
+# of the cosine). Everything else must equal the checkpoint's config.
+RESUMABLE_FIELDS = frozenset(
+    {
+        "train.steps",
+        "train.eval_interval",
+        "train.eval_batches",
+        "train.checkpoint_interval",
+        "train.out_dir",
+        "train.run_name",
+        "train.device",
+        "train.compile",
+        "train.report",
+        "train.sample_tokens",
+        "train.log",
+        "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
+    }
+)
+
+
+def config_differences(old: Config, new: Config) -> list[str]:
+    """`section.field new != old` for every field outside RESUMABLE_FIELDS that differs."""
+    a, b = old.flat(), new.flat()
+    return [
+        f"{k} {b.get(k)} != {a.get(k)}"
+        for k in sorted(set(a) | set(b))
+        if k not in RESUMABLE_FIELDS and a.get(k) != b.get(k)
+    ]
+
+
+def checkpoint_to_resume(config: Config, run: Run, resume: bool, overwrite: bool) -> Checkpoint | None:
+    """The checkpoint a resume continues (checked against `config`), or None for a new run.
+
+    A new run refuses a folder that already holds one unless `overwrite` is set.
+    """
+    if not resume:
+        if not overwrite and run.has_checkpoint():
+            raise UserError(
+                f"{str(run.path)!r} already holds a run; resume it with `octlm train --resume {run.path}`, "
+                "choose another --name, or pass --overwrite to start it again"
+            )
+        return None
+    ckpt = load_checkpoint(run.path, map_location="cpu")
+    diffs = config_differences(ckpt.config, config)
+    if diffs:
+        raise UserError(
+            f"config differs from the checkpoint's: {'; '.join(diffs)}; a resume keeps the run's settings "
+            f"(only {', '.join(sorted(RESUMABLE_FIELDS))} may change)"
+        )
+    if ckpt.optimizer_state is None:
+        raise UserError(f"{str(run.path)!r} has no optimizer state, so it cannot be resumed exactly")
+    if ckpt.step >= config.train.steps:
+        raise UserError(
+            f"run {str(run.path)!r} already finished its {ckpt.step} steps; to train further, resume with "
+            f"a larger --steps (e.g. octlm train --resume {run.path} --steps {2 * ckpt.step})"
+        )
+    return ckpt
+
+
+def data_for_run(
+    config: Config, ckpt: Checkpoint | None, dist: Dist, show: bool
+) -> tuple[PreparedData, dict[str, str]]:
+    """The token files and their SHA-256 table; on resume they must be the ones the checkpoint recorded."""
+    recorded = ckpt.meta["sha256"] if ckpt else {}
+    corpus = load_corpus(config.data)  # loaded and hashed once, here
+    if ckpt and recorded.get("corpus") and corpus.sha256 != recorded["corpus"]:
+        # Refused before prepare_data writes a cache for the edited text.
+        raise UserError(
+            f"corpus differs from the checkpoint's: SHA-256 {corpus.sha256[:12]} != "
+            f"{str(recorded['corpus'])[:12]}; the text changed since the run started, so it cannot be resumed"
+        )
+    vocab = config.model.vocab_size
+    # Rank 0 builds the cache first, so that ranks never write the same files at once.
+    if dist.main:
+        data = prepare_data(
+            config.data, vocab, progress=show, corpus=corpus, block=config.model.context_length
+        )
+    dist.barrier()
+    if not dist.main:
+        data = prepare_data(
+            config.data, vocab, progress=False, corpus=corpus, block=config.model.context_length
+        )
+    if data.tokenizer.vocab_size > vocab:
+        raise UserError(
+            f"the tokenizer has {data.tokenizer.vocab_size} entries but model.vocab_size is {vocab}"
+        )
+    hashes = {
+        "tokenizer": data.tokenizer_sha256,
+        "corpus": data.corpus_sha256,
+        "train_tokens": sha256_array(data.train),
+        "val_tokens": sha256_array(data.val),
+    }
+    for key, value in hashes.items():
+        if ckpt and recorded.get(key) != value:
+            raise UserError(
+                f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded.get(key))[:12]}; "
+                "the corpus or tokenizer changed since the run started, so it cannot be resumed"
+            )
+    return data, hashes

@@ -1,0 +1,145 @@
+"""Experiment tracking: every evaluation record, also where users look (`train.log`).
+
+metrics.jsonl (`octlm.storage.run`) stays the source of truth; a tracker mirrors each record it gets. With
+`--log tensorboard`, rank 0 writes TensorBoard event files to the run's `tensorboard/` folder
+(`tensorboard --logdir runs`):
+
+- scalars at global step `record["step"]`, under the tags in `SCALARS` (train and validation loss, bits per
+  byte, perplexity, learning rate, tokens/s);
+- an image of the position table's cosine similarity `[T, T]` (red +1, blue -1, as `octlm inspect` draws it) at
+  every evaluation for the learned table, once for the fixed sinusoidal table; schemes without position
+  vectors (rope, alibi, t5, nope) have no table and so no image.
+
+A resume continues the events: events after the checkpoint's step are hidden (`purge_step`), as metrics.jsonl's
+records after it are cut. Tracking reads the weights and never draws a random number, so it cannot change a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from octlm.config.schema import Config
+from octlm.errors import UserError
+from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
+from octlm.positions.scheme import cosine_similarity_matrix
+from octlm.runtime import Dist
+from octlm.storage.run import Run
+
+SCALARS = {  # metrics.jsonl key -> TensorBoard tag
+    "train_loss": "loss/train",
+    "val_loss": "loss/val",
+    "val_bpb": "bits_per_byte/val",
+    "val_perplexity": "perplexity/val",
+    "lr": "learning_rate",
+    "tokens_per_second": "tokens_per_second",
+}
+SIMILARITY_TAG = "positions/cosine_similarity"
+INSTALL = 'pip install "octlm[tensorboard]"'
+
+
+class Tracker:
+    """Takes each evaluation record. This one keeps nothing: `train.log = "none"`, and every rank but 0."""
+
+    @contextlib.contextmanager
+    def writing(self, start_step: int) -> Iterator[Tracker]:
+        """Open for a training call that starts at `start_step`; closed on leaving, also on error."""
+        yield self
+
+    def record(self, record: dict[str, Any], model: torch.nn.Module) -> None:
+        """One evaluation record (as appended to metrics.jsonl) and the model it scored."""
+
+
+class TensorBoardTracker(Tracker):
+    """Event files in `folder` through `torch.utils.tensorboard.SummaryWriter`."""
+
+    def __init__(self, writer_class: type, folder: Path) -> None:
+        self.writer_class = writer_class
+        self.folder = folder
+        self.writer: Any = None
+        self.images = 0  # similarity images written by this call
+
+    @contextlib.contextmanager
+    def writing(self, start_step: int) -> Iterator[Tracker]:
+        # TensorBoard hides events at steps >= purge_step; metrics.jsonl keeps the record of the checkpoint's
+        # own step, so the events of that step stay too.
+        purge_step = start_step + 1 if start_step > 0 else None
+        try:
+            self.writer = self.writer_class(log_dir=str(self.folder), purge_step=purge_step)
+        except OSError as error:
+            raise self._write_error(error) from None
+        self.images = 0
+        try:
+            yield self
+        finally:
+            writer, self.writer = self.writer, None
+            with contextlib.suppress(OSError):  # a failed final flush must not hide why training stopped
+                writer.close()
+
+    def record(self, record: dict[str, Any], model: torch.nn.Module) -> None:
+        step = int(record["step"])
+        try:
+            for key, tag in SCALARS.items():
+                self.writer.add_scalar(tag, float(record[key]), step)
+            image = self._similarity_image(model)
+            if image is not None:
+                self.writer.add_image(SIMILARITY_TAG, image, step, dataformats="HWC")
+                self.images += 1
+            self.writer.flush()  # evaluations are rare: a live `tensorboard` sees each one
+        except OSError as error:
+            raise self._write_error(error) from None
+
+    def _similarity_image(self, model: torch.nn.Module) -> np.ndarray | None:
+        """`[T, T, 3]` uint8 of the position table's cosine similarity, or None (no table, or fixed and drawn)."""
+        scheme = getattr(model, "positions", None)
+        if isinstance(scheme, LearnedPositions):
+            table = scheme.table.weight
+        elif isinstance(scheme, SinusoidalPositions) and self.images == 0:
+            table = scheme.table[: model.config.context_length]
+        else:
+            return None
+        with torch.no_grad():
+            sim = cosine_similarity_matrix(table.detach().float().cpu()).numpy()
+        return similarity_rgb(sim)
+
+    def _write_error(self, error: OSError) -> UserError:
+        reason = error.strerror or str(error)
+        return UserError(
+            f"could not write TensorBoard events in {self.folder}: {reason}; free space or train without "
+            "--log tensorboard (the run's metrics file keeps every record)"
+        )
+
+
+def similarity_rgb(sim: np.ndarray) -> np.ndarray:
+    """A similarity matrix in [-1, 1] as an `[N, N, 3]` uint8 image in the report's colormap (RdBu_r)."""
+    from matplotlib import colormaps
+
+    rgba = colormaps["RdBu_r"](np.clip((sim + 1.0) / 2.0, 0.0, 1.0))
+    return np.round(rgba[..., :3] * 255.0).astype(np.uint8)
+
+
+def summary_writer_class() -> type:
+    """`torch.utils.tensorboard.SummaryWriter`, or a one-line UserError saying how to install it."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError(
+            f"train.log = 'tensorboard' needs the tensorboard package, which is not installed: {INSTALL}"
+        ) from None
+    return SummaryWriter
+
+
+def make_tracker(config: Config, run: Run, dist: Dist) -> Tracker:
+    """The tracker `config.train.log` names. Writes nothing yet, so it can be made before any work: every rank
+    checks that the package is there (all fail alike), and only rank 0 gets one that writes."""
+    if config.train.log == "none":
+        return Tracker()
+    writer_class = summary_writer_class()
+    if not dist.main:
+        return Tracker()
+    return TensorBoardTracker(writer_class, run.tensorboard_dir)
