@@ -5,9 +5,11 @@ Anything a user can fix (a bad flag, a missing file, a token id out of range, a 
 one line and exits with status 2; library callers get an ordinary exception they can catch.
 
 Faults the operating system reports (a full disk, a read-only folder, a path through a file) stay `OSError`s
-in the library; the CLI's one boundary turns them into one line with `describe_os_error`, which names the
-path and the fix for that errno. `writing(path)` attaches the path to a write error that lacks one (a write
-to an open file reports none), and `check_output` refuses an output path before any work is done.
+in the library. What one means for the user comes from one errno table, `OS_ERRORS` (a permission problem is
+never called a full disk; each errno has its own fix), said two ways: `describe_os_error`, the CLI's whole
+line ("'path': what (ERRNO); fix"), and `explain`, a clause for a module's own message ("what (ERRNO) at
+'folder'; fix"). `writing(path)` attaches the path to a write error that lacks one (a write to an open file
+reports none), and `check_output` refuses an output path before any work is done.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import contextlib
 import errno
 import os
 import re
+import resource
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -60,16 +64,35 @@ OS_ERRORS: dict[int, tuple[str, str]] = {
 STDOUT = "<stdout>"
 
 
-def describe_os_error(error: OSError, where: str | None = None) -> str | None:
-    """One line for an expected OSError: the path, what happened, the fix; None for an unexpected errno.
-
-    `where` names the target when the error carries no file name (a write to stdout reports none).
-    """
-    known = OS_ERRORS.get(error.errno or 0)
+def _cause(error: OSError, reading: bool = False) -> tuple[str, str] | None:
+    """(what happened, with its errno's name; the fix) for an errno of OS_ERRORS, else None."""
+    code = error.errno or 0
+    known = OS_ERRORS.get(code)
     if known is None:
         return None
     what, fix = known
-    name = errno.errorcode.get(error.errno or 0, "?")
+    if code == errno.EFBIG:
+        what = f"{what}: {_size_limit()}"
+    if code in (errno.EACCES, errno.EPERM) and reading:
+        fix = "make it readable for this user (check `ls -ld` and `lsattr -d`)"
+    return f"{what} ({errno.errorcode[code]})", fix
+
+
+def _size_limit() -> str:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY:
+        return "no `ulimit -f` is set here, so the file system's own limit was reached"
+    return f"`ulimit -f` is {soft} bytes here"
+
+
+def describe_os_error(error: OSError, where: str | None = None) -> str | None:
+    """The CLI's line for an expected OSError: the path, what happened, the fix; None for an unexpected errno.
+
+    `where` names the target when the error carries no file name (a write to stdout reports none).
+    """
+    cause = _cause(error)
+    if cause is None:
+        return None
     if error.filename is None:
         subject = where or "an input/output operation"
     elif error.filename == STDOUT:
@@ -78,15 +101,40 @@ def describe_os_error(error: OSError, where: str | None = None) -> str | None:
         subject = f"{str(error.filename)!r} -> {str(error.filename2)!r}"
     else:
         subject = repr(str(error.filename))
-    return f"{subject}: {what} ({name}); {fix}"
+    return f"{subject}: {cause[0]}; {cause[1]}"
+
+
+def explain(error: OSError, folder: str | Path | None = None, reading: bool = False) -> str:
+    """`what (ERRNO) at 'folder'; fix` for a failed read or write, as a clause of a longer message; `folder` is
+    where the fix applies (default: the file's). An errno outside the table is said by its own description."""
+    where = str(folder if folder is not None else Path(error.filename or ".").parent)
+    code = error.errno or 0
+    what, fix = _cause(error, reading) or (
+        f"{os.strerror(code) if code else str(error) or 'unknown error'} ({errno.errorcode.get(code, 'no errno')})",
+        "fix that",
+    )
+    return f"{what} at {where!r}; {fix}"
+
+
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, cut to `limit` characters (a library's may run long)."""
+    return (str(error).strip().splitlines() or [""])[0][:limit]
 
 
 def describe_memory_error(error: BaseException) -> str | None:
-    """One line for running out of memory (MemoryError, torch's allocator), naming the size; else None."""
+    """One line for running out of memory, naming the size; else None.
+
+    `MemoryError` and CUDA's `torch.OutOfMemoryError` say so by their type; torch's CPU allocator raises a plain
+    RuntimeError (torch 2.13), recognised by its message, which also gives the size asked for.
+    """
     text = str(error)
     cpu = re.search(r"can't allocate memory: you tried to allocate (\d+) bytes", text)
     gpu = re.search(r"out of memory\. Tried to allocate ([\d.]+ [KMGTP]?i?B)", text)
-    if not (isinstance(error, MemoryError) or cpu or gpu):
+    torch = sys.modules.get("torch")  # only a command that loaded torch can have run out of its memory
+    out_of_memory = isinstance(error, MemoryError) or (
+        torch is not None and isinstance(error, torch.OutOfMemoryError)
+    )
+    if not (out_of_memory or cpu):
         return None
     size = f"{_bytes(int(cpu.group(1)))} at once" if cpu else f"{gpu.group(1)} on the GPU" if gpu else None
     asked = f"tried to allocate {size}" if size else "an allocation failed"

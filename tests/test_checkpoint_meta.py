@@ -12,10 +12,10 @@ import test_checkpoint
 import torch
 from test_checkpoint import edit_meta, make_run
 
-import octlm.storage.checkpoint as checkpoint
 from octlm.data.tokenizer import Tokenizer
 from octlm.errors import UserError
-from octlm.storage.checkpoint import load_checkpoint, load_model
+from octlm.storage.checkpoint import load_checkpoint, load_model, read_meta
+from octlm.storage.jsonable import encode_tensors
 from octlm.storage.run import Run
 
 tokenizer = test_checkpoint.tokenizer  # its module-scoped fixture, which pytest finds here by this name
@@ -117,7 +117,7 @@ def test_invalid_meta_names_the_key_and_the_range(tmp_path: Path, tokenizer: Tok
     change, message = INVALID[case]
     edit_meta(run_dir, change, reseal=False)  # validation comes first: the value is named, not the edit
     path = run_dir / "checkpoint" / "config.json"
-    for load in (load_checkpoint, load_model, lambda r: Run.of(r).read_meta()):
+    for load in (load_checkpoint, load_model, lambda r: read_meta(Run.of(r).find_checkpoint())):
         with pytest.raises(UserError) as info:
             load(run_dir)
         assert str(info.value).startswith(f"{str(path)!r} has an invalid {message}"), str(info.value)
@@ -145,7 +145,7 @@ EDITS = {
     "step": (_set("step", 2), "step"),
     "a state entry": (_set("state.note", [2, "a"]), "state.note"),
     "an rng state": (
-        _set("state.rng.torch", checkpoint.encode(torch.Generator().manual_seed(5).get_state())),
+        _set("state.rng.torch", encode_tensors(torch.Generator().manual_seed(5).get_state())),
         "state.rng.torch",
     ),
     "a bookkeeping config field": (_set("config.train.run_name", "other"), "config.train.run_name"),

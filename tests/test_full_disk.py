@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from tiny import PYTHON, ROOT, quiet_env, tiny_flags, write_corpus
 
-from octlm.storage.checkpoint import load_checkpoint, sha256_file
+from octlm.files import sha256_file
+from octlm.storage.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # end-to-end: real training processes (about 10 s of CPU for the whole file)
 

@@ -36,8 +36,9 @@ from tiny import PYTHON, ForkServer, run_cli, snapshot, tiny_flags, tiny_raw, wr
 
 from octlm.config.schema import config_from_dict
 from octlm.errors import UserError
+from octlm.files import sha256_file
 from octlm.model.decoder import Decoder
-from octlm.storage.checkpoint import load_checkpoint, save_checkpoint, sha256_file
+from octlm.storage.checkpoint import load_checkpoint, save_checkpoint
 from octlm.storage.run import Run
 
 RUN_FILES = ["checkpoint", "metrics.jsonl", "tokenizer.json"]

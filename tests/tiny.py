@@ -67,7 +67,6 @@ def tiny_flags(root: Path, corpus: Path, **train: Any) -> list[str]:
 
 def toml_text(raw: dict[str, Any]) -> str:
     """A TOML file for a nested dict of scalars and lists of strings."""
-    import json
 
     lines = []
     for section, table in raw.items():
@@ -170,47 +169,23 @@ def _hook_snapshot(hook: dict[str, Any], point: str, due: Callable[[], bool]) ->
     octlm.training.loop.save_checkpoint = snapshotting
 
 
-def _hook_model(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import safetensors.torch
+def _hook_write(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
+    """model_half / optimizer_half / meta_half: that file of the new checkpoint is half written, then the child
+    dies; after_model: the weights are written whole first."""
+    import octlm.storage.checkpoint
+    import octlm.storage.run as run
 
-    real_file = safetensors.torch.save_file
+    name = {"model_half": run.MODEL_FILE, "after_model": run.MODEL_FILE, "optimizer_half": run.OPTIMIZER_FILE,
+            "meta_half": run.META_FILE}[point]  # fmt: skip
+    real_write = octlm.storage.checkpoint.write_durable
 
-    def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
-        real_file(tensors, filename, metadata=metadata)
-        if due():
-            if point == "model_half":
-                _halve(filename)
+    def write_durable(path: Path, data: bytes) -> None:
+        if path.name == name and due():
+            real_write(path, data if point == "after_model" else data[: len(data) // 2])
             _die()
+        real_write(path, data)
 
-    safetensors.torch.save_file = save_file
-
-
-def _hook_optimizer_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    real_torch_save = torch.save
-
-    def torch_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
-        real_torch_save(obj, f, *args, **kwargs)
-        if due():
-            _halve(f)
-            _die()
-
-    torch.save = torch_save
-
-
-def _hook_meta_half(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
-    import octlm.storage.run
-
-    real_dump = json.dump
-
-    def dump(obj: Any, fp: Any, *args: Any, **kwargs: Any) -> None:
-        if not due():
-            return real_dump(obj, fp, *args, **kwargs)
-        text = json.dumps(obj, *args, **kwargs)
-        fp.write(text[: len(text) // 2])
-        fp.flush()
-        _die()
-
-    octlm.storage.run.json.dump = dump
+    octlm.storage.checkpoint.write_durable = write_durable
 
 
 def _hook_rename(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> None:
@@ -247,8 +222,8 @@ def _hook_rmtree_old(hook: dict[str, Any], point: str, due: Callable[[], bool]) 
 
 
 # hook["point"] -> the function that patches the child for it (two points share one): f(hook, point, due).
-_HOOKS = {"snapshot": _hook_snapshot, "model_half": _hook_model, "after_model": _hook_model,
-          "optimizer_half": _hook_optimizer_half, "meta_half": _hook_meta_half, "between_renames": _hook_rename,
+_HOOKS = {"snapshot": _hook_snapshot, "model_half": _hook_write, "after_model": _hook_write,
+          "optimizer_half": _hook_write, "meta_half": _hook_write, "between_renames": _hook_rename,
           "after_swap": _hook_rename, "rmtree_old": _hook_rmtree_old}  # fmt: skip
 
 
@@ -256,11 +231,7 @@ def _install_hook(hook: dict[str, Any] | None) -> None:
     if not hook:
         return
     # Everything the hooks patch or call, loaded before any patch (the fork server has loaded it all already).
-    import safetensors.torch  # noqa: F401
-
-    from octlm.storage import (
-        checkpoint,  # noqa: F401
-    )
+    from octlm.storage import checkpoint  # noqa: F401
 
     point, countdown = hook["point"], _Countdown(int(hook.get("nth", 1)))
     if point not in _HOOKS:
@@ -330,7 +301,6 @@ def _watch(pid: int, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve() -> None:
-    import json
 
     # Import everything a training run needs, so that children start warm.
     import safetensors.torch  # noqa: F401
@@ -357,7 +327,6 @@ class ForkServer:
     """The test side of `serve`: start it once, then `run(argv, ...)` per trial."""
 
     def __init__(self) -> None:
-        import json
         import subprocess
 
         self._json = json

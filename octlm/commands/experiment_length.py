@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config.schema import add_config_arguments, load_config, overrides_from_args
-from octlm.data.corpus import write_atomic
 from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
+from octlm.files import write_atomic
 from octlm.positions import scheme_names
 from octlm.positions.scheme import table_order
 

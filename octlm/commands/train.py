@@ -22,6 +22,7 @@ from octlm.errors import THREADS_RANGE, int_in_range
 from octlm.runtime import BF16Support, cpu_bf16_support, resolve_device, torch_threads
 from octlm.storage.run import Run
 from octlm.training.loop import TrainResult, train
+from octlm.training.resume import config_for_resume
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
         args.set.append(f"train.run_name={args.name}")
     if args.resume:
         run = Run.of(args.resume)
-        return run.config_for_resume(overrides_from_args(args), args.config), run
+        return config_for_resume(run, overrides_from_args(args), args.config), run
     config = config_from_args(args)
     return config, Run.default(config)
 

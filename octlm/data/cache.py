@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,10 @@ import numpy as np
 from tqdm import tqdm
 
 from octlm.config.schema import DataConfig
-from octlm.data.corpus import Corpus, Document, data_dir_error, describe_source, load_corpus, write_atomic
+from octlm.data.corpus import Corpus, Document, data_dir_error, describe_source, load_corpus
 from octlm.data.tokenizer import TOKENIZER_VERSION, Tokenizer, check_vocab_size, train_tokenizer
 from octlm.errors import UserError
+from octlm.files import sha256_array, write_atomic
 from octlm.runtime import process_alive
 
 META_FORMAT = 1
@@ -86,6 +88,17 @@ class PreparedData:
     @property
     def train_bytes_per_token(self) -> float:
         return self.train_bytes / len(self.train)
+
+    @cached_property
+    def hashes(self) -> dict[str, str]:
+        """The SHA-256 of everything training read (tokenizer, corpus, both token streams), hashed once: a
+        checkpoint records them, a resume and a report check them."""
+        return {
+            "tokenizer": self.tokenizer_sha256,
+            "corpus": self.corpus_sha256,
+            "train_tokens": sha256_array(self.train),
+            "val_tokens": sha256_array(self.val),
+        }
 
 
 def _read_meta(folder: Path, corpus_sha: str) -> dict[str, Any] | None:

@@ -36,7 +36,6 @@ import os
 import platform
 import stat
 import sysconfig
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config.schema import DataConfig, add_config_arguments, config_from_args
-from octlm.errors import UserError, writing
-from octlm.os_errors import explain
+from octlm.errors import UserError, explain
+from octlm.files import write_atomic
 
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
 # Extensions `datasets` has a builder for, for a single local file passed as the hub data set.
@@ -58,21 +57,6 @@ class Document:
 
     name: str
     text: str
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; token files and manifests are not secrets
-        with writing(path), os.fdopen(fd, "wb") as f:  # a failed write names no file: name the target
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def data_dir_error(error: OSError, folder: Path) -> UserError:

@@ -19,7 +19,6 @@ and stores it lives in `octlm.commands.prepare`.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from functools import cache, cached_property
 from pathlib import Path
@@ -27,8 +26,9 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from octlm.data.corpus import Document, write_atomic
+from octlm.data.corpus import Document
 from octlm.errors import UserError
+from octlm.files import sha256_bytes, write_atomic
 
 EOT = "<|endoftext|>"
 # The version of the setup in `train_tokenizer`. Bump it whenever that setup changes, so that tokens made with
@@ -102,7 +102,7 @@ class Tokenizer:
     @cached_property
     def sha256(self) -> str:
         """SHA-256 of the tokenizer.json text that `save` writes."""
-        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        return sha256_bytes(self.to_json().encode("utf-8"))
 
     def save(self, path: str | Path) -> None:
         """Write tokenizer.json atomically (a crash leaves the old file or the new one)."""

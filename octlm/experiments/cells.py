@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from octlm.data.corpus import write_atomic
 from octlm.errors import UserError
+from octlm.files import write_atomic
 
 try:
     import fcntl

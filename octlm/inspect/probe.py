@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from octlm.data.corpus import write_atomic
 from octlm.errors import SEED_RANGE, UserError, check_output, int_in_range, writing
+from octlm.files import write_atomic
 from octlm.inspect.figures import plot_probe
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table, render_markdown
 from octlm.storage.jsonable import to_json

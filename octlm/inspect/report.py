@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from octlm.data.corpus import write_atomic
 from octlm.errors import UserError, check_output, check_text, writing
+from octlm.files import write_atomic
 from octlm.inspect.analysis import (
     DEFAULT_FREQUENT,
     DEFAULT_TOP,
@@ -233,8 +233,6 @@ def training_counts(
 
     `recorded`: the checkpoint's SHA-256 table; when it names the training tokens, the files must match it.
     """
-    from octlm.storage.checkpoint import sha256_array
-
     try:
         from octlm.data.cache import prepare_data
 
@@ -244,15 +242,17 @@ def training_counts(
     if data.tokenizer_sha256 != tokenizer.sha256:
         return None, "the data cache was made with another tokenizer than this run's"
     expected = (recorded or {}).get("train_tokens")
-    if expected and sha256_array(data.train) != expected:
+    if expected and data.hashes["train_tokens"] != expected:
         return None, f"the training tokens in {data.folder} are not the ones this run was trained on"
     return token_counts(data.train, config.model.vocab_size), None
 
 
 def checkpoint_meta(run_dir: Path) -> dict[str, Any]:
     """The run's checkpoint description (config.json: step, SHA-256 table), or {} when unreadable."""
+    from octlm.storage.checkpoint import read_meta
+
     try:
-        return Run.of(run_dir).read_meta()
+        return read_meta(Run.of(run_dir).find_checkpoint())
     except UserError:
         return {}
 

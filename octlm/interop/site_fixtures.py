@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from octlm.data.corpus import write_atomic
 from octlm.errors import UserError, check_output, writing
+from octlm.files import write_atomic
 from octlm.storage.jsonable import to_json
 
 DEFAULT_OUT = Path("web") / "fixtures"

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from octlm.config.schema import Config, config_from_dict, load_config
+from octlm.config.schema import Config
 from octlm.errors import UserError
+from octlm.files import fsync_dir
 
-SCHEMA_VERSION = 1
 CHECKPOINT = "checkpoint"
 OLD_CHECKPOINT = ".checkpoint-old"
 TMP_PREFIX = ".checkpoint-tmp-"
@@ -167,21 +167,7 @@ class Run:
             "pass a folder made by `octlm train`, e.g. runs/day1-learned"
         )
 
-    # --- config.json --------------------------------------------------------------------------------------
-    def read_meta(self, folder: Path | None = None) -> dict[str, Any]:
-        """The last checkpoint's config.json (or `folder`'s), checked for the entries every reader needs."""
-        return read_meta(folder or self.find_checkpoint())
-
-    def config_for_resume(self, overrides: dict[str, Any], config_path: str | None = None) -> Config:
-        """The run's own config plus `overrides` (or, with `config_path`, that file plus overrides)."""
-        if config_path is not None:
-            return load_config(config_path, overrides)
-        meta = self.read_meta(self._resume_source())
-        return config_from_dict(
-            meta["config"], name=str(meta.get("config_name", "custom")), overrides=overrides
-        )
-
-    def _resume_source(self) -> Path:
+    def resume_source(self) -> Path:
         """The checkpoint a resume continues: the run's own or, when an --overwrite died before its first,
         the old run's in `.replaced/` (which `train` puts back, under the lock, before loading it)."""
         for aside in (self.replaced_dir, self.replacing_dir):
@@ -311,7 +297,7 @@ class Run:
         self.replacing_dir.rename(
             self.replaced_dir
         )  # the commit: from here on, top-level files are the new run's
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         return True
 
     def settle(self) -> None:
@@ -320,7 +306,7 @@ class Run:
         if self.replaced_dir.is_dir():
             if self.has_checkpoint():
                 shutil.rmtree(self.replaced_dir)
-                _fsync_dir(self.path)
+                fsync_dir(self.path)
                 return
             for name in RUN_ENTRIES:
                 _remove(self.path / name)
@@ -331,7 +317,7 @@ class Run:
             for entry in self.replacing_dir.iterdir():
                 entry.rename(self.path / entry.name)
             self.replacing_dir.rmdir()
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
 
 
 def _open_inside(path: Path, mode: int) -> Any:
@@ -372,57 +358,6 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
-def _fsync_dir(path: Path) -> None:
-    """Flush a folder's entries (the renames); best effort, as not every file system allows it."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _step_of(record: dict[str, Any]) -> float:
     step = record.get("step", 0)
     return step if isinstance(step, (int, float)) else float("inf")
-
-
-def read_meta(folder: Path) -> dict[str, Any]:
-    """A checkpoint folder's config.json, every entry checked (`octlm.storage.checkpoint_meta.validate_meta`)."""
-    from octlm.os_errors import explain
-    from octlm.storage.checkpoint_meta import validate_meta
-
-    path = folder / META_FILE
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserError(f"could not read {str(path)!r}: {explain(error, folder, reading=True)}") from None
-    try:
-        meta = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise UserError(
-            f"{str(path)!r} is unreadable or not valid JSON ({error}); the checkpoint is corrupt"
-        ) from None
-    if not isinstance(meta, dict):
-        raise UserError(f"{str(path)!r} is not a checkpoint description (expected a JSON object)")
-    version = meta.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise UserError(f"{str(path)!r} has no schema_version; it was not written by octlm")
-    if version > SCHEMA_VERSION:
-        raise UserError(
-            f"{str(path)!r} has schema_version {version}, newer than this octlm reads ({SCHEMA_VERSION}); "
-            "upgrade octlm to load it"
-        )
-    if version < 1:
-        raise UserError(f"{str(path)!r} has an invalid schema_version {version}")
-    validate_meta(meta, path)
-    return meta
-
-
-def write_meta(folder: Path, meta: dict[str, Any]) -> Path:
-    """Write config.json into a checkpoint folder being built (the caller fsyncs and swaps it in)."""
-    path = folder / META_FILE
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-        f.write("\n")
-    return path

@@ -45,9 +45,8 @@ from tqdm import tqdm
 from octlm.config.schema import Config
 from octlm.data.batches import eval_blocks, random_blocks
 from octlm.data.cache import PreparedData
-from octlm.errors import UserError
+from octlm.errors import UserError, explain
 from octlm.model.decoder import Decoder
-from octlm.os_errors import explain
 from octlm.runtime import (
     Dist,
     init_distributed,

@@ -6,12 +6,14 @@ hash the same as when the run started. Everything is checked before anything is 
 
 from __future__ import annotations
 
-from octlm.config.schema import Config
+from typing import Any
+
+from octlm.config.schema import Config, config_from_dict, load_config
 from octlm.data.cache import PreparedData, prepare_data
 from octlm.data.corpus import load_corpus
 from octlm.errors import UserError
 from octlm.runtime import Dist
-from octlm.storage.checkpoint import Checkpoint, load_checkpoint, sha256_array
+from octlm.storage.checkpoint import Checkpoint, load_checkpoint, read_meta
 from octlm.storage.run import Run
 
 # Fields a resume may change: they do not change what the next step computes (steps only reshapes the tail
@@ -100,12 +102,7 @@ def data_for_run(
         raise UserError(
             f"the tokenizer has {data.tokenizer.vocab_size} entries but model.vocab_size is {vocab}"
         )
-    hashes = {
-        "tokenizer": data.tokenizer_sha256,
-        "corpus": data.corpus_sha256,
-        "train_tokens": sha256_array(data.train),
-        "val_tokens": sha256_array(data.val),
-    }
+    hashes = data.hashes
     for key, value in hashes.items():
         if ckpt and recorded.get(key) != value:
             raise UserError(
@@ -113,3 +110,11 @@ def data_for_run(
                 "the corpus or tokenizer changed since the run started, so it cannot be resumed"
             )
     return data, hashes
+
+
+def config_for_resume(run: Run, overrides: dict[str, Any], config_path: str | None = None) -> Config:
+    """The run's own config plus `overrides` (or, with `config_path`, that file plus overrides)."""
+    if config_path is not None:
+        return load_config(config_path, overrides)
+    meta = read_meta(run.resume_source())
+    return config_from_dict(meta["config"], name=str(meta.get("config_name", "custom")), overrides=overrides)
