@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.runtime import cpu_bf16_support
 
 THREADS = int(os.environ.get("OCTLM_BENCH_THREADS", "2"))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from measure import CONFIGS, hf_gpt2, hf_llama, interleaved, octlm_config, summary
 
-from octlm.data.corpus import Document
+from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.generation.generate import Sampling, generate_batch, stream_text
 from octlm.model.decode_step import Dense

@@ -26,7 +26,8 @@ def first_bytes(docs: list[Any], max_bytes: int) -> list[Any]:
 
 
 def bench_tokenizer(max_bytes: int | None, vocab_sizes: list[int], reps: int, log) -> dict[str, Any]:
-    from octlm.data.corpus import stdlib_documents, total_bytes
+    from octlm.data.corpus import total_bytes
+    from octlm.data.sources import stdlib_documents
     from octlm.data.tokenizer import train_tokenizer
 
     docs = stdlib_documents()

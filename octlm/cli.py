@@ -37,14 +37,14 @@ from octlm.signals import Stopped, raising_signals
 # Command words -> (module, one-line help). Two-word commands ("export hf") nest under their first word.
 COMMANDS: dict[str, tuple[str, str]] = {
     "corpus": (
-        "octlm.data.corpus",
+        "octlm.commands.corpus",
         "build the corpus (built-in, your files or a hub data set), print its figures",
     ),
     "tokenizer": (
-        "octlm.commands.prepare:TokenizerCommand",
+        "octlm.commands.tokenizer",
         "train the byte-level BPE tokenizer and print its figures",
     ),
-    "data": ("octlm.commands.prepare:DataCommand", "encode the corpus into cached token files"),
+    "data": ("octlm.commands.data", "encode the corpus into cached token files"),
     "model": ("octlm.model.decoder", "describe a model config: parameter count and logits shape"),
     "train": ("octlm.commands.train", "train a model (the main job)"),
     "generate": ("octlm.generation.generate", "generate text from a trained run, streaming"),

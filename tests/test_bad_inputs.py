@@ -31,8 +31,8 @@ import pytest
 import torch
 from tiny import PYTHON, check_one_line, quiet_env, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
-from octlm.config.schema import config_from_dict
-from octlm.data.corpus import Document
+from octlm.config import config_from_dict
+from octlm.data.sources import Document
 from octlm.data.tokenizer import train_tokenizer
 from octlm.training.loop import train
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 from tiny import PYTHON, quiet_env, run_cli, snapshot, tiny_flags, write_corpus
 
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.data.cache import prepare_data
-from octlm.data.corpus import split_documents, text_documents
+from octlm.data.corpus import split_documents
+from octlm.data.sources import text_documents
 
 VOCAB = "260"  # the tiny vocabulary; the template's cache in data/ is for this size
 

@@ -13,7 +13,7 @@ import torch
 from test_bad_inputs import RUN
 from tiny import PYTHON, ROOT, check_one_line, quiet_env
 
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 

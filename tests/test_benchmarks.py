@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import tiny
 import torch
 
 from octlm.commands import train as train_command
-from octlm.config.schema import ModelConfig, config_from_dict
+from octlm.config import ModelConfig, config_from_dict
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.runtime import BF16Support, autocast, bf16_support_from_flags, cpu_bf16_support

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 import octlm.storage.checkpoint as checkpoint
-from octlm.config.schema import Config, config_from_dict
-from octlm.data.corpus import Document
+from octlm.config import Config, config_from_dict
+from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
 from octlm.files import sha256_file

@@ -20,8 +20,8 @@ import torch
 from tiny import PYTHON, quiet_env, tiny_raw, write_corpus
 
 from octlm.cli import CLOSED_PIPE, run_command
-from octlm.config.schema import config_from_dict
-from octlm.data.corpus import Document
+from octlm.config import config_from_dict
+from octlm.data.sources import Document
 from octlm.data.tokenizer import train_tokenizer
 from octlm.errors import OS_ERRORS, describe_os_error, writing
 from octlm.generation.generate import INITIAL_NEW_TOKENS, generate

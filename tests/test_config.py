@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from octlm.cli import main
+from octlm.config import Config, config_from_dict, load_config
 from octlm.config.ranges import SPANS, Span, show
-from octlm.config.schema import Config, config_from_dict, load_config
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 
@@ -185,7 +185,7 @@ def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.
 def test_boolean_fields_are_switches_too() -> None:
     import argparse
 
-    from octlm.config.schema import add_config_arguments, config_from_args
+    from octlm.config import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()
     add_config_arguments(parser)

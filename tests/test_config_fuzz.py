@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from test_config import SECTION_CLASSES
 
-from octlm.config.schema import Config, ModelConfig, config_from_dict
+from octlm.config import Config, ModelConfig, config_from_dict
 from octlm.errors import UserError
 
 FIELD_NAMES = sorted({f.name for cls in SECTION_CLASSES.values() for f in dataclasses.fields(cls)})

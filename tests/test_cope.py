@@ -18,7 +18,7 @@ from torch import Tensor
 
 import octlm.model.decoder
 import octlm.positions.cope  # registers "cope"
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import ContextualBias, Decoder
 from octlm.positions.cope import CopePositions, gated_counts, interpolated_bias
 from octlm.positions.scheme import scheme_class

@@ -13,22 +13,20 @@ from pathlib import Path
 import pytest
 
 from octlm.cli import main
-from octlm.config.schema import DataConfig
-from octlm.data import corpus
+from octlm.config import DataConfig
+from octlm.data import corpus, sources
 from octlm.data.corpus import (
     Corpus,
-    Document,
     describe_source,
-    hub_documents,
     load_corpus,
     load_documents,
     manifest,
     split_documents,
-    stdlib_documents,
-    text_documents,
     total_bytes,
 )
+from octlm.data.sources import Document, hub_documents, stdlib_documents, text_documents
 from octlm.errors import UserError
+from octlm.files import write_atomic
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -292,8 +290,8 @@ def test_cli_writes_manifest_and_prints_figures(tmp_path: Path, capsys: pytest.C
 
 def test_write_atomic_leaves_no_temp_files(tmp_path: Path) -> None:
     target = tmp_path / "deep" / "file.json"
-    corpus.write_atomic(target, b"one")
-    corpus.write_atomic(target, b"two")
+    write_atomic(target, b"one")
+    write_atomic(target, b"two")
     assert target.read_bytes() == b"two"
     assert [p.name for p in target.parent.iterdir()] == ["file.json"]
 
@@ -366,7 +364,7 @@ def test_a_fifo_swapped_in_after_the_check_is_still_not_read(tmp_path: Path, gua
     """The read opens non-blocking and checks what it opened, so even a race with the check cannot hang."""
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(UserError, match="is a named pipe"):
-        corpus._read_regular(tmp_path / "pipe")
+        sources._read_regular(tmp_path / "pipe")
 
 
 def test_names_that_are_not_utf8_are_refused_with_their_bytes(tmp_path: Path) -> None:

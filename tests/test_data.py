@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from octlm.cli import main
-from octlm.commands import prepare as prepare_module
-from octlm.config.schema import DataConfig
+from octlm.config import DataConfig
 from octlm.data import cache as data_module
 from octlm.data import corpus as corpus_module
 from octlm.data import tokenizer as tokenizer_module
 from octlm.data.batches import eval_blocks
 from octlm.data.cache import prepare_data, token_dtype
-from octlm.data.corpus import Document, load_corpus, split_documents, text_documents
+from octlm.data.corpus import load_corpus, split_documents
+from octlm.data.sources import Document, text_documents
 from octlm.data.tokenizer import Tokenizer
 from octlm.errors import UserError
 
@@ -150,7 +150,7 @@ def count_corpus_work(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             calls[_key] += 1
             return _real(*args)  # type: ignore[operator]
 
-        for module in (corpus_module, data_module, prepare_module, tokenizer_module):
+        for module in (corpus_module, data_module, tokenizer_module):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, spy)
     return calls

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.training.loop import train
 
 STEPS = 6
@@ -110,7 +110,7 @@ import json, os, signal, sys
 from pathlib import Path
 import torch, torch.distributed as dist
 import octlm.training.loop as train_module
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.runtime import Dist
 
 dist.init_process_group("gloo")  # held across the train() calls below, which then leave it open

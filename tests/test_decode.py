@@ -7,8 +7,8 @@ import io
 import pytest
 import torch
 
-from octlm.config.schema import config_from_dict
-from octlm.data.corpus import Document
+from octlm.config import config_from_dict
+from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
 from octlm.generation.generate import (

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 import octlm.model.decoder
 import octlm.positions.fire  # noqa: F401  (registers "fire")
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import ChunkedBias, Decoder
 from octlm.positions import build_positions
 from octlm.positions.fire import FirePositions, fire_inputs, fire_mlp

@@ -33,7 +33,7 @@ import json, sys
 import torch
 from octlm.positions import scheme as P
 from octlm.cli import main
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
 
 model = Decoder(ModelConfig(vocab_size=16, d_model=8, context_length=4, n_layers=1, n_heads=2, d_ff=16))

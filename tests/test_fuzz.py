@@ -16,9 +16,10 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from octlm.config import Config, config_from_dict, load_config
 from octlm.config.fields import field_types as _field_types
-from octlm.config.schema import SECTIONS, Config, config_from_dict, load_config
-from octlm.data.corpus import Document
+from octlm.config.load import SECTIONS
+from octlm.data.sources import Document
 from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
 from octlm.generation.generate import StreamDecoder, check_sampling, pick_token

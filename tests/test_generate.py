@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config.schema import config_from_dict
-from octlm.data.corpus import Document
+from octlm.config import config_from_dict
+from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
 from octlm.generation.generate import (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.errors import UserError
 from octlm.generation.generate import (
     INITIAL_NEW_TOKENS,

@@ -16,8 +16,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from octlm.cli import main  # noqa: E402
-from octlm.config.schema import Config, ModelConfig  # noqa: E402
-from octlm.data.corpus import Document  # noqa: E402
+from octlm.config import Config, ModelConfig  # noqa: E402
+from octlm.data.sources import Document  # noqa: E402
 from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.hf import export_hf, export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402

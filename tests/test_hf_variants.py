@@ -30,7 +30,7 @@ from test_hf import (  # noqa: E402
 )
 
 from octlm.cli import main  # noqa: E402
-from octlm.config.schema import ModelConfig  # noqa: E402
+from octlm.config import ModelConfig  # noqa: E402
 from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402

@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file  # noqa: E402
 
 from octlm.cli import main  # noqa: E402
-from octlm.data.corpus import Document  # noqa: E402
+from octlm.data.sources import Document  # noqa: E402
 from octlm.data.tokenizer import EOT, train_tokenizer  # noqa: E402
 from octlm.inspect import analysis  # noqa: E402
 from octlm.inspect import pretrained as hf_inspect  # noqa: E402

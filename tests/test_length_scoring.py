@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.experiments.length import (
     MODES,

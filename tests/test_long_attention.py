@@ -9,7 +9,7 @@ import tiny
 import torch
 
 import octlm.model.decoder
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import ChunkedBias, Decoder
 from octlm.positions import build_positions
 

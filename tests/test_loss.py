@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
 from octlm.model.loss import linear_cross_entropy
 

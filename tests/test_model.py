@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config.schema import ModelConfig, load_config
+from octlm.config import ModelConfig, load_config
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.positions.scheme import add_positions

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder, KVCache, attention
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from test_model import SCHEMES, randomized, tiny
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
 
 # ------------------------------------------------------------------------------------------------------------

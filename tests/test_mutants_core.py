@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 import octlm.model.decoder
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.generation.generate import Sampling, generate, generate_batch
 from octlm.model.decoder import ContextualBias, Decoder

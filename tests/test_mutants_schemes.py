@@ -15,7 +15,7 @@ from torch import Tensor
 
 import octlm.model.decoder
 import octlm.positions.rotary
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import ChunkedBias, ContextualBias, Decoder, chunked_attention
 from octlm.positions import scheme as positions
@@ -71,7 +71,7 @@ def test_table_order_places_a_variant_of_an_unregistered_family_by_its_own_rank(
         assert table_order(["orphan-test", "xpos", "nope", "rope", "unknown"]) == ["rope", "xpos", "nope",
                                                                                   "orphan-test"]  # fmt: skip
     finally:
-        positions.SCHEMES.pop("orphan-test")
+        positions.SCHEMES.unregister("orphan-test")
 
 
 class _Spy(PositionScheme):

@@ -28,8 +28,8 @@ from test_cope import np_cope_bias  # noqa: E402
 from test_fire import np_fire  # noqa: E402
 from test_xpos import np_xpos  # noqa: E402
 
-from octlm.config.schema import Config, ModelConfig  # noqa: E402
-from octlm.data.corpus import Document  # noqa: E402
+from octlm.config import Config, ModelConfig  # noqa: E402
+from octlm.data.sources import Document  # noqa: E402
 from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.onnx_export import (  # noqa: E402

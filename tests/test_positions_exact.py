@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.positions import build_positions
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.bias import AlibiPositions, T5Positions

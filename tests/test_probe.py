@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config.schema import ModelConfig, config_from_dict
+from octlm.config import ModelConfig, config_from_dict
 from octlm.inspect import probe
 from octlm.model.decoder import Decoder
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 import octlm.model.decoder
 from octlm.cli import main
-from octlm.config.schema import ModelConfig, config_from_dict, load_config
+from octlm.config import ModelConfig, config_from_dict, load_config
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme as positions
@@ -50,7 +50,7 @@ def linear_scheme() -> Iterator[type[PositionScheme]]:
     try:
         yield FixedLinearBias
     finally:
-        positions.SCHEMES.pop(FixedLinearBias.name, None)
+        positions.SCHEMES.unregister(FixedLinearBias.name)
 
 
 def small(position: str, **fields) -> ModelConfig:
@@ -147,7 +147,7 @@ def test_table_order_puts_each_variant_after_its_family(linear_scheme) -> None:
         order = table_order(["nope", "alibi-variant-test", "linear-test", "learned", "alibi", "unknown"])
         assert order == ["learned", "alibi", "alibi-variant-test", "nope", "linear-test"]
     finally:
-        positions.SCHEMES.pop("alibi-variant-test")
+        positions.SCHEMES.unregister("alibi-variant-test")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_nope_layers_decode_with_the_cache_as_a_full_pass(position: str, layers:
 def test_nope_layers_from_the_command_line_and_toml(tmp_path: Path) -> None:
     from argparse import ArgumentParser
 
-    from octlm.config.schema import add_config_arguments, config_from_args
+    from octlm.config import add_config_arguments, config_from_args
 
     parser = ArgumentParser()
     add_config_arguments(parser)
@@ -261,7 +261,7 @@ def test_inspect_shows_what_a_registered_scheme_declares(cls, tmp_path: Path) ->
         trained, initial = Decoder(small(cls.name)), Decoder(small(cls.name))
         section = analysis.analyze(trained, initial, None, None)["positions"]
     finally:
-        positions.SCHEMES.pop(cls.name)
+        positions.SCHEMES.unregister(cls.name)
     assert section["summary"].startswith(f"{cls.name}: A test scheme") or cls is FixedLinearBias
     if cls is FixedLinearBias:
         assert section["bias"]["bias_at_distance"][4].tolist() == pytest.approx([-1.2] * 4, abs=1e-6)

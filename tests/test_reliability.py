@@ -34,7 +34,7 @@ from processes import signal_when
 from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
 
-from octlm.config.schema import config_from_dict
+from octlm.config import config_from_dict
 from octlm.errors import UserError
 from octlm.files import sha256_file
 from octlm.model.decoder import Decoder

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from octlm.cli import main
-from octlm.config.schema import ModelConfig, config_from_dict
+from octlm.config import ModelConfig, config_from_dict
 from octlm.data.cache import prepare_data
-from octlm.data.corpus import Document
+from octlm.data.sources import Document
 from octlm.data.tokenizer import train_tokenizer
 from octlm.errors import UserError
 from octlm.inspect import analysis, report, similarity

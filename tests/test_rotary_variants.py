@@ -14,7 +14,7 @@ import pytest
 import torch
 from tiny import memorise, run_cli
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
 from octlm.positions.rotary import (
     PartialRotaryPositions,

@@ -16,7 +16,7 @@ import pytest
 from processes import signal_when
 from tiny import PYTHON
 
-from octlm.config.schema import DataConfig
+from octlm.config import DataConfig
 from octlm.data.cache import STALE_TMP_SECONDS, prepare_data
 from octlm.runtime import in_processes, process_alive
 from octlm.signals import Stopped, StopRequest, raising_signals

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from octlm.cli import main
-from octlm.config.schema import DataConfig
+from octlm.config import DataConfig
 from octlm.data import cache as data_module
 from octlm.data.cache import prepare_data
-from octlm.data.corpus import Document
+from octlm.data.sources import Document
 from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
 

@@ -15,7 +15,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 import octlm.training.loop
-from octlm.config.schema import Config, config_from_dict
+from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.positions.scheme import cosine_similarity_matrix
 from octlm.storage.run import Run

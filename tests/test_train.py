@@ -18,7 +18,7 @@ import octlm.data.cache
 import octlm.training.loop
 from octlm.cli import main
 from octlm.commands.train import finish
-from octlm.config.schema import Config, config_from_dict
+from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.storage.checkpoint import load_checkpoint
@@ -360,8 +360,9 @@ def test_training_steps_never_build_the_full_logits(tmp_path: Path, corpus: Path
 @pytest.mark.slow  # tokenizes the whole standard library once (~20 s on a busy 2-core machine)
 def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`octlm train` with no --text: the stdlib corpus, tiny dims, a few steps; the run records that corpus."""
-    from octlm.config.schema import DataConfig
-    from octlm.data.corpus import corpus_sha256, describe_source, stdlib_documents
+    from octlm.config import DataConfig
+    from octlm.data.corpus import corpus_sha256, describe_source
+    from octlm.data.sources import stdlib_documents
 
     argv = ["train", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "runs"),
             "--vocab-size", "300", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",

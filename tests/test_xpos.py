@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import memorise
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.positions.rotary import RotaryPositions

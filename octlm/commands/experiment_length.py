@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from octlm.config.schema import add_config_arguments, load_config, overrides_from_args
+from octlm.config import add_config_arguments, load_config, overrides_from_args
 from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings

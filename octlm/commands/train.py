@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from octlm.config.schema import Config, add_config_arguments, config_from_args, overrides_from_args
+from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
 from octlm.errors import THREADS_RANGE, int_in_range
 from octlm.runtime import BF16Support, cpu_bf16_support, resolve_device, torch_threads
 from octlm.storage.run import Run

@@ -1,6 +1,31 @@
 """The typed configs: what a run is, read from TOML and flags and validated once, every problem listed.
 
-Owns the `[model]`, `[data]` and `[train]` dataclasses, the range of every number they hold, how a TOML or
-command-line value becomes a field's type, and the built-in TOML configs (package data in `builtin/`).
-May import: the top-level ground modules (errors, files) only.
+`schema` holds the `[model]`, `[data]` and `[train]` dataclasses and their checks, `ranges` the range of every
+number they hold, `fields` how a TOML or command-line value becomes a field's type, `load` the reading (files,
+built-in configs in `builtin/`, overrides, flags), and `registry` the names of the plug-ins a field chooses
+among (position schemes, data sources), which the layers that define them register.
+May import: the ground modules (errors, files) only.
 """
+
+from octlm.config.load import (
+    add_config_arguments,
+    builtin_config_names,
+    config_from_args,
+    config_from_dict,
+    load_config,
+    overrides_from_args,
+)
+from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
+
+__all__ = [
+    "Config",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "add_config_arguments",
+    "builtin_config_names",
+    "config_from_args",
+    "config_from_dict",
+    "load_config",
+    "overrides_from_args",
+]

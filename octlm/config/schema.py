@@ -1,29 +1,22 @@
-"""Typed configs, loaded from TOML and validated once at the boundary.
+"""What a run is: the `[model]`, `[data]` and `[train]` sections as typed dataclasses, and every check of them.
 
-A config file has three tables, `[model]`, `[data]` and `[train]`, each a dataclass below. `load_config` reads a
-file, applies `section.field=value` overrides (the CLI turns `--position rope` into `model.position=rope`), and
-checks everything at once: every unknown key, wrong type, number outside its range (`octlm.config.ranges`) and
-inconsistent value is listed in one `UserError`.
+Each section's `problems()` lists, as readable lines, every number outside its range (`octlm.config.ranges`) and
+every inconsistency; a name that picks a plug-in (`model.position`, `data.source`) is checked by asking its
+registry (`octlm.config.registry`), and the plug-in's own checks come from its class. Reading TOML and flags
+into these, with every problem listed in one `UserError`, is `octlm.config.load`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
-from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import Any
 
-from octlm.config.builtin_configs import CONFIG_DIR, builtin_config_names, default_config_path
-from octlm.config.fields import coerce, field_types, is_list, printable
 from octlm.config.ranges import SPANS, show
-from octlm.errors import UserError
-from octlm.positions import scheme_names
-from octlm.positions.scheme import SCHEMES, PositionScheme
+from octlm.config.registry import SCHEMES, SOURCES
+from octlm.files import sha256_bytes
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
@@ -41,12 +34,6 @@ def _span_problems(section: str, obj: Any) -> list[str]:
         if span is not None and (problem := span.problem(f"{section}.{f.name}", getattr(obj, f.name))):
             found.append(problem)
     return found
-
-
-def _hooks(scheme: type) -> set[str]:
-    """The hooks of octlm.positions.scheme.PositionScheme that `scheme` overrides."""
-    hooks = ("embed", "rotate", "bias", "contextual_bias")
-    return {h for h in hooks if getattr(scheme, h) is not getattr(PositionScheme, h)}
 
 
 def _path_problems(where: str, value: str) -> list[str]:
@@ -114,7 +101,7 @@ class ModelConfig:
                 "pick a width that is a multiple of the head count"
             )
         for name, allowed in (
-            ("position", scheme_names()),
+            ("position", tuple(SCHEMES)),
             ("norm", NORMS),
             ("mlp", MLPS),
             ("rope_layout", ROPE_LAYOUTS),
@@ -138,7 +125,7 @@ class ModelConfig:
         if len(set(self.nope_layers)) != len(self.nope_layers):
             return [f"model.nope_layers = {self.nope_layers} names a layer twice"]
         scheme = SCHEMES.get(self.position)
-        if self.nope_layers and scheme is not None and "embed" in _hooks(scheme):
+        if self.nope_layers and scheme is not None and "embed" in scheme.hooks():
             return [f"model.nope_layers needs a scheme that acts inside attention, and model.position = "
                     f"{self.position!r} adds its vectors once, before every layer; use rope, alibi, t5 or another"]  # fmt: skip
         return []
@@ -148,7 +135,9 @@ class ModelConfig:
 class DataConfig:
     """Where the text comes from and how it is split and tokenized."""
 
-    source: str = "stdlib"  # "stdlib" (built in), "text" (the paths in `text`) or "hub" (`hub_dataset`)
+    source: str = (
+        "stdlib"  # a registered source (octlm.data.sources): stdlib, text (the paths in `text`), hub
+    )
     text: list[str] = field(default_factory=list)
     hub_dataset: str = ""  # e.g. "roneneldan/TinyStories"; needs internet and the `datasets` package
     hub_split: str = "train"
@@ -159,14 +148,12 @@ class DataConfig:
 
     def problems(self) -> list[str]:
         p = _span_problems("data", self)
-        if self.source not in ("stdlib", "text", "hub"):
-            p.append(f"data.source = {show(self.source)} is unknown; choose one of stdlib, text, hub")
-        if self.source == "text" and not self.text:
-            p.append("data.source = 'text' needs at least one path in data.text (or pass --text PATH)")
+        if self.source not in SOURCES:
+            p.append(f"data.source = {show(self.source)} is unknown; choose one of {', '.join(SOURCES)}")
+        else:
+            p += SOURCES[self.source].problems(self)
         for index, path in enumerate(self.text):
             p += _path_problems(f"data.text[{index}]", path)
-        if self.source == "hub" and not self.hub_dataset:
-            p.append("data.source = 'hub' needs data.hub_dataset, e.g. 'roneneldan/TinyStories'")
         return p + _path_problems("data.data_dir", self.data_dir)
 
 
@@ -253,125 +240,4 @@ class Config:
             d["train"].pop(key)
         if d["train"]["dtype"] == "auto":  # the default: runs from before the field keep their hash
             d["train"].pop("dtype")
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
-
-
-SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
-
-
-def config_from_dict(
-    raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None
-) -> Config:
-    """Build and validate a Config from nested dicts (as TOML gives) plus dotted overrides.
-
-    Raises UserError listing every problem: unknown sections and keys, wrong types, inconsistent values.
-    """
-    problems: list[str] = []
-    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
-    from_cli: set[str] = set()  # "section.field" keys whose string values may be parsed
-    if not isinstance(raw, dict):
-        raise UserError(
-            f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}"
-        )
-    for section, table in raw.items():
-        if section not in SECTIONS:
-            problems.append(f"unknown section [{printable(section)}]; sections are {', '.join(SECTIONS)}")
-            continue
-        if not isinstance(table, dict):
-            problems.append(f"[{section}] must be a table, got {table!r}")
-            continue
-        values[section].update(table)
-    for key, value in (overrides or {}).items():
-        section, _, field_name = key.partition(".")
-        if section not in SECTIONS or not field_name:
-            problems.append(
-                f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}"
-            )
-            continue
-        values[section][field_name] = value
-        from_cli.add(key)
-
-    built: dict[str, Any] = {}
-    for section, cls in SECTIONS.items():
-        types_ = field_types(cls)
-        kwargs: dict[str, Any] = {}
-        for key, value in values[section].items():
-            if key not in types_:
-                close = [k for k in types_ if k.startswith(key[:3])]
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
-                problems.append(f"unknown key {section}.{printable(key)}{hint}")
-                continue
-            coerced = coerce(value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli)
-            if coerced is not None:
-                kwargs[key] = coerced
-        built[section] = cls(**kwargs)
-    config = Config(**built, name=name)
-    problems += config.problems()  # checked even after type errors, so one run lists everything
-    if problems:
-        raise UserError(f"config {name!r} has {len(problems)} problem(s): " + "; ".join(problems))
-    return config
-
-
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a TOML config (default: the built-in octlm/config/builtin/day1.toml), apply overrides, validate."""
-    path: Path | Traversable = Path(path) if path is not None else default_config_path()
-    if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
-        path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config
-    if not path.is_file():
-        known = ", ".join(builtin_config_names())
-        raise UserError(f"config file {str(path)!r} does not exist; built-in configs: {known}")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise UserError(f"config file {str(path)!r} is nested too deeply to be a config") from None
-    except OSError as error:
-        raise UserError(f"could not read config file {str(path)!r}: {error.strerror or error}") from None
-    except ValueError as error:  # TOMLDecodeError, UnicodeDecodeError, an integer past 4,300 digits
-        reason = (str(error).splitlines() or [""])[0][:300]
-        raise UserError(f"config file {str(path)!r} is not valid TOML: {reason}") from None
-    return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
-
-
-def add_config_arguments(parser: Any) -> None:
-    """Add `--config` and one `--<field>` flag per config field (e.g. `--position rope`, `--steps 200`).
-
-    A field name that appears in two sections is only reachable with `--set section.field=value`.
-    """
-    parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override any config field, e.g. --set train.lr=1e-3")  # fmt: skip
-    seen: dict[str, str] = {}
-    for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            seen[f.name] = section if f.name not in seen else ""
-    for name, section in seen.items():
-        if section:
-            flag = "--" + name.replace("_", "-")
-            # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
-            is_bool = field_types(SECTIONS[section])[name] is bool
-            nargs = "+" if is_list(field_types(SECTIONS[section])[name]) else "?" if is_bool else None
-            parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
-                                const="true" if is_bool else None, metavar=name.upper(),
-                                help=f"override {section}.{name}")  # fmt: skip
-
-
-def overrides_from_args(args: Any) -> dict[str, Any]:
-    """The dotted overrides given by the per-field flags and `--set` (see add_config_arguments)."""
-    overrides: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        if key.startswith("cfg__") and value is not None:
-            _, section, name = key.split("__", 2)
-            overrides[f"{section}.{name}"] = value
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item!r} must look like section.field=value")
-        overrides[key.strip()] = value.strip()
-    if "data.text" in overrides and "data.source" not in overrides:
-        overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
-    return overrides
-
-
-def config_from_args(args: Any) -> Config:
-    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
-    return load_config(args.config, overrides_from_args(args))
+        return sha256_bytes(json.dumps(d, sort_keys=True).encode())

@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from octlm.config.schema import DataConfig
-from octlm.data.corpus import Corpus, Document, data_dir_error, describe_source, load_corpus
+from octlm.config import DataConfig
+from octlm.data.corpus import Corpus, data_dir_error, describe_source, load_corpus
+from octlm.data.sources import Document
 from octlm.data.tokenizer import TOKENIZER_VERSION, Tokenizer, check_vocab_size, train_tokenizer
 from octlm.errors import UserError
 from octlm.files import sha256_array, write_atomic

@@ -14,7 +14,7 @@ Training is deterministic: the same documents and vocabulary size give an identi
 checks this).
 
 This module knows only text and ids; the `octlm tokenizer` command that trains one from the configured corpus
-and stores it lives in `octlm.commands.prepare`.
+and stores it is `octlm.commands.tokenizer`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from octlm.data.corpus import Document
+from octlm.data.sources import Document
 from octlm.errors import UserError
 from octlm.files import sha256_bytes, write_atomic
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from octlm.config.schema import Config, config_from_dict
+from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells as length_cells
 from octlm.experiments import length_results

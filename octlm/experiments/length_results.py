@@ -23,7 +23,7 @@ from octlm.positions.scheme import family_of, table_order
 from octlm.storage.jsonable import to_json
 
 if TYPE_CHECKING:  # octlm.experiments.length imports this module to write its results (annotations only here)
-    from octlm.config.schema import Config
+    from octlm.config import Config
     from octlm.experiments.length import Settings
 
 MD_FILE, FIGURE_FILE, WEB_FILE = "results.md", "length.png", "length.json"

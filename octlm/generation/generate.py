@@ -34,7 +34,7 @@ from octlm.model.decode_step import DecodeStep
 from octlm.runtime import resolve_device, torch_threads
 
 if TYPE_CHECKING:
-    from octlm.config.schema import Config
+    from octlm.config import Config
 
 # The sample a training run writes into its results: low temperature, top-k, so it reads as the model's best.
 SAMPLE_TEMPERATURE = 0.7

@@ -39,7 +39,7 @@ from octlm.storage.jsonable import to_json
 from octlm.storage.run import PROBE_DIR, PROBE_FILES, Run
 
 if TYPE_CHECKING:
-    from octlm.config.schema import Config
+    from octlm.config import Config
     from octlm.data.tokenizer import Tokenizer
     from octlm.model.decoder import Decoder
 

@@ -63,7 +63,7 @@ from octlm.inspect.similarity import Neighbours
 from octlm.storage.run import Run
 
 if TYPE_CHECKING:
-    from octlm.config.schema import Config
+    from octlm.config import Config
     from octlm.data.tokenizer import Tokenizer
     from octlm.model.decoder import Decoder
 

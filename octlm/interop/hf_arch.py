@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.positions.rotary import rotary_dims

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from octlm.config.schema import ModelConfig
+from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.loss import linear_cross_entropy
 from octlm.positions import build_positions
@@ -360,14 +360,14 @@ class Decoder(nn.Module):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from octlm.config.schema import add_config_arguments
+    from octlm.config import add_config_arguments
 
     add_config_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="also run one forward pass on random ids")
 
 
 def run(args: argparse.Namespace) -> None:
-    from octlm.config.schema import config_from_args
+    from octlm.config import config_from_args
 
     config = config_from_args(args)
     mc = config.model

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from octlm.positions.scheme import PositionScheme, add_positions, register, sinusoidal_table
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 
 @register

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from octlm.positions.scheme import PositionScheme, alibi_bias, alibi_slopes, register, t5_bucket
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 
 @register

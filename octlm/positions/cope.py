@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 
 def reversed_counts(q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor, limit: int) -> Tensor:

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 # ψ(max(L, i)) > 0 whenever c > 0 and L > 0; the floor only keeps a degenerate |c| = 0 from dividing 0 by 0
 # (the reference code adds 1e-6 instead, which would move every value by ~1e-6 relative).

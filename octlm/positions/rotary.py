@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 from octlm.positions.scheme import PositionScheme, apply_rope, register, rope_frequencies
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 
 def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:

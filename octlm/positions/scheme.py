@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor, nn
 
+from octlm.config.registry import SCHEMES
 from octlm.errors import UserError
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -233,6 +234,12 @@ class PositionScheme(nn.Module):
 
     vector_width: int = 0  # the model width, for `vectors` (set by schemes that embed)
 
+    @classmethod
+    def hooks(cls) -> set[str]:
+        """The hooks this scheme overrides, of embed, rotate, bias and contextual_bias."""
+        names = ("embed", "rotate", "bias", "contextual_bias")
+        return {name for name in names if getattr(cls, name) is not getattr(PositionScheme, name)}
+
     @property
     def has_bias(self) -> bool:
         """Whether the scheme overrides `bias`. The model may then ask for any rows of it (query chunks)."""
@@ -244,17 +251,12 @@ class PositionScheme(nn.Module):
         return type(self).contextual_bias is not PositionScheme.contextual_bias
 
 
-# The registry: every scheme by name, in the order tables list them.
-SCHEMES: dict[str, type[PositionScheme]] = {}
-
-
 def register(cls: type[PositionScheme]) -> type[PositionScheme]:
-    """Class decorator: file a `PositionScheme` subclass under its `name` (a second class of a name replaces
-    the first, so a test or a notebook can redefine one)."""
+    """Class decorator: file a `PositionScheme` subclass under its `name` in `SCHEMES`, the registry config
+    validation asks (a second class of a name replaces the first, so a test or a notebook can redefine one)."""
     if not (isinstance(cls, type) and issubclass(cls, PositionScheme)):
         raise TypeError(f"register() takes a PositionScheme subclass, got {cls!r}")
-    SCHEMES[cls.name] = cls
-    return cls
+    return SCHEMES.register(cls)
 
 
 def scheme_names() -> tuple[str, ...]:
@@ -269,9 +271,7 @@ def unbounded_schemes() -> tuple[str, ...]:
 
 def scheme_class(name: str) -> type[PositionScheme]:
     """The registered class called `name`; a UserError naming the choices otherwise."""
-    if name not in SCHEMES:
-        raise UserError(f"unknown position scheme {name!r}; choose one of {', '.join(SCHEMES)}")
-    return SCHEMES[name]
+    return SCHEMES.choose(name)
 
 
 def family_of(name: str) -> str:

@@ -28,7 +28,7 @@ from octlm.positions.rotary import RotaryPositions, _even_head_problems
 from octlm.positions.scheme import register
 
 if TYPE_CHECKING:
-    from octlm.config.schema import ModelConfig
+    from octlm.config import ModelConfig
 
 GAMMA = 0.4  # the paper's γ: ζ_i runs from γ / (1 + γ) ≈ 0.286 (pair 0, the fastest) towards 1
 SCALE_LIMIT = 64  # the scales stay within 2^±64 (float32 spans 2^±128)

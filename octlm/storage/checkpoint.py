@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from octlm.config.schema import Config, config_from_dict
+from octlm.config import Config, config_from_dict
 from octlm.errors import UserError, explain, first_line
 from octlm.files import fsync_dir, sha256_bytes, write_durable
 from octlm.storage.jsonable import decode_tensors, encode_tensors, encoded_tensors, tensor_problem

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from octlm.config.schema import Config
+from octlm.config import Config
 from octlm.errors import UserError
 from octlm.files import fsync_dir
 

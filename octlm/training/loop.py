@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from octlm.config.schema import Config
+from octlm.config import Config
 from octlm.data.batches import eval_blocks, random_blocks
 from octlm.data.cache import PreparedData
 from octlm.errors import UserError, explain

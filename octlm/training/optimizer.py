@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from octlm.config.schema import TrainConfig
+from octlm.config import TrainConfig
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from octlm.config.schema import Config, config_from_dict, load_config
+from octlm.config import Config, config_from_dict, load_config
 from octlm.data.cache import PreparedData, prepare_data
 from octlm.data.corpus import load_corpus
 from octlm.errors import UserError

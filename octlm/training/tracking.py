@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from octlm.config.schema import Config
+from octlm.config import Config
 from octlm.errors import UserError
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.scheme import cosine_similarity_matrix

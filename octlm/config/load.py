@@ -1,0 +1,156 @@
+"""Reading a config: a TOML file (or a built-in one, by name), `section.field=value` overrides, and the flags that
+give them, built into `octlm.config.schema`'s dataclasses and validated once.
+
+`load_config` reads a file, applies overrides (the CLI turns `--position rope` into `model.position=rope`) and
+checks everything at once: every unknown section and key, wrong type (`octlm.config.fields`), number outside its
+range and inconsistent value is listed in one `UserError`. The built-in configs are package data
+(`octlm/config/builtin/*.toml`), found through importlib.resources so that an installed wheel finds them from
+any folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+from octlm.config.fields import coerce, field_types, is_list, printable
+from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
+from octlm.errors import UserError
+
+CONFIG_DIR: Traversable = files("octlm.config") / "builtin"
+
+
+def builtin_config_names() -> list[str]:
+    """The names `--config NAME` accepts (file stems), sorted; empty for an install without its package data."""
+    if not CONFIG_DIR.is_dir():
+        return []
+    return sorted(p.name.removesuffix(".toml") for p in CONFIG_DIR.iterdir() if p.name.endswith(".toml"))
+
+
+def default_config_path() -> Traversable:
+    return CONFIG_DIR / "day1.toml"
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def config_from_dict(
+    raw: dict[str, Any], name: str = "custom", overrides: dict[str, Any] | None = None
+) -> Config:
+    """Build and validate a Config from nested dicts (as TOML gives) plus dotted overrides.
+
+    Raises UserError listing every problem: unknown sections and keys, wrong types, inconsistent values.
+    """
+    problems: list[str] = []
+    values: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    from_cli: set[str] = set()  # "section.field" keys whose string values may be parsed
+    if not isinstance(raw, dict):
+        raise UserError(
+            f"a config must be a table of sections ({', '.join(SECTIONS)}), got {type(raw).__name__}"
+        )
+    for section, table in raw.items():
+        if section not in SECTIONS:
+            problems.append(f"unknown section [{printable(section)}]; sections are {', '.join(SECTIONS)}")
+            continue
+        if not isinstance(table, dict):
+            problems.append(f"[{section}] must be a table, got {table!r}")
+            continue
+        values[section].update(table)
+    for key, value in (overrides or {}).items():
+        section, _, field_name = key.partition(".")
+        if section not in SECTIONS or not field_name:
+            problems.append(
+                f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}"
+            )
+            continue
+        values[section][field_name] = value
+        from_cli.add(key)
+
+    built: dict[str, Any] = {}
+    for section, cls in SECTIONS.items():
+        types_ = field_types(cls)
+        kwargs: dict[str, Any] = {}
+        for key, value in values[section].items():
+            if key not in types_:
+                close = [k for k in types_ if k.startswith(key[:3])]
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                problems.append(f"unknown key {section}.{printable(key)}{hint}")
+                continue
+            coerced = coerce(value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli)
+            if coerced is not None:
+                kwargs[key] = coerced
+        built[section] = cls(**kwargs)
+    config = Config(**built, name=name)
+    problems += config.problems()  # checked even after type errors, so one run lists everything
+    if problems:
+        raise UserError(f"config {name!r} has {len(problems)} problem(s): " + "; ".join(problems))
+    return config
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a TOML config (default: the built-in octlm/config/builtin/day1.toml), apply overrides, validate."""
+    path: Path | Traversable = Path(path) if path is not None else default_config_path()
+    if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
+        path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config
+    if not path.is_file():
+        known = ", ".join(builtin_config_names())
+        raise UserError(f"config file {str(path)!r} does not exist; built-in configs: {known}")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise UserError(f"config file {str(path)!r} is nested too deeply to be a config") from None
+    except OSError as error:
+        raise UserError(f"could not read config file {str(path)!r}: {error.strerror or error}") from None
+    except ValueError as error:  # TOMLDecodeError, UnicodeDecodeError, an integer past 4,300 digits
+        reason = (str(error).splitlines() or [""])[0][:300]
+        raise UserError(f"config file {str(path)!r} is not valid TOML: {reason}") from None
+    return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
+
+
+def add_config_arguments(parser: Any) -> None:
+    """Add `--config` and one `--<field>` flag per config field (e.g. `--position rope`, `--steps 200`).
+
+    A field name that appears in two sections is only reachable with `--set section.field=value`.
+    """
+    parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override any config field, e.g. --set train.lr=1e-3")  # fmt: skip
+    seen: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            seen[f.name] = section if f.name not in seen else ""
+    for name, section in seen.items():
+        if section:
+            flag = "--" + name.replace("_", "-")
+            # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
+            is_bool = field_types(SECTIONS[section])[name] is bool
+            nargs = "+" if is_list(field_types(SECTIONS[section])[name]) else "?" if is_bool else None
+            parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
+                                const="true" if is_bool else None, metavar=name.upper(),
+                                help=f"override {section}.{name}")  # fmt: skip
+
+
+def overrides_from_args(args: Any) -> dict[str, Any]:
+    """The dotted overrides given by the per-field flags and `--set` (see add_config_arguments)."""
+    overrides: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key.startswith("cfg__") and value is not None:
+            _, section, name = key.split("__", 2)
+            overrides[f"{section}.{name}"] = value
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise UserError(f"--set {item!r} must look like section.field=value")
+        overrides[key.strip()] = value.strip()
+    if "data.text" in overrides and "data.source" not in overrides:
+        overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
+    return overrides
+
+
+def config_from_args(args: Any) -> Config:
+    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
+    return load_config(args.config, overrides_from_args(args))
