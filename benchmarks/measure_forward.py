@@ -25,7 +25,7 @@ import octlm.model.decoder
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme_names
 from octlm.positions.bias import AlibiPositions, T5Positions
-from octlm.positions.scheme import t5_bucket
+from octlm.positions.formulas import t5_bucket
 from octlm.runtime import torch_threads
 
 # The command whose hidden `--memory-worker` flag runs `memory_worker` in a fresh process (same threads and
@@ -169,8 +169,8 @@ def bench_context(config: str, lengths: list[int], warmup: int, reps: int, log) 
 def bench_embedding(config: str, warmup: int, reps: int, log) -> dict[str, Any]:
     """Embedding lookup vs one-hot × table, and cached vs rebuilt position tables (forward only)."""
     from octlm.positions.absolute import SinusoidalPositions
+    from octlm.positions.formulas import add_positions, rope_rotate, sinusoidal_table
     from octlm.positions.rotary import RotaryPositions
-    from octlm.positions.scheme import add_positions, rope_rotate, sinusoidal_table
 
     log(f"embedding and position tables (config {config} shape)")
     c = CONFIGS[config]

@@ -15,7 +15,7 @@ from test_analysis_exact import S, tiny
 
 from octlm.inspect.analysis import MAP_POSITIONS, Tables, position_section, registered_tables, tables_of
 from octlm.model.decoder import Decoder
-from octlm.positions.scheme import PositionScheme
+from octlm.positions import PositionScheme
 
 
 def test_tables_of_each_scheme() -> None:

@@ -20,8 +20,8 @@ import octlm.model.decoder
 import octlm.positions.cope  # registers "cope"
 from octlm.config import ModelConfig
 from octlm.model.decoder import ContextualBias, Decoder
+from octlm.positions import scheme_class
 from octlm.positions.cope import CopePositions, gated_counts, interpolated_bias
-from octlm.positions.scheme import scheme_class
 
 H, D = 4, 8
 

@@ -24,9 +24,8 @@ import octlm.model.decoder
 import octlm.positions.fire  # noqa: F401  (registers "fire")
 from octlm.config import ModelConfig
 from octlm.model.decoder import ChunkedBias, Decoder
-from octlm.positions import build_positions
+from octlm.positions import build_positions, scheme_class
 from octlm.positions.fire import FirePositions, fire_inputs, fire_mlp
-from octlm.positions.scheme import scheme_class
 
 H = 4
 

@@ -22,7 +22,7 @@ from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.hf import export_hf, export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
 from octlm.model.decoder import Decoder  # noqa: E402
-from octlm.positions.scheme import alibi_slopes, rope_rotate, t5_bucket  # noqa: E402
+from octlm.positions.formulas import alibi_slopes, rope_rotate, t5_bucket  # noqa: E402
 from octlm.storage.checkpoint import save_checkpoint  # noqa: E402
 
 # Largest |logit difference| measured on this machine (float32, both attention kernels): GPT-2 3.1e-6, the

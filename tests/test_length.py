@@ -16,9 +16,8 @@ import tiny
 from octlm.cli import main
 from octlm.experiments.cells import GRID_KEYS
 from octlm.experiments.length import MODES, Settings
-from octlm.positions import scheme_names
+from octlm.positions import scheme_names, table_order
 from octlm.positions.rope_scaling import VARIANTS
-from octlm.positions.scheme import table_order
 
 SCHEMES = table_order(scheme_names())
 

@@ -27,7 +27,7 @@ from octlm.experiments.length import (
 from octlm.experiments.length_results import bpb_table, summarize
 from octlm.inspect.render import render_markdown
 from octlm.model.decoder import Decoder
-from octlm.positions.scheme import rope_frequencies
+from octlm.positions.formulas import rope_frequencies
 from octlm.training.scoring import Score, evaluate
 
 

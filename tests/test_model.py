@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from octlm.config import ModelConfig, load_config
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
-from octlm.positions.scheme import add_positions
+from octlm.positions.formulas import add_positions
 
 # (name, position, extra config) for every scheme; RoPE in both layouts.
 SCHEMES = [

@@ -14,7 +14,8 @@ from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.generation.generate import Sampling, generate, generate_batch
 from octlm.model.decoder import ContextualBias, Decoder
-from octlm.positions.scheme import PositionScheme, add_positions, alibi_slopes
+from octlm.positions import PositionScheme
+from octlm.positions.formulas import add_positions, alibi_slopes
 
 
 def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None:

@@ -18,6 +18,7 @@ import octlm.positions.rotary
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import ChunkedBias, ContextualBias, Decoder, chunked_attention
+from octlm.positions import PositionScheme, family_of, register, table_order
 from octlm.positions import scheme as positions
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.bias import AlibiPositions, T5Positions
@@ -30,7 +31,6 @@ from octlm.positions.rotary import (
     prope_frequencies,
     rotary_dims,
 )
-from octlm.positions.scheme import PositionScheme, family_of, register, table_order
 from octlm.positions.xpos import XPosPositions
 
 

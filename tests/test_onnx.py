@@ -43,8 +43,8 @@ from octlm.interop.onnx_export import (  # noqa: E402
 )
 from octlm.model.decoder import Decoder  # noqa: E402
 from octlm.positions import scheme_names  # noqa: E402
+from octlm.positions.formulas import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
 from octlm.positions.rope_scaling import scaled_frequencies  # noqa: E402
-from octlm.positions.scheme import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
 from octlm.storage.checkpoint import save_checkpoint  # noqa: E402
 from octlm.storage.run import Run  # noqa: E402
 

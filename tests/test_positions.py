@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from octlm.errors import UserError
 from octlm.positions.absolute import SinusoidalPositions
 from octlm.positions.bias import T5Positions
-from octlm.positions.rotary import RotaryPositions, _HalfRotation
-from octlm.positions.scheme import (
+from octlm.positions.formulas import (
     add_positions,
     alibi_bias,
     alibi_slopes,
@@ -30,6 +29,7 @@ from octlm.positions.scheme import (
     sinusoidal_table,
     t5_bucket,
 )
+from octlm.positions.rotary import RotaryPositions, _HalfRotation
 
 # ------------------------------------------------------------------------------------------------------------
 # Independent references

@@ -12,17 +12,11 @@ import pytest
 import torch
 
 from octlm.config import ModelConfig
-from octlm.positions import build_positions
+from octlm.positions import NoPositions, build_positions
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.bias import AlibiPositions, T5Positions
+from octlm.positions.formulas import apply_rope, cosine_similarity_matrix, rope_rotate, t5_bucket
 from octlm.positions.rotary import RotaryPositions, _HalfRotation
-from octlm.positions.scheme import (
-    NoPositions,
-    apply_rope,
-    cosine_similarity_matrix,
-    rope_rotate,
-    t5_bucket,
-)
 
 F64 = torch.float64
 

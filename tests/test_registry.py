@@ -19,8 +19,8 @@ from octlm.cli import main
 from octlm.config import ModelConfig, config_from_dict, load_config
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
+from octlm.positions import PositionScheme, register, scheme_names, table_order, unbounded_schemes
 from octlm.positions import scheme as positions
-from octlm.positions.scheme import PositionScheme, register, scheme_names, table_order, unbounded_schemes
 
 
 class FixedLinearBias(PositionScheme):

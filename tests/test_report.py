@@ -24,7 +24,7 @@ from octlm.errors import UserError
 from octlm.inspect import analysis, report, similarity
 from octlm.inspect.render import render_markdown
 from octlm.model.decoder import Decoder
-from octlm.positions.scheme import sinusoidal_table
+from octlm.positions.formulas import sinusoidal_table
 from octlm.storage.checkpoint import load_model
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

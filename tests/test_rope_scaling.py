@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from octlm.errors import UserError
+from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rope_scaling import (
     METHODS,
     dynamic_ntk_frequencies,
@@ -20,7 +21,6 @@ from octlm.positions.rope_scaling import (
     yarn_mscale,
 )
 from octlm.positions.rotary import RotaryPositions
-from octlm.positions.scheme import rope_frequencies
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402

@@ -16,6 +16,8 @@ from tiny import memorise, run_cli
 
 from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
+from octlm.positions import NoPositions, family_of, scheme_class, table_order
+from octlm.positions.formulas import apply_rope
 from octlm.positions.rotary import (
     PartialRotaryPositions,
     RotaryPositions,
@@ -23,7 +25,6 @@ from octlm.positions.rotary import (
     prope_frequencies,
     rotary_dims,
 )
-from octlm.positions.scheme import NoPositions, apply_rope, family_of, scheme_class, table_order
 
 LAYOUTS = ["half", "interleaved"]
 

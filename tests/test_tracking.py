@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 import octlm.training.loop
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
-from octlm.positions.scheme import cosine_similarity_matrix
+from octlm.positions.formulas import cosine_similarity_matrix
 from octlm.storage.run import Run
 from octlm.training.loop import train
 from octlm.training.tracking import INSTALL, SCALARS, SIMILARITY_TAG, similarity_rgb

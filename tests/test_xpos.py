@@ -18,8 +18,9 @@ from tiny import memorise
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
+from octlm.positions import family_of, scheme_class, table_order
+from octlm.positions.formulas import apply_rope
 from octlm.positions.rotary import RotaryPositions
-from octlm.positions.scheme import apply_rope, family_of, scheme_class, table_order
 from octlm.positions.xpos import XPosPositions, xpos_safe_length, xpos_scales
 
 TO_HALF = lambda d: torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # noqa: E731 interleaved -> half

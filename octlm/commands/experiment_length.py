@@ -20,8 +20,7 @@ from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, w
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
 from octlm.files import write_atomic
-from octlm.positions import scheme_names
-from octlm.positions.scheme import table_order
+from octlm.positions import scheme_names, table_order
 
 # Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
 MAX_JOBS = 4096

@@ -44,9 +44,9 @@ from octlm.errors import UserError
 from octlm.experiments import cells as length_cells
 from octlm.experiments import length_results
 from octlm.inspect import probe
-from octlm.positions import scheme_names
+from octlm.positions import scheme_names, table_order
+from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rope_scaling import VARIANTS, scaled_frequencies
-from octlm.positions.scheme import rope_frequencies, table_order
 from octlm.runtime import in_processes, torch_threads
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run

@@ -18,8 +18,8 @@ import numpy as np
 from octlm.inspect import probe
 from octlm.inspect.figures import Curve, plot_length
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
+from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
-from octlm.positions.scheme import family_of, table_order
 from octlm.storage.jsonable import to_json
 
 if TYPE_CHECKING:  # octlm.experiments.length imports this module to write its results (annotations only here)

@@ -31,7 +31,7 @@ from octlm.inspect.similarity import (
     similarity_by_distance,
     similarity_matrix,
 )
-from octlm.positions.scheme import sinusoidal_table, t5_bucket
+from octlm.positions.formulas import sinusoidal_table, t5_bucket
 from octlm.storage import jsonable
 
 if TYPE_CHECKING:

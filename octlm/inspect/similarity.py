@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from octlm.errors import UserError
-from octlm.positions.scheme import cosine_similarity_matrix
+from octlm.positions.formulas import cosine_similarity_matrix
 
 Array = Tensor | np.ndarray
 Neighbours = list[tuple[int, float]]  # (row index, cosine similarity), most similar first

@@ -26,8 +26,8 @@ from torch import Tensor
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
+from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rotary import rotary_dims
-from octlm.positions.scheme import rope_frequencies
 
 # What each target architecture requires of an octlm config: (field, required value).
 _GPT2_NEEDS = (("position", "learned"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", True))

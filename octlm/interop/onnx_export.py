@@ -44,10 +44,11 @@ import octlm.model.decoder
 from octlm.errors import UserError, int_in_range, writing
 from octlm.interop.export_folder import check_out, sibling, swap_in
 from octlm.model.decoder import Decoder
+from octlm.positions import PositionScheme
 from octlm.positions.absolute import SinusoidalPositions
+from octlm.positions.formulas import add_positions
 from octlm.positions.rope_scaling import METHODS, scaled_frequencies
 from octlm.positions.rotary import RotaryPositions
-from octlm.positions.scheme import PositionScheme, add_positions
 from octlm.storage.run import Run
 
 ONNX_FILE, TOKENIZER_FILE, INFO_FILE = "model.onnx", "tokenizer.json", "model.json"

@@ -78,7 +78,6 @@ def scheme_table() -> dict[str, Any]:
     `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme` hooks it
     overrides (where it acts), `bounded` whether it has a maximum length.
     """
-    import octlm.positions  # noqa: F401  registers every built-in scheme
     from octlm.positions import scheme as P
 
     rows = []
@@ -87,7 +86,7 @@ def scheme_table() -> dict[str, Any]:
         hooks = [h for h in HOOKS if getattr(cls, h) is not getattr(P.PositionScheme, h)]
         rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
                      "options": list(cls.options), "hooks": hooks, "doc": _summary(cls)})  # fmt: skip
-    note = ("the position-scheme registry (octlm.positions.scheme.SCHEMES after `import octlm.positions`), in table order; "
+    note = ("the position-scheme registry (octlm.positions.SCHEMES), in table order; "
             "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads")  # fmt: skip
     return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
 
@@ -98,7 +97,7 @@ def build_fixtures() -> dict[str, dict[str, Any]]:
     files: dict[str, dict[str, Any]] = {}
 
     def add(
-        name: str, note: str, cases: list[dict[str, Any]], source: str = "octlm/positions/scheme.py"
+        name: str, note: str, cases: list[dict[str, Any]], source: str = "octlm/positions/formulas.py"
     ) -> None:
         files[f"{name}.json"] = {"function": name, "source": source, "schema": SCHEMA, "note": note,
                                  "cases": _clean(cases)}  # fmt: skip
@@ -113,10 +112,10 @@ def build_fixtures() -> dict[str, dict[str, Any]]:
 
 
 def _formula_fixtures(add: Callable[..., None]) -> None:
-    """The formulas of octlm/positions/scheme.py on small fixed inputs."""
+    """The formulas of octlm/positions/formulas.py on small fixed inputs."""
     import torch
 
-    from octlm.positions import scheme as P
+    from octlm.positions import formulas as P
 
     def f64(rows: list[list[float]]) -> torch.Tensor:
         return torch.tensor(rows, dtype=torch.float64)

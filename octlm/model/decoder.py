@@ -23,8 +23,7 @@ from torch import Tensor, nn
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.loss import linear_cross_entropy
-from octlm.positions import build_positions
-from octlm.positions.scheme import NoPositions, PositionScheme, unbounded_schemes
+from octlm.positions import NoPositions, PositionScheme, build_positions, unbounded_schemes
 
 # A bias scheme's [H, Tq, Tk] bias is built whole, once per forward and shared by every layer, up to this many
 # query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle) and

@@ -1,11 +1,25 @@
-"""Every built-in position scheme, registered in the order tables list them.
+"""Position schemes: the interface every scheme implements and its registry (`scheme`), the formulas the site
+mirrors (`formulas`), one module per family (`absolute`: learned, sinusoidal; `rotary`: RoPE and its variants;
+`xpos`; `bias`: ALiBi, T5; `fire`; `cope`), and RoPE's context extensions (`rope_scaling`).
 
-Importing this package fills `octlm.positions.scheme.SCHEMES`. A scheme of your own needs no change here: subclass
-`PositionScheme`, decorate it with `@register`, and import its module before building a model
+Importing the package registers the built-in schemes in the order tables list them, NoPE last. A scheme of
+your own is a `PositionScheme` subclass decorated with `register`, imported before the model is built
 (docs/ARCHITECTURE.md shows one).
+May import: config and the ground modules.
 """
 
-from octlm.positions.scheme import NoPositions, build_positions, register, scheme_class, scheme_names
+from octlm.config.registry import SCHEMES
+from octlm.positions.scheme import (
+    NoPositions,
+    PositionScheme,
+    build_positions,
+    family_of,
+    register,
+    scheme_class,
+    scheme_names,
+    table_order,
+    unbounded_schemes,
+)
 
 # Each module registers its schemes as it is imported, so this order is the order tables list them in.
 from octlm.positions import absolute  # isort: skip
@@ -18,14 +32,20 @@ from octlm.positions import cope  # isort: skip
 register(NoPositions)  # registered last: tables end with the scheme that has no position signal
 
 __all__ = [
+    "SCHEMES",
+    "NoPositions",
+    "PositionScheme",
     "absolute",
     "bias",
     "build_positions",
     "cope",
+    "family_of",
     "fire",
     "register",
     "rotary",
     "scheme_class",
     "scheme_names",
+    "table_order",
+    "unbounded_schemes",
     "xpos",
 ]

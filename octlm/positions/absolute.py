@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
-from octlm.positions.scheme import PositionScheme, add_positions, register, sinusoidal_table
+from octlm.positions.formulas import add_positions, sinusoidal_table
+from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
     from octlm.config import ModelConfig

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from octlm.positions.scheme import PositionScheme, alibi_bias, alibi_slopes, register, t5_bucket
+from octlm.positions.formulas import alibi_bias, alibi_slopes, t5_bucket
+from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
     from octlm.config import ModelConfig

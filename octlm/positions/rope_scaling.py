@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from octlm.errors import UserError
-from octlm.positions.scheme import rope_frequencies
+from octlm.positions.formulas import rope_frequencies
 
 METHODS = ("linear", "ntk", "dynamic", "yarn")
 # The length experiment's RoPE rows, by web/DATA.md's variant names -> method ("plain": the model as trained).

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from octlm.positions.scheme import PositionScheme, apply_rope, register, rope_frequencies
+from octlm.positions.formulas import apply_rope, rope_frequencies
+from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
     from octlm.config import ModelConfig

@@ -27,7 +27,7 @@ import torch
 from octlm.config import Config
 from octlm.errors import UserError
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
-from octlm.positions.scheme import cosine_similarity_matrix
+from octlm.positions.formulas import cosine_similarity_matrix
 from octlm.runtime import Dist
 from octlm.storage.run import Run
 

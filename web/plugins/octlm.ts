@@ -1,7 +1,7 @@
 /**
  * Build-time helpers for the site, as one Vite plugin:
  *
- * - `import excerpt from "octlm:positions/scheme.py#sinusoidal_table"` gives `{ file, line, code }`: the source of that
+ * - `import excerpt from "octlm:positions/formulas.py#sinusoidal_table"` gives `{ file, line, code }`: the source of that
  *   function (or `Class.method`), cut from ../octlm/ by its `def` line when the site is built, so the code shown
  *   on a page is always the code that runs. A missing file or function fails the build.
  *   `octlm:positions/scheme.py#PositionScheme` (a capitalised name with no dot) gives a whole class. The path is under
@@ -188,7 +188,7 @@ export const PAGES: [string, string][] = [
 
 const FOOTER =
   '<footer><p>octlm explainer. Every number on these pages is computed in your browser by <code>web/src/math.ts</code>, ' +
-  "which is tested against <code>octlm/positions/scheme.py</code> and <code>octlm/positions/</code> to 1e-7; the code excerpts are cut from <code>octlm/</code> " +
+  "which is tested against <code>octlm/positions/</code> to 1e-7; the code excerpts are cut from <code>octlm/</code> " +
   "when the site is built. Results appear only when a run exports them. The Models page runs octlm's exported models " +
   "(onnxruntime-web), tested against PyTorch to 1e-4.</p></footer>";
 

@@ -1,5 +1,5 @@
 /**
- * The position math of octlm/positions/scheme.py and octlm/positions/, in TypeScript (float64 throughout).
+ * The position math of octlm/positions/formulas.py and the schemes of octlm/positions/, in TypeScript (float64 throughout).
  *
  * Every function here has a twin there with the same name in snake_case (each fixture's `source` names its
  * file). The fixtures in web/fixtures/ are written by `octlm export fixtures` from the Python side, and

@@ -1,7 +1,7 @@
 import "../site";
-import biasCode from "octlm:positions/scheme.py#alibi_bias";
-import slopesCode from "octlm:positions/scheme.py#alibi_slopes";
-import t5Code from "octlm:positions/scheme.py#t5_bucket";
+import biasCode from "octlm:positions/formulas.py#alibi_bias";
+import slopesCode from "octlm:positions/formulas.py#alibi_slopes";
+import t5Code from "octlm:positions/formulas.py#t5_bucket";
 import { alibiBias, alibiSlopes, randomMatrix, t5BucketMatrix } from "../math";
 import { heatmap } from "../charts";
 import { $, codeBlock, el, fmt, labelled, live, numberInput, readNumber, scaleFor, select } from "../ui";

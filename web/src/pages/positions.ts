@@ -2,7 +2,7 @@ import "../site";
 import forwardCode from "octlm:model/decoder.py#Decoder.forward";
 import schemeCode from "octlm:positions/scheme.py#PositionScheme";
 import buildCode from "octlm:positions/scheme.py#build_positions";
-import addPositions from "octlm:positions/scheme.py#add_positions";
+import addPositions from "octlm:positions/formulas.py#add_positions";
 import learnedEmbed from "octlm:positions/absolute.py#LearnedPositions.embed";
 import registerCode from "octlm:positions/scheme.py#register";
 import tooLong from "octlm-raise:model/decoder.py#Decoder.check_ids#longer than the learned position table";

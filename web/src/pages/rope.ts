@@ -1,6 +1,6 @@
 import "../site";
-import applyCode from "octlm:positions/scheme.py#apply_rope";
-import freqCode from "octlm:positions/scheme.py#rope_frequencies";
+import applyCode from "octlm:positions/formulas.py#apply_rope";
+import freqCode from "octlm:positions/formulas.py#rope_frequencies";
 import { linePlot, type PlotOptions } from "../charts";
 import { dot, randomMatrix, ropeFrequencies, ropePair, ropeRotate, type RopeLayout } from "../math";
 import { $, codeBlock, el, fmt, labelled, live, numberInput, numberSlider, readNumber, select, svg } from "../ui";

@@ -1,5 +1,5 @@
 import "../site";
-import addCode from "octlm:positions/scheme.py#add_positions";
+import addCode from "octlm:positions/formulas.py#add_positions";
 import { heatmap } from "../charts";
 import { addPositionsError, randomMatrix } from "../math";
 import { $, codeBlock, el, labelled, live, numberInput, readNumber, scaleFor, svg } from "../ui";

@@ -1,6 +1,6 @@
 import "../site";
-import cosCode from "octlm:positions/scheme.py#cosine_similarity_matrix";
-import tableCode from "octlm:positions/scheme.py#sinusoidal_table";
+import cosCode from "octlm:positions/formulas.py#cosine_similarity_matrix";
+import tableCode from "octlm:positions/formulas.py#sinusoidal_table";
 import { diagonalMeans, heatmap, linePlot, type PlotOptions } from "../charts";
 import { cosineSimilarityMatrix, sinusoidalTable, type Matrix } from "../math";
 import { $, codeBlock, el, fmt, labelled, live, numberInput, numberSlider, readNumber, scaleFor } from "../ui";

@@ -359,7 +359,7 @@ describe("sections added for the post", () => {
     if (existsSync(python)) {
       const script = [
         "import torch",
-        "from octlm.config.schema import ModelConfig",
+        "from octlm.config import ModelConfig",
         "from octlm.model.decoder import Decoder",
         "m = Decoder(ModelConfig(vocab_size=16, d_model=8, context_length=128, n_layers=1, n_heads=2, d_ff=16))",
         "try:\n    m.check_ids(torch.zeros(1, 129, dtype=torch.long))\nexcept Exception as e:\n    print(e)",

@@ -1,4 +1,4 @@
-/** Every function of src/math.ts against the fixtures that `octlm export fixtures` wrote from octlm/positions/scheme.py. */
+/** Every function of src/math.ts against the fixtures that `octlm export fixtures` wrote from octlm/positions/ (formulas.py and the schemes' modules). */
 import { readFileSync, readdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
@@ -35,7 +35,7 @@ export function allClose(got: unknown, want: unknown, where: string, tol = TOL, 
   expect(worst.diff <= tol, `${where}: worst index ${worst.path}: TypeScript ${worst.g} vs Python ${worst.w} (|diff| ${worst.diff} > ${tol})`).toBe(true);
 }
 
-describe("math.ts agrees with octlm/positions/scheme.py", () => {
+describe("math.ts agrees with octlm/positions/", () => {
   test("every fixture file is covered", () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith(".json")).sort();
     expect(files).toEqual(
