@@ -17,7 +17,8 @@ from measure import CONFIGS, hf_gpt2, hf_llama, interleaved, octlm_config, summa
 
 from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
-from octlm.generation.generate import Sampling, generate_batch, stream_text
+from octlm.generation.generate import generate_batch, stream_text
+from octlm.generation.sampling import Sampling
 from octlm.model.decode_step import Dense
 from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads

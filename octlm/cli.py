@@ -1,9 +1,8 @@
-"""`octlm <command>`: a thin dispatcher over the modules that do the work.
+"""`octlm <command>`: a thin dispatcher over the command modules (`octlm.commands`).
 
-Each command lives next to the code that owns its behaviour: a module (or, written `module:Name`, an object in
-a module that holds several commands) with `add_arguments(parser)` and `run(args)`; tests call the library
-functions underneath directly. Only the module of the command being run is imported, so `octlm --help` stays
-fast and one command's dependencies never break another.
+Each command word is one module with `add_arguments(parser)` and `run(args)`, over library functions that tests
+call directly. Only the module of the command being run is imported, so `octlm --help` stays fast and one
+command's dependencies never break another.
 
 The one error boundary (`run_command`) turns what a user can act on into one line on stderr:
 
@@ -45,18 +44,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "train the byte-level BPE tokenizer and print its figures",
     ),
     "data": ("octlm.commands.data", "encode the corpus into cached token files"),
-    "model": ("octlm.model.decoder", "describe a model config: parameter count and logits shape"),
+    "model": ("octlm.commands.model", "describe a model config: parameter count and logits shape"),
     "train": ("octlm.commands.train", "train a model (the main job)"),
-    "generate": ("octlm.generation.generate", "generate text from a trained run, streaming"),
-    "inspect": ("octlm.inspect.report", "report what the embedding and position tables learned"),
-    "probe": ("octlm.inspect.probe", "linear probes: what each layer knows of a token's absolute position"),
-    "export hf": ("octlm.interop.hf", "export a run as a Hugging Face transformers model folder"),
+    "generate": ("octlm.commands.generate", "generate text from a trained run, streaming"),
+    "inspect": ("octlm.commands.inspect", "report what the embedding and position tables learned"),
+    "probe": ("octlm.commands.probe", "linear probes: what each layer knows of a token's absolute position"),
+    "export hf": ("octlm.commands.export_hf", "export a run as a Hugging Face transformers model folder"),
     "export onnx": (
-        "octlm.interop.onnx_export",
+        "octlm.commands.export_onnx",
         "export a run as one ONNX graph (logits and every layer's attention) for onnxruntime",
     ),
     "export fixtures": (
-        "octlm.interop.site_fixtures",
+        "octlm.commands.export_fixtures",
         "write the JSON fixtures the web site's math is tested against",
     ),
     "experiment length": (
@@ -124,11 +123,8 @@ def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
             sys.stderr.write(f"octlm: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}\n")
         return 2
 
-    target, help_ = COMMANDS[command]
-    module_name, _, attribute = target.partition(":")
+    module_name, help_ = COMMANDS[command]
     module = importlib.import_module(module_name)
-    if attribute:
-        module = getattr(module, attribute)
     parser = _Parser(prog=f"octlm {command}", description=help_)
     module.add_arguments(parser)
     try:

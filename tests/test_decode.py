@@ -11,14 +11,8 @@ from octlm.config import config_from_dict
 from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.generation.generate import (
-    Sampling,
-    choose_tokens,
-    generate,
-    generate_batch,
-    print_samples,
-    stream_text,
-)
+from octlm.generation.generate import generate, generate_batch, print_samples, stream_text
+from octlm.generation.sampling import Sampling, choose_tokens
 from octlm.model.decode_step import DecodeStep, Dense
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme_names

@@ -22,7 +22,8 @@ from octlm.config.load import SECTIONS
 from octlm.data.sources import Document
 from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.generation.generate import StreamDecoder, check_sampling, pick_token
+from octlm.generation.generate import StreamDecoder
+from octlm.generation.sampling import check_sampling, pick_token
 
 EXAMPLES = 400
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

@@ -20,14 +20,13 @@ from octlm.errors import UserError
 from octlm.generation.generate import (
     SAMPLE_TEMPERATURE,
     SAMPLE_TOP_K,
-    Sampling,
     StreamDecoder,
     encode_prompt,
     generate,
-    pick_token,
     sample_prompt,
     sample_text,
 )
+from octlm.generation.sampling import Sampling, pick_token
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme_names
 

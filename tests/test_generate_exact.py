@@ -16,17 +16,8 @@ import torch
 
 from octlm.config import config_from_dict
 from octlm.errors import UserError
-from octlm.generation.generate import (
-    INITIAL_NEW_TOKENS,
-    Sampling,
-    _last_logits,
-    _usable,
-    check_sampling,
-    choose_tokens,
-    generate,
-    generate_batch,
-    pick_token,
-)
+from octlm.generation.generate import INITIAL_NEW_TOKENS, _usable, generate, generate_batch
+from octlm.generation.sampling import Sampling, check_sampling, choose_tokens, pick_token
 from octlm.model.decode_step import DecodeStep
 from octlm.model.decoder import Decoder
 
@@ -321,17 +312,6 @@ def test_generation_runs_in_eval_mode_and_restores_training() -> None:
     assert not model.training
 
 
-def test_last_logits_is_the_last_position_in_float32_with_unusable_ids_cut() -> None:
-    model = model_for("sinusoidal")
-    window = [4, 9, 2, 7]
-    with torch.no_grad():
-        full = model(torch.tensor([window]))[0][0, -1]
-    got = _last_logits(model, window, device=torch.device("cpu"), usable=10)
-    assert got.dtype == torch.float32 and got.shape == (64,)
-    assert torch.equal(got[:10], full[:10].float()) and (got[10:] == -INF).all()
-    assert torch.equal(_last_logits(model, window, device=torch.device("cpu"), usable=64), full.float())
-
-
 def test_generate_leaves_the_prompt_list_alone() -> None:
     prompt = [1, 2]
     list(generate(model_for("nope"), Tok(), prompt, 3, stop_at_eot=False))
@@ -396,22 +376,6 @@ def test_cached_steps_after_the_prompt_go_through_the_lean_decode_step() -> None
         steps.clear()
         assert generate_batch(model, Tok(), [3, 1, 4], 2, 5, Sampling(), stop_at_eot=False) == [want] * 2
         assert (forwards, steps) == ([3], [2, 2, 2, 2])
-
-
-def test_last_logits_with_a_cache_reads_only_the_new_tokens_after_the_cached_ones() -> None:
-    """Kills _last_logits 10/12 (the cache not passed on): the new token would be read as a sequence of its own."""
-    model = model_for("rope")
-    with torch.no_grad():
-        full = model(torch.tensor([[4, 9, 2, 7]]))[0][0, -1]
-        alone = model(torch.tensor([[7]]))[0][0, -1]
-        cache = model.new_cache(1, 8)
-        model(torch.tensor([[4, 9, 2]]), cache=cache)
-        got = _last_logits(model, [7], device=torch.device("cpu"), usable=64, cache=cache)
-    assert cache.length == 4
-    # measured: equal to the full pass once rounded to float32 (1e-6 allows a reordered float64 sum), while
-    # the token read alone is 0.55 away
-    torch.testing.assert_close(got, full.float(), rtol=0, atol=1e-6)
-    assert (got - alone.float()).abs().max() > 0.1
 
 
 def test_usable_with_nothing_to_cut_writes_nothing() -> None:

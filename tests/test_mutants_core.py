@@ -12,7 +12,8 @@ from torch import Tensor
 import octlm.model.decoder
 from octlm.config import ModelConfig
 from octlm.errors import UserError
-from octlm.generation.generate import Sampling, generate, generate_batch
+from octlm.generation.generate import generate, generate_batch
+from octlm.generation.sampling import Sampling
 from octlm.model.decoder import ContextualBias, Decoder
 from octlm.positions import PositionScheme
 from octlm.positions.formulas import add_positions, alibi_slopes

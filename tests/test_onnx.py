@@ -28,6 +28,7 @@ from test_cope import np_cope_bias  # noqa: E402
 from test_fire import np_fire  # noqa: E402
 from test_xpos import np_xpos  # noqa: E402
 
+from octlm.commands.export_onnx import add_arguments, run  # noqa: E402
 from octlm.config import Config, ModelConfig  # noqa: E402
 from octlm.data.sources import Document  # noqa: E402
 from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
@@ -37,9 +38,7 @@ from octlm.interop.onnx_export import (  # noqa: E402
     ONNX_FILE,
     TOKENIZER_FILE,
     ProbedDecoder,
-    add_arguments,
     export_onnx,
-    run,
 )
 from octlm.model.decoder import Decoder  # noqa: E402
 from octlm.positions import scheme_names  # noqa: E402

@@ -1,15 +1,12 @@
-"""`octlm generate`: stream text from a trained run, one token at a time, with the KV cache.
+"""Generating text from a trained model: one token at a time with the KV cache, streamed, or a batch of samples.
 
 The prompt is run once through the model, filling the cache; after that each new token is a single-position
-forward pass that reads the cached keys and values. The cache starts with room for `INITIAL_NEW_TOKENS` new
-tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up front. Schemes with no maximum length (sinusoidal, rope, alibi,
-t5, nope) keep using the cache past the trained context. A learned position table has no row past its last
-one, so once the sequence outgrows it the window slides: every new token re-reads the last `context_length`
-tokens without the cache (slower, and said once on stderr).
-
-Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, optionally cut to the `top_k`
-most likely tokens and to the smallest set whose probability reaches `top_p`, then drawn with a seeded
-generator, so the same seed gives the same text.
+forward pass that reads the cached keys and values (`octlm.model.decode_step`). The cache starts with room for
+`INITIAL_NEW_TOKENS` new tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up front.
+Schemes with no maximum length keep using the cache past the trained context. A learned position table has no
+row past its last one, so once the sequence outgrows it the window slides: every new token re-reads the last
+`context_length` tokens without the cache (slower, and said once on stderr). How each token is chosen is
+`octlm.generation.sampling`.
 
 Streaming: `StreamDecoder` feeds each token's bytes through an incremental UTF-8 decoder, so printing is
 linear in the output and a character spelled out over several tokens prints once it is whole.
@@ -17,21 +14,17 @@ linear in the output and a character spelled out over several tokens prints once
 
 from __future__ import annotations
 
-import argparse
 import codecs
-import math
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from torch import Tensor, nn
 
-from octlm.errors import SEED_RANGE, THREADS_RANGE, UserError, check_text, int_in_range
+from octlm.errors import UserError
+from octlm.generation.sampling import Sampling, check_max_new_tokens, choose_tokens
 from octlm.model.decode_step import DecodeStep
-from octlm.runtime import resolve_device, torch_threads
 
 if TYPE_CHECKING:
     from octlm.config import Config
@@ -42,9 +35,6 @@ SAMPLE_TOP_K = 40
 # The KV cache starts with room for the prompt and this many new tokens, then doubles as decoding needs: a
 # huge --max-new-tokens costs nothing up front, and growth copies each cached entry about once on average.
 INITIAL_NEW_TOKENS = 256
-DEVICES = "auto, cpu, cuda or cuda:N"
-# `--num-samples`: one batch, one KV cache of N rows; past a few thousand rows a cache would not fit in memory.
-NUM_SAMPLES_RANGE = (1, 4096)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
@@ -53,69 +43,6 @@ def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     if not ids:
         raise UserError('the prompt encodes to no tokens; pass some text, e.g. --prompt "class"')
     return [tokenizer.eot_id, *ids]
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How each next token is chosen; made only with settings in range (otherwise a UserError)."""
-
-    temperature: float = 0.0  # 0: greedy
-    top_k: int | None = None  # None: no limit
-    top_p: float = 1.0  # 1: keep every token
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.temperature < math.inf:  # also catches NaN
-            raise UserError(
-                f"temperature = {self.temperature} must be 0 (greedy) or a finite positive number"
-            )
-        if self.top_k is not None and self.top_k < 1:
-            raise UserError(f"top-k = {self.top_k} must be at least 1 (or left unset for no limit)")
-        if not 0.0 < self.top_p <= 1.0:
-            raise UserError(f"top-p = {self.top_p} must be in (0, 1]; 1 keeps every token")
-
-
-def _check_max_new_tokens(max_new_tokens: int) -> None:
-    if max_new_tokens < 0:
-        raise UserError(f"max-new-tokens = {max_new_tokens} must not be negative")
-
-
-def check_sampling(temperature: float, top_k: int | None, top_p: float, max_new_tokens: int) -> None:
-    """UserError for a sampling setting outside its range."""
-    Sampling(temperature, top_k, top_p)
-    _check_max_new_tokens(max_new_tokens)
-
-
-def choose_tokens(
-    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
-) -> Tensor:
-    """Token ids `[...]` (long, on the logits' device) from `logits` `[..., V]`: every row on its own, one
-    draw per row, no host round trip. Entries set to -inf are never chosen."""
-    # float64, and the largest logit moved to 0 first: a tiny temperature then sends the others to -inf
-    # instead of overflowing to inf (softmax NaN), and a tiny top-p is not rounded to 0.
-    logits = logits.double()
-    if temperature == 0:
-        return torch.argmax(logits, dim=-1)
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token when the tokens before it already reach top_p; the most likely one always stays.
-        drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    probs = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def pick_token(
-    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
-) -> int:
-    """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
-    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
 
 
 def _stderr(message: str) -> None:
@@ -129,7 +56,7 @@ def _silent(message: str) -> None:
 
 def _checked_prompt(model: nn.Module, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
     """The prompt as a list of ints, or a UserError naming what is wrong with it or with `max_new_tokens`."""
-    _check_max_new_tokens(max_new_tokens)
+    check_max_new_tokens(max_new_tokens)
     prompt = [int(i) for i in prompt_ids]
     if not prompt:
         raise UserError("the prompt is empty: generation needs at least one token to continue")
@@ -194,16 +121,6 @@ def generate_batch(
         if all(done):
             break
     return outs
-
-
-def _last_logits(
-    model: nn.Module, window: list[int], *, device: torch.device, usable: int, cache: Any = None
-) -> Tensor:
-    """The next-token logits `[V]` after `window` (float; ids from `usable` on, which the tokenizer lacks,
-    set to -inf). With a cache, `window` is only the tokens it does not hold yet."""
-    x = torch.tensor([window], dtype=torch.long, device=device)  # [1, T]
-    logits, _ = model(x, cache=cache)
-    return _usable(logits[0, -1], usable)
 
 
 def _usable(logits: Tensor, usable: int) -> Tensor:
@@ -345,67 +262,6 @@ def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     if ids and ids[-1] == tokenizer.eot_id:
         ids = ids[:-1]  # the document ended; EOT is not text
     return prompt + tokenizer.decode(ids)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# `octlm generate`
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-learned"
-    )
-    parser.add_argument("--prompt", required=True, help="the text to continue")
-    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")
-    parser.add_argument(
-        "--top-p", type=float, default=1.0, help="nucleus sampling: keep tokens up to this mass"
-    )
-    parser.add_argument("--seed", type=int_in_range(*SEED_RANGE), default=0, help="sampling seed (default 0)")
-    parser.add_argument("--device", type=device_name, default="auto", help=DEVICES + " (default auto)")
-    parser.add_argument("--no-cache", action="store_true", help="re-run the whole sequence for every token")
-    parser.add_argument("--keep-going", action="store_true", help="do not stop at the end-of-text token")
-    parser.add_argument("--num-samples", type=int_in_range(*NUM_SAMPLES_RANGE), default=1,
-                        help="continuations decoded together as one batch, printed when done (default 1: stream)")  # fmt: skip
-    # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
-    # 2-core machine two threads measured 15x slower), so one is the default.
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
-                        help="torch CPU threads (default 1)")  # fmt: skip
-
-
-def device_name(text: str) -> str:
-    """An argparse `type`: a device octlm can run on (whether it is present is checked when it is used)."""
-    index = text[5:] if text.startswith("cuda:") else "0"
-    if text not in ("auto", "cpu", "cuda") and not (text.startswith("cuda:") and index.isdecimal()):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}; choose {DEVICES}")
-    return text
-
-
-def run(args: argparse.Namespace) -> int:
-    check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
-    check_text(args.prompt, "--prompt")
-    with torch_threads(args.threads):
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from octlm.storage.checkpoint import load_model
-
-    model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device, "--device"))
-    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-    options = {"use_cache": not args.no_cache, "stop_at_eot": not args.keep_going}
-    start = time.perf_counter()
-    if args.num_samples == 1:
-        count = stream_text(
-            model, tokenizer, args.prompt, args.max_new_tokens, sampling, sys.stdout, **options
-        )
-    else:
-        count = print_samples(model, tokenizer, args.prompt, args.num_samples, args.max_new_tokens, sampling,
-                              sys.stdout, **options)  # fmt: skip
-    seconds = time.perf_counter() - start
-    _stderr(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]")
-    return 0
 
 
 def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, sampling: Sampling,

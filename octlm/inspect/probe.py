@@ -22,7 +22,6 @@ them. Ridge is solved in closed form in float64; the classifier is fitted with t
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,12 +30,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from octlm.errors import SEED_RANGE, UserError, check_output, int_in_range, writing
+from octlm.errors import UserError, writing
 from octlm.files import write_atomic
 from octlm.inspect.figures import plot_probe
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table, render_markdown
 from octlm.storage.jsonable import to_json
-from octlm.storage.run import PROBE_DIR, PROBE_FILES, Run
+from octlm.storage.run import PROBE_DIR, PROBE_FILES
 
 if TYPE_CHECKING:
     from octlm.config import Config
@@ -362,33 +361,3 @@ def report_probe_blocks(result: dict[str, Any] | None, folder: Path) -> list[Blo
 
 # ------------------------------------------------------------------------------------------------------------
 # `octlm probe`
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a run folder made by `octlm train`, e.g. runs/day1-nope")
-    parser.add_argument("--text", metavar="FILE", help="probe on this UTF-8 text (default: the run's validation stream)")  # fmt: skip
-    parser.add_argument("--windows", type=int_in_range(MIN_WINDOWS, 100_000), default=DEFAULT_WINDOWS, metavar="N",
-                        help=f"windows of the context length to probe on (default {DEFAULT_WINDOWS})")  # fmt: skip
-    parser.add_argument("--buckets", type=int_in_range(2, 4096), default=BUCKETS, metavar="K",
-                        help=f"position buckets of the classifier (default {BUCKETS})")  # fmt: skip
-    parser.add_argument("--seed", type=int_in_range(*SEED_RANGE), default=0, help="window split and control")
-    parser.add_argument("--out", metavar="DIR", help="output folder (default: RUN/report/probe)")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.out is not None:
-        out = check_output(args.out, "--out", folder=True)
-    else:
-        Run.of(args.run).find_checkpoint()  # a clear one-line refusal for a folder that is not a run
-        out = check_output(Run.of(args.run).probe_dir, "the probe folder", folder=True)
-    result = probe_run(args.run, args.text, args.windows, args.buckets, args.seed)
-    folder = write_probe(result, out)
-    print(
-        f"position probe of {result['run']} ({result['position']}), {result['tokens']['test']:,} test tokens:"
-    )
-    print(f"  {'layer':<10} {'R²':>6} {'MAE':>6} {'R² ctl':>7} {'acc':>6} {'acc ctl':>7}  chance")
-    for x in result["layers"]:
-        print(f"  {x['layer']:<10} {x['ridge']['r2']:6.3f} {x['ridge']['mae']:6.1f} {x['ridge_control']['r2']:7.3f} "
-              f"{x['bucket']['accuracy']:6.3f} {x['bucket_control']['accuracy']:7.3f}  {x['chance']:.3f}")  # fmt: skip
-    print(f"probe: {folder / PROBE_FILES['markdown']} (also {PROBE_FILES['json']}, {PROBE_FILES['figure']})")
-    return 0

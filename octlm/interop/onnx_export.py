@@ -23,7 +23,6 @@ file, weights inside), the run's tokenizer.json byte for byte, and model.json (w
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import importlib.util
@@ -31,7 +30,6 @@ import json
 import logging
 import math
 import shutil
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 import octlm.model.decoder
-from octlm.errors import UserError, int_in_range, writing
+from octlm.errors import UserError, writing
 from octlm.interop.export_folder import check_out, sibling, swap_in
 from octlm.model.decoder import Decoder
 from octlm.positions import PositionScheme
@@ -362,25 +360,3 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
 
 # ---------------------------------------------------------------------------------------------------------------
 # `octlm export onnx`
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-rope"
-    )
-    parser.add_argument("out", metavar="OUT", help="the folder to write (must be new or empty)")
-    parser.add_argument("--force", action="store_true", help="replace OUT if it holds an earlier ONNX export")
-    parser.add_argument("--max-length", type=int_in_range(*LENGTH_RANGE), metavar="N",
-                        help=f"the longest input (default: a learned table's rows, else {DEFAULT_MAX_LENGTH})")  # fmt: skip
-    parser.add_argument("--rope-scaling", choices=STATIC_SCALING + ("dynamic",), metavar="METHOD",
-                        help=f"RoPE runs: scale the frequencies ({', '.join(STATIC_SCALING)})")  # fmt: skip
-    parser.add_argument("--rope-factor", type=float, metavar="S",
-                        help="the scaling factor (default: max length / training length)")  # fmt: skip
-
-
-def run(args: argparse.Namespace) -> None:
-    start = time.perf_counter()
-    info = export_onnx(args.run, args.out, args.force, args.max_length, args.rope_scaling, args.rope_factor)
-    seconds, size = time.perf_counter() - start, info["files"][ONNX_FILE]
-    print(f"wrote {args.out}: {ONNX_FILE} {size:,} bytes ({info['scheme']}, inputs of 1 to "
-          f"{info['context_length']} tokens, trained at {info['train_length']}) in {seconds:.1f} s")  # fmt: skip

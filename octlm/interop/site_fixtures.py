@@ -16,7 +16,6 @@ A masked entry (an ALiBi bias of minus infinity) is written as `null`, because J
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -29,19 +28,6 @@ from octlm.storage.jsonable import to_json
 DEFAULT_OUT = Path("web") / "fixtures"
 SCHEMA = 1
 DIGITS = 12
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out",
-        default=str(DEFAULT_OUT),
-        help=f"folder for the JSON files (default: {DEFAULT_OUT}, from the repo root)",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if the files in --out differ from a fresh export",
-    )
 
 
 def _clean(value: Any) -> Any:
@@ -302,22 +288,3 @@ def stale_fixtures(out: Path) -> list[str]:
         if not path.is_file() or path.read_text(encoding="utf-8") != render(fixture):
             stale.append(name)
     return stale
-
-
-def run(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if args.out == str(DEFAULT_OUT) and not out.parent.is_dir():
-        raise UserError(
-            f"there is no {out.parent}/ folder here; run from the octlm repository root or pass --out DIR"
-        )
-    if args.check:
-        stale = stale_fixtures(out)
-        if stale:
-            names = ", ".join(stale)
-            print(f"{len(stale)} fixture file(s) in {out} are stale ({names}); run `octlm export fixtures`")
-            return 1
-        print(f"fixtures in {out} are up to date")
-        return 0
-    written = write_fixtures(out)
-    print(f"wrote {len(written)} fixture files to {out}")
-    return 0
