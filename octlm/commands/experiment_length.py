@@ -120,11 +120,10 @@ def run(args: argparse.Namespace) -> int:
                   f"octlm experiment length --collect --out {shlex.quote(str(out))}")  # fmt: skip
         return 0
     if args.collect:
-        result = length.collect(out, progress)
-    else:
-        result = length.run_experiment(
-            config, settings, out, command_line(args, settings, overrides), progress
-        )
+        result = length_results.collect(out, progress)
+    else:  # the whole grid: every cell, then the collection of those cells
+        ran = length.run_cells(config, settings, out, command_line(args, settings, overrides), progress)
+        result = length_results.collect(out, progress, ran)
     if result.missing:
         sys.stderr.write(f"octlm experiment length: {len(result.missing)} cell(s) of the grid missing, "
                          f"collected without them: {' '.join(result.missing)}\n")  # fmt: skip

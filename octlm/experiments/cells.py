@@ -5,7 +5,7 @@ A cell is one training and its scores. `<out>/cells/<scheme>-seed<k>.json` holds
 and bytes, the timings) and the settings that define the grid (`grid`, GRID_KEYS: training and evaluation
 lengths, windows, modes, the RoPE factor, the grid's schemes and seeds, SHA-256 of the base training config and
 of the evaluation tokens). A file is written to a temporary file in the same folder and moved into place
-(`corpus.write_atomic`), so processes writing different cells into one folder never clash and a reader never
+(`octlm.files.write_atomic`), so processes writing different cells into one folder never clash and a reader never
 sees half a cell. Collecting reads whatever cells are there, refuses to mix cells made with different settings,
 and names the cells of the grid that are missing. Nothing here trains or scores (`octlm.experiments.length` does).
 """

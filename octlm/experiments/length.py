@@ -15,19 +15,17 @@ the scored tokens, EOT 0 bytes) compare down a column and along a row.
   short lengths pay for over-scaling), and `dynamic`, whose NTK factor is L / train length per length L.
 
 The grid (scheme × seed) is independent cells: `run_cells` trains and scores some or all of them, writing each
-to its own file (`octlm.experiments.cells`), and `collect` builds the outputs from whatever cells are there; the
-one-command `run_experiment` is exactly both. Outputs in `runs/length-<date>/` (or `--out`):
+to its own file (`octlm.experiments.cells`), and `octlm.experiments.length_results.collect` builds the outputs
+from whatever cells are there; the one-command run is both. Outputs in `runs/length-<date>/` (or `--out`):
 `runs/<scheme>-seed<k>/` (reused when a finished run with the same config is there), `cells/<scheme>-seed<k>.json`,
-`results.jsonl` (one record per scheme/variant, seed, length and mode), and from `octlm.experiments.length_results`:
-`results.md`, `length.png` and `length.json` (web/DATA.md). The command line is `octlm.commands.experiment_length`.
+and from the collection `results.jsonl` (one record per scheme/variant, seed, length and mode), `results.md`,
+`length.png` and `length.json` (web/DATA.md). The command line is `octlm.commands.experiment_length`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 import os
 import time
@@ -42,7 +40,7 @@ import torch
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells as length_cells
-from octlm.experiments import length_results
+from octlm.files import sha256_bytes
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
@@ -53,9 +51,6 @@ from octlm.storage.run import Run
 from octlm.training.scoring import Score, summed_loss
 
 MODES = ("windows", "sliding")
-RECORDS_FILE = (
-    "results.jsonl"  # the output folder's other files: length_cells' and length_results' (docstring)
-)
 
 # The default experiment: the day1 shape at context 64, sized to train 18 models and evaluate them in
 # under 30 minutes on 2 CPU cores (see docs/LOG.md, "Length experiment").
@@ -319,7 +314,7 @@ def scored_runs(
 def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
     """The settings that define the grid (length_cells.GRID_KEYS), recorded with every cell."""
     normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
-    tokens = hashlib.sha256(text.tokens.tobytes() + text.token_bytes.tobytes()).hexdigest()
+    tokens = sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())
     return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
             "eval_windows": settings.eval_windows, "modes": list(settings.modes), "rope_factor": settings.factor,
             "schemes": table_order(settings.schemes), "seeds": seeds,
@@ -380,64 +375,14 @@ def run_cells(
     for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
         scheme, seed = records[0]["scheme"], records[0]["seed"]
         length_cells.write_cell(out_dir, scheme, seed, grid, {**facts, "info": info}, records)
-        say(length_results.progress_line(done, len(jobs), records, info))
+        say(progress_line(done, len(jobs), records, info))
     return CellsRun([length_cells.cell_name(s, k) for s, k in jobs], workers, started)
 
 
-@dataclass
-class LengthResult:
-    """What `collect` wrote and measured."""
-
-    out_dir: Path
-    records: list[dict]
-    summary: list[dict]
-    wall_seconds: float
-    markdown: str
-    missing: list[str] = field(default_factory=list)  # the grid's cells with no file, as scheme:seed
-
-
-def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> LengthResult:
-    """results.jsonl, results.md, length.png and length.json from the cells in `out_dir/cells/`: whichever are
-    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
-    results.md and `missing`), and a scheme with no cell has no rows.
-    """
-    cells = length_cells.read_cells(out_dir, ran.names if ran else None)
-    grid = length_cells.agreed_grid(cells)
-    cells = length_cells.in_grid_order(grid, cells)
-    missing = length_cells.missing(grid, cells)
-    present = {cell.scheme for cell in cells}
-    settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
-                        seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
-                        eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
-                        rope_factor=grid["rope_factor"])  # fmt: skip
-    first = cells[0].facts
-    config = config_from_dict(first["config"], name=first["config_name"])
-    records = [record for cell in cells for record in cell.records]
-    (out_dir / RECORDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    workers = ran.workers if ran else None  # None: cells run separately, and `wall` is their time in all
-    seconds = sum(c.facts["info"]["train_wall"] + c.facts["info"]["eval_seconds"] for c in cells)
-    wall = time.perf_counter() - ran.started if ran else seconds
-    summary = length_results.summarize(records, settings)
-    probes = {}  # scheme -> the probe of its first seed's model (cells written before the probe have none)
-    for cell in cells:
-        if "probe" in cell.facts["info"] and cell.scheme not in probes:
-            probes[cell.scheme] = cell.facts["info"]["probe"] | {"seed": cell.seed}
-    facts = length_results.RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
-                                    first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
-    markdown = length_results.write_results(out_dir, summary, records, settings, config, facts)
-    if progress:
-        files = [length_results.MD_FILE, RECORDS_FILE, length_results.FIGURE_FILE, length_results.WEB_FILE]
-        print(f"wrote {out_dir}/{', '.join(files)} from {len(cells)} cell(s) in {wall / 60:.1f} min")
-    return LengthResult(out_dir, records, summary, wall, markdown, missing)
-
-
-def run_experiment(
-    config: Config,
-    settings: Settings,
-    out_dir: Path,
-    command: str = "octlm experiment length",
-    progress: bool = True,
-) -> LengthResult:
-    """The whole grid in one command: `run_cells` for every scheme × seed, then `collect` of those cells."""
-    ran = run_cells(config, settings, out_dir, command, progress)
-    return collect(out_dir, progress, ran)
+def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
+    """`[i/n] scheme seed k: trained in ... (or reused), scored in ...; bits/byte at the first length`."""
+    first = records[0]
+    trained = "reused" if info["reused"] else (
+        f"trained in {info['train_wall']:.0f} s ({info['tokens_per_second']:,.0f} tok/s)")  # fmt: skip
+    return (f"[{done}/{total}] {first['scheme']} seed {first['seed']}: {trained}, scored in "
+            f"{info['eval_seconds']:.0f} s; bits/byte at {first['length']}: {first['bpb']:.3f}")  # fmt: skip

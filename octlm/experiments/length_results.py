@@ -1,7 +1,8 @@
-"""The length experiment's results: summaries over seeds, tables, results.md, length.png and length.json.
+"""The length experiment's results, collected from its cells: results.jsonl, summaries over seeds, tables,
+results.md, length.png and length.json.
 
-Everything here works on the records `octlm.experiments.length.evaluate_run` makes (one per scheme/variant, seed, length
-and mode) and measures nothing. Tables give mean ± sample standard deviation over seeds; the best row of a
+`collect` reads the cells `octlm.experiments.length` wrote; everything else works on their records (one per
+scheme/variant, seed, length and mode) and measures nothing. Tables give mean ± sample standard deviation over seeds; the best row of a
 column is bold and "≈" marks a cell within the spread of the best (|Δ| ≤ std + std of the best).
 """
 
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from octlm.config import Config, config_from_dict
+from octlm.experiments import cells
+from octlm.experiments.length import CellsRun, Settings
 from octlm.inspect import probe
 from octlm.inspect.figures import Curve, plot_length
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
@@ -22,11 +27,7 @@ from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
 from octlm.storage.jsonable import to_json
 
-if TYPE_CHECKING:  # octlm.experiments.length imports this module to write its results (annotations only here)
-    from octlm.config import Config
-    from octlm.experiments.length import Settings
-
-MD_FILE, FIGURE_FILE, WEB_FILE = "results.md", "length.png", "length.json"
+RECORDS_FILE, MD_FILE, FIGURE_FILE, WEB_FILE = "results.jsonl", "results.md", "length.png", "length.json"
 WEB_DIGITS = 6  # decimals of the figures in length.json
 
 
@@ -300,10 +301,52 @@ def write_results(
     return markdown
 
 
-def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
-    """`[i/n] scheme seed k: trained in ... (or reused), scored in ...; bits/byte at the first length`."""
-    first = records[0]
-    trained = "reused" if info["reused"] else (
-        f"trained in {info['train_wall']:.0f} s ({info['tokens_per_second']:,.0f} tok/s)")  # fmt: skip
-    return (f"[{done}/{total}] {first['scheme']} seed {first['seed']}: {trained}, scored in "
-            f"{info['eval_seconds']:.0f} s; bits/byte at {first['length']}: {first['bpb']:.3f}")  # fmt: skip
+# ----------------------------------------------------------------------------------------------------
+# Collecting the cells
+
+
+@dataclass
+class LengthResult:
+    """What `collect` wrote and measured."""
+
+    out_dir: Path
+    records: list[dict]
+    summary: list[dict]
+    wall_seconds: float
+    markdown: str
+    missing: list[str] = field(default_factory=list)  # the grid's cells with no file, as scheme:seed
+
+
+def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> LengthResult:
+    """results.jsonl, results.md, length.png and length.json from the cells in `out_dir/cells/`: whichever are
+    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
+    results.md and `missing`), and a scheme with no cell has no rows.
+    """
+    found = cells.read_cells(out_dir, ran.names if ran else None)
+    grid = cells.agreed_grid(found)
+    found = cells.in_grid_order(grid, found)
+    missing = cells.missing(grid, found)
+    present = {cell.scheme for cell in found}
+    settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
+                        seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
+                        eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
+                        rope_factor=grid["rope_factor"])  # fmt: skip
+    first = found[0].facts
+    config = config_from_dict(first["config"], name=first["config_name"])
+    records = [record for cell in found for record in cell.records]
+    (out_dir / RECORDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    workers = ran.workers if ran else None  # None: cells run separately, and `wall` is their time in all
+    seconds = sum(c.facts["info"]["train_wall"] + c.facts["info"]["eval_seconds"] for c in found)
+    wall = time.perf_counter() - ran.started if ran else seconds
+    summary = summarize(records, settings)
+    probes = {}  # scheme -> the probe of its first seed's model (cells written before the probe have none)
+    for cell in found:
+        if "probe" in cell.facts["info"] and cell.scheme not in probes:
+            probes[cell.scheme] = cell.facts["info"]["probe"] | {"seed": cell.seed}
+    facts = RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
+                                    first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
+    markdown = write_results(out_dir, summary, records, settings, config, facts)
+    if progress:
+        files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE]
+        print(f"wrote {out_dir}/{', '.join(files)} from {len(found)} cell(s) in {wall / 60:.1f} min")
+    return LengthResult(out_dir, records, summary, wall, markdown, missing)
