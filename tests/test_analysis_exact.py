@@ -206,7 +206,7 @@ def test_resolve_tokens() -> None:
 def table_tables(token_table: np.ndarray, source: dict | None = None) -> Tables:
     model = {"vocab_size": len(token_table), "d_model": 2, "context_length": 4, "n_layers": 1, "n_heads": 1,
              "position": "nope", "tie_embeddings": True}  # fmt: skip
-    return Tables(token_table, model, source=source)
+    return Tables(token_table, model, {"shows": [], "about": "None."}, source=source)
 
 
 def test_analyze_with_counts() -> None:

@@ -1,6 +1,8 @@
-"""Exact expected values for octlm/inspect/analysis.py's position side: `position_section` for each scheme, by hand, and
-the tables a model yields (`tables_of`, `registered_tables`), written to kill its mutants (scripts/mutation,
-docs/MUTANTS.md). Expected values are worked out by hand (cosines of chosen vectors, the sinusoidal table).
+"""Exact expected values for octlm/inspect/analysis.py's position side: what a scheme shows (`shown`, `tables_of`)
+and `position_section` for each thing it can show (vectors, frequencies, bias), worked out by hand (cosines of
+chosen vectors, the sinusoidal table, wavelengths), written to kill its mutants (scripts/mutation,
+docs/MUTANTS.md). Every scheme goes through the same path: built-in ones are checked here by the `shows` their
+classes declare.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import pytest
 import torch
 from test_analysis_exact import S, tiny
 
-from octlm.inspect.analysis import MAP_POSITIONS, Tables, position_section, registered_tables, tables_of
+from octlm.inspect.analysis import MAP_POSITIONS, Tables, about, position_section, shown, tables_of
 from octlm.model.decoder import Decoder
-from octlm.positions import PositionScheme
+from octlm.positions import SCHEMES, PositionScheme
+from octlm.positions.formulas import alibi_slopes
 
 
-def test_tables_of_each_scheme() -> None:
+def test_tables_of_a_decoder_reads_what_its_scheme_shows() -> None:
     same = Tables(np.zeros((2, 2)), {})
     assert tables_of(same) is same
     learned = Decoder(tiny(sinusoidal_base=500.0))
@@ -27,26 +30,37 @@ def test_tables_of_each_scheme() -> None:
                        "position": "learned", "tie_embeddings": True}  # fmt: skip
     assert t.token_table.dtype == np.float64 and np.array_equal(t.token_table, learned.token_embedding.weight
                                                                   .detach().double().numpy())  # fmt: skip
-    assert np.array_equal(t.position_table, learned.positions.table.weight.detach().double().numpy())
-    assert t.sinusoidal_base == 500.0 and t.rope is None and t.scheme == {} and t.source is None
-    rope = tables_of(Decoder(tiny(position="rope", rope_base=100.0, rope_layout="interleaved")))
-    assert rope.position_table is None and rope.scheme == {}
-    assert rope.rope["inv_freq"].tolist() == [1.0, 0.1]  # 100^(-0/4), 100^(-2/4), head_dim 4
-    assert {k: v for k, v in rope.rope.items() if k != "inv_freq"} == {"head_dim": 4, "base": 100.0,
-                                                                       "layout": "interleaved", "rotary_dims": 4}  # fmt: skip
-    alibi = tables_of(Decoder(tiny(position="alibi")))
-    assert alibi.scheme["slopes"].tolist() == [0.0625, 0.00390625] and alibi.rope is None  # 2^-4, 2^-8
+    assert t.sinusoidal_base == 500.0 and t.source is None
+    assert list(t.positions) == ["shows", "about", "vectors"] and t.positions["shows"] == ["vectors"]
+    assert (
+        t.positions["about"]
+        == "A learned table with one row per position (GPT-2). It has no row past its last one."
+    )
+    assert t.positions["vectors"].dtype == np.float64
+    assert np.array_equal(t.positions["vectors"], learned.positions.table.weight.detach().double().numpy())
+    rope = tables_of(Decoder(tiny(position="rope", rope_base=100.0, rope_layout="interleaved"))).positions
+    assert list(rope) == ["shows", "about", "frequencies", "head_dim"]
+    assert rope["frequencies"].tolist() == [1.0, 0.1] and rope["head_dim"] == 4  # 100^(-0/4), 100^(-2/4)
+    alibi = tables_of(Decoder(tiny(position="alibi"))).positions
+    # the bias a query at position 5 adds to the key d back: -slope · d, slopes 2^-4 and 2^-8 for 2 heads
+    assert alibi["bias"].tolist() == [[-d / 16 for d in range(6)], [-d / 256 for d in range(6)]]
     t5m = Decoder(tiny(position="t5", t5_buckets=8, t5_max_distance=20))
-    t5 = tables_of(t5m)
-    assert t5.scheme["buckets"] == 8 and t5.scheme["max_distance"] == 20
-    assert np.array_equal(t5.scheme["bias"], t5m.positions.table.weight.detach().double().numpy())
-    assert tables_of(Decoder(tiny(position="nope"))).scheme == {}
+    table = (
+        t5m.positions.table.weight.detach().double().numpy()
+    )  # [buckets, H]; distances 0-3 have a bucket each
+    assert np.array_equal(tables_of(t5m).positions["bias"][:, :4], table[:4].T)
+    assert tables_of(Decoder(tiny(position="nope"))).positions == {
+        "shows": [],
+        "about": about(SCHEMES["nope"]),
+    }
 
 
-def tables(position: str, length: int = 8, width: int = 4, **kw) -> Tables:
+def tables(position: str, length: int = 8, width: int = 4, about: str = "About it.", **shows) -> Tables:
+    """A model description and what its scheme shows (`vectors`, `frequencies` + `head_dim`, `bias`)."""
     model = {"vocab_size": 6, "d_model": width, "context_length": length, "n_layers": 1, "n_heads": 2,
              "position": position, "tie_embeddings": True}  # fmt: skip
-    return Tables(np.eye(6, width), model, **kw)
+    kinds = [kind for kind in ("vectors", "frequencies", "bias") if kind in shows]
+    return Tables(np.eye(6, width), model, {"shows": kinds, "about": about, **shows})
 
 
 def sinusoid(length: int, width: int, base: float = 10000.0) -> np.ndarray:
@@ -64,172 +78,131 @@ def cosines(x: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def test_sinusoidal_section_and_the_reference_of_an_odd_width() -> None:
-    t = tables("sinusoidal", width=5, sinusoidal_base=100.0)
+def test_the_sinusoidal_reference_of_an_odd_width_and_fixed_vectors() -> None:
+    vectors = sinusoid(8, 6, 100.0)[:, :5]
+    t = tables("sinusoidal", width=5, vectors=vectors)
+    t.sinusoidal_base = 100.0
     got = position_section(t, t, k=2)
     want = cosines(sinusoid(8, 6, 100.0)[:, :5])  # width 5: the table of width 6, cut
     ref = got["sinusoidal_reference"]
     assert np.abs(ref["similarity"] - want).max() < 1e-6  # float32 table: measured 1e-7
-    assert got["trained"] is ref
-    assert list(got) == ["scheme", "context_length", "probe_positions", "distances", "sinusoidal_reference",
-                         "has_vectors", "trained", "summary"]  # fmt: skip
-    assert (got["scheme"], got["context_length"], got["has_vectors"]) == ("sinusoidal", 8, True)
+    assert list(got) == ["scheme", "context_length", "probe_positions", "distances", "shows",
+                         "sinusoidal_reference", "has_vectors", "trained", "summary"]  # fmt: skip
+    assert (got["scheme"], got["context_length"], got["has_vectors"], got["shows"]) == ("sinusoidal", 8, True,
+                                                                                         ["vectors"])  # fmt: skip
     assert got["probe_positions"] == [0, 1, 4, 7] and got["distances"] == [1, 2, 4, 7]
     assert list(ref["neighbours"]) == [0, 1, 4, 7] and len(ref["neighbours"][0]) == 2
     assert ref["neighbours"][0][0][0] == int(np.argsort(-want[0], kind="stable")[1])
     assert ref["similarity_by_distance"][7] == pytest.approx(want[0, 7], abs=1e-6)
-    assert got["summary"] == (
-        "The fixed sinusoidal table (base 100): nothing here is learned, so the trained and untrained models "
-        "have the same position vectors. Similarity depends only on the distance t - s."
-    )
+    assert np.abs(got["trained"]["similarity"] - want).max() < 1e-12
+    assert got["summary"] == ("About it. Its 8 position vectors are fixed: training does not change them.")
 
 
-def test_learned_section_compares_trained_and_untrained_tables() -> None:
+def test_vectors_training_changed_are_compared_with_the_untrained_ones() -> None:
     rows = np.array([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]])
-    trained = tables("learned", length=4, position_table=rows)
-    initial = tables("learned", length=4, position_table=np.eye(4))
+    trained = tables("learned", length=4, vectors=rows)
+    initial = tables("learned", length=4, vectors=np.eye(4))
     got = position_section(trained, initial, k=1)
-    assert got["has_vectors"] and "map_positions" not in got
+    assert (
+        got["has_vectors"] and "map_positions" not in got and "frequencies" not in got and "bias" not in got
+    )
     assert got["trained"]["neighbours"] == {0: [(1, pytest.approx(S))], 1: [(0, pytest.approx(S))],
                                             2: [(1, pytest.approx(S))], 3: [(0, 0.0)]}  # fmt: skip
     assert np.abs(got["trained"]["similarity"] - cosines(rows)).max() < 1e-15
     assert got["untrained"]["similarity"].tolist() == np.eye(4).tolist()
     assert got["trained"]["similarity_by_distance"] == {1: pytest.approx(2 * S / 3), 2: 0.0, 3: 0.0}
-    assert got["summary"] == (
-        "A learned table of 4 rows, one vector per position, added to the token vectors. Its similarity map is "
-        "compared with the untrained table (random: no structure) and with the fixed sinusoidal table of the "
-        "same width."
-    )
+    assert got["summary"] == "About it. Its 4 position vectors are compared with the untrained ones."
 
 
 def test_maps_cover_at_most_map_positions() -> None:
     length = MAP_POSITIONS + 6
-    rows = np.random.default_rng(0).normal(size=(length, 4))
-    t = tables("learned", length=length, position_table=rows)
+    rows = np.random.default_rng(0).normal(size=(MAP_POSITIONS, 4))
+    t = tables("learned", length=length, vectors=rows)
     got = position_section(t, t, k=1)
     assert got["map_positions"] == MAP_POSITIONS and got["context_length"] == length
     assert got["trained"]["similarity"].shape == (MAP_POSITIONS, MAP_POSITIONS)
     assert got["sinusoidal_reference"]["similarity"].shape == (MAP_POSITIONS, MAP_POSITIONS)
     assert got["probe_positions"] == [0, 1, 512, 1023] and got["distances"][-1] == 1023
-    assert got["summary"].endswith(" Position x position maps cover the first 1,024 positions.")
+    assert got["summary"].endswith("fixed: training does not change them. Position x position maps cover the "
+                                   "first 1,024 positions.")  # fmt: skip
     nope = position_section(tables("nope", length=length), tables("nope", length=length))
-    assert nope["summary"].endswith("adds up to. Position x position maps cover the first 1,024 positions.")
-
-
-def test_rope_section_by_hand() -> None:
-    theta = np.array([1.0, 0.01, 1e-4])
-    rope = {"inv_freq": theta, "head_dim": 6, "base": 10000.0, "layout": "half", "scaling": "yarn",
-            "note": " (scaled)"}  # fmt: skip
-    t = tables("rope", length=100, rope=rope)
-    got = position_section(t, t)
-    r = got["rope"]
-    wavelength = [2 * math.pi, 200 * math.pi, 20000 * math.pi]
-    assert list(r) == ["head_dim", "base", "layout", "theta", "wavelength", "turns_in_context",
-                       "pairs_slower_than_context", "scaling"]  # fmt: skip
-    assert (r["head_dim"], r["base"], r["layout"], r["scaling"]) == (6, 10000.0, "half", "yarn")
-    assert r["theta"] is theta and np.abs(r["wavelength"] - wavelength).max() < 1e-9
-    assert np.abs(r["turns_in_context"] - [100 / w for w in wavelength]).max() < 1e-12
-    assert r["pairs_slower_than_context"] == 2 and not got["has_vectors"]
-    assert got["summary"] == (
-        "RoPE has no position vectors: every attention layer rotates each of the 3 channel pairs of a head's "
-        "queries and keys by position x θ_i. The fastest pair turns once every 6.3 positions, the slowest once "
-        "every 62,832; 2 of 3 pairs do not complete one turn within the 100-token context. Nothing here is "
-        "learned (base 10000). (scaled)"
+    anonymous = tables("plain-test", about="")
+    assert (
+        position_section(anonymous, anonymous)["summary"]
+        == "plain-test. It has no position parameters to show."
     )
-    assert rope["note"] == " (scaled)" and "inv_freq" in rope  # the model's dict is left alone
-    plain = position_section(
-        tables("rope", length=100, rope={k: v for k, v in rope.items() if k != "note"}), t
-    )
-    assert plain["summary"].endswith("(base 10000).") and "note" not in plain["rope"]
-    # θ = 2π/64 (exact: a power-of-two division) turns exactly once in 64 tokens: not slower than the context
-    edge = tables("rope", length=64, rope={**rope, "inv_freq": np.array([1.0, 2 * math.pi / 64, 1e-4])})
-    assert position_section(edge, edge)["rope"]["pairs_slower_than_context"] == 1
-
-
-def test_alibi_section_by_hand() -> None:
-    slopes = np.array([0.5, 0.25, 0.125])
-    t = tables("alibi", scheme={"slopes": slopes})
-    got = position_section(t, t)
-    assert got["alibi"]["slopes"] is slopes
-    assert {d: b.tolist() for d, b in got["alibi"]["bias_at_distance"].items()} == {
-        1: [-0.5, -0.25, -0.125], 2: [-1.0, -0.5, -0.25], 4: [-2.0, -1.0, -0.5],
-        7: [-3.5, -1.75, -0.875]}  # fmt: skip
-    assert got["summary"] == (
-        "ALiBi has no position vectors: each of the 3 heads subtracts slope x distance from every attention "
-        "score. Slopes run from 0.5 to 0.125; nothing here is learned."
+    assert nope["summary"] == (
+        "About it. It has no position parameters to show. Position x position maps cover the first 1,024 "
+        "positions."
     )
 
 
-def test_t5_section_by_hand() -> None:
-    # 4 buckets, max distance 8: distances 0, 1 exact; 2-3 bucket 2; 4-7 bucket 3 (the last one, also past 8)
-    bias = np.array([[0.1, -0.1], [0.2, -0.2], [0.3, -0.3], [0.4, -0.45]])
-    t = tables("t5", length=10, scheme={"bias": bias, "buckets": 4, "max_distance": 8})
-    initial = tables("t5", length=10, scheme={"bias": np.full((4, 2), 0.01), "buckets": 4, "max_distance": 8})
-    got = position_section(t, initial)["t5"]
-    assert got["bucket_of_distance"].tolist() == [0, 1, 2, 2, 3, 3, 3, 3, 3, 3]
-    assert got["bucket_distances"] == {0: [0, 0], 1: [1, 1], 2: [2, 3], 3: [4, 9]}
-    assert (got["buckets"], got["max_distance"]) == (4, 8)
-    assert got["bias"] is bias and got["untrained_bias"] is initial.scheme["bias"]
-    assert {d: b.tolist() for d, b in got["bias_at_distance"].items()} == {
-        1: [0.2, -0.2], 2: [0.3, -0.3], 4: [0.4, -0.45], 8: [0.4, -0.45], 9: [0.4, -0.45]}  # fmt: skip
-    assert position_section(t, initial)["summary"] == (
-        "T5 has no position vectors: it learns one number per head (2) and distance bucket (4, 4 reached within "
-        "10 tokens), added to the attention scores. Trained biases span -0.450 to 0.400; untrained ones 0.010 "
-        "to 0.010."
-    )
-
-
-def test_nope_section() -> None:
-    got = position_section(tables("nope"), tables("nope"))
-    assert list(got) == ["scheme", "context_length", "probe_positions", "distances", "sinusoidal_reference",
-                         "has_vectors", "summary"]  # fmt: skip
-    assert got["summary"] == (
-        "NoPE has no position parameters at all. The causal mask is its only source of order: a token sees how "
-        "many tokens came before it only through what attention over them adds up to."
-    )
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Survivors of the mutmut run of issue 19: a registered scheme's section, its tables, a partial RoPE's note.
-
-
-def test_registered_section_frequencies_by_hand() -> None:
-    """Kills _registered_section 46/53 (dividing by θ = 0: a divide-by-zero warning on every `octlm inspect`),
-    64-67 (turns = length·θ/2π), 72-75 (the "fastest" clause with some / no pair rotating), 111 (the join)."""
-    theta = np.array([1.0, 0.25, 0.0])  # wavelengths 2π, 8π and ∞ (pair 2 never rotates)
-    t = tables("xpos", length=8, scheme={"about": "About it.", "frequencies": theta})
+def test_frequencies_by_hand() -> None:
+    """θ = 1, 0.01, 1e-4 and a pair that never turns: wavelengths 2π, 200π, 20000π and none; within 100 tokens
+    the fastest turns 15.9 times, and two do not complete one turn."""
+    theta = np.array([1.0, 0.01, 1e-4, 0.0])
+    t = tables("rope", length=100, frequencies=theta, head_dim=8, note=" (scaled)")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 2π / 0 must not be computed: only θ > 0 is divided
         got = position_section(t, t)
     f = got["frequencies"]
     assert list(f) == ["theta", "wavelength", "turns_in_context"] and f["theta"] is theta
-    assert f["wavelength"].tolist() == [2 * math.pi, 8 * math.pi, math.inf]
-    assert np.abs(f["turns_in_context"] - [4 / math.pi, 1 / math.pi, 0.0]).max() < 1e-15  # 8·θ / 2π
-    assert got["summary"] == (
-        "xpos: About it. 2 of 3 channel pairs rotate; the fastest turns once every 6.3 positions."
+    assert f["wavelength"].tolist()[:3] == pytest.approx(
+        [2 * math.pi, 200 * math.pi, 20000 * math.pi], rel=1e-15
     )
-    still = tables("xpos", length=8, scheme={"about": "Still.", "frequencies": np.zeros(2)})
+    assert f["wavelength"][3] == math.inf
+    assert np.abs(f["turns_in_context"] - [100 / (2 * math.pi), 1 / (2 * math.pi), 0.01 / (2 * math.pi), 0.0]
+                  ).max() < 1e-15  # fmt: skip
+    assert not got["has_vectors"] and "trained" not in got and "bias" not in got
+    assert got["summary"] == (
+        "About it. 3 of its 4 channel pairs rotate: the fastest turns once every 6.3 positions, the "
+        "slowest once every 62,832; 2 do not complete one turn within the 100-token context. (scaled)"
+    )
+
+
+def test_frequencies_of_part_of_each_head_and_of_none() -> None:
+    """A RoPE on 4 of a head's 8 channels says which carry no position; θ = 2π/64 turns exactly once in 64
+    tokens, so it is not slower than the context; with no pair turning there is no fastest or slowest."""
+    theta = np.array([1.0, 2 * math.pi / 64])  # a power-of-two division: exact
+    got = position_section(t := tables("rope", length=64, frequencies=theta, head_dim=8), t)
+    assert got["summary"] == (
+        "About it. 2 of its 2 channel pairs rotate: the fastest turns once every 6.3 positions, the slowest "
+        "once every 64; 0 do not complete one turn within the 64-token context. Only 4 of each head's 8 channels "
+        "rotate; the other 4 carry no position."
+    )
+    whole = position_section(t := tables("rope", length=64, frequencies=theta, head_dim=4), t)
+    assert whole["summary"].endswith("within the 64-token context.")
+    still = tables("p-rope", length=8, frequencies=np.zeros(2), head_dim=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         none = position_section(still, still)
     assert none["frequencies"]["wavelength"].tolist() == [math.inf, math.inf]
-    assert none["summary"] == "xpos: Still. 0 of 2 channel pairs rotate."
+    assert none["summary"] == "About it. 0 of its 2 channel pairs rotate."
 
 
-def test_registered_section_bias_spans_by_hand() -> None:
-    """Kills _registered_section 98 (`min() - 0.0` keeps a -0.0 minimum, printing "-0.000") and 105 (the
-    untrained span printed as the trained one): the two spans differ, and the trained minimum is -0.0."""
+def test_bias_by_hand_trained_beside_untrained() -> None:
+    """The spans differ, and the trained minimum is -0.0, printed as 0.000 (not -0.000)."""
     trained = np.array([[-0.0, 0.25, 0.5], [0.125, -0.0, 0.375]])  # [H, T]; its minimum is -0.0
     untrained = np.array([[-1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
-    t = tables("fire", length=3, scheme={"about": "A bias.", "bias": trained})
-    initial = tables("fire", length=3, scheme={"about": "A bias.", "bias": untrained})
-    got = position_section(t, initial)
+    got = position_section(tables("fire", length=3, bias=trained), tables("fire", length=3, bias=untrained))
     assert got["bias"]["trained"] is trained and got["bias"]["untrained"] is untrained
     assert {d: b.tolist() for d, b in got["bias"]["bias_at_distance"].items()} == {1: [0.25, -0.0],
                                                                                   2: [0.5, 0.375]}  # fmt: skip
     assert got["summary"] == (
-        "fire: A bias. Bias against distance, seen from the last position: 0.000 to 0.500 trained, -1.000 to "
+        "About it. Bias against distance, seen from the last position: 0.000 to 0.500 trained, -1.000 to "
         "2.000 untrained."
+    )
+
+
+def test_a_fixed_bias_is_shown_once() -> None:
+    """ALiBi's bias is the same before and after training: said to be fixed, with no untrained copy."""
+    bias = -np.outer(alibi_slopes(3).double().numpy(), np.arange(8))  # [H, T]: slopes 1/2^(8/3·(h+1))
+    got = position_section(tables("alibi", bias=bias), tables("alibi", bias=bias.copy()))
+    assert list(got["bias"]) == ["trained", "bias_at_distance"]
+    assert got["bias"]["bias_at_distance"][4].tolist() == pytest.approx((-4 * alibi_slopes(3)).tolist())
+    assert got["summary"] == (
+        f"About it. Bias against distance, seen from the last position: {bias.min():.3f} to 0.000, fixed "
+        "(training does not change it)."
     )
 
 
@@ -249,22 +222,13 @@ class _Documented(PositionScheme):
         return torch.tensor([1.0, 0.0], dtype=torch.float64)
 
 
-def test_registered_tables_about_and_shows() -> None:
-    """Kills registered_tables 14 (a scheme without a docstring gets "XXXX"), 15 (the first paragraph, not
-    the whole docstring) and 18/19 (the "shows" key)."""
+def test_shown_says_what_and_reads_it_through_the_scheme() -> None:
+    """A scheme without a docstring says nothing about itself; otherwise its first paragraph, on one line."""
     model = Decoder(tiny(position="nope"))
     model.positions = _Undocumented()
-    assert registered_tables(model) == {"shows": [], "about": ""}
+    assert shown(model) == {"shows": [], "about": ""}
     model.positions = _Documented()
-    got = registered_tables(model)
-    assert list(got) == ["shows", "about", "frequencies"]
+    got = shown(model)
+    assert list(got) == ["shows", "about", "frequencies", "head_dim"]
     assert got["shows"] == ["frequencies"] and got["about"] == "A scheme for the test."
-    assert got["frequencies"].tolist() == [1.0, 0.0]
-
-
-def test_tables_of_partial_rope_says_which_dimensions_rotate() -> None:
-    """Kills tables_of 36-41: the note of a RoPE rotating 4 of its 8 head dimensions (rope_fraction 0.5),
-    its key and both counts (off-by-one and sign slips in "0 to rotary_dims - 1", "head_dim - rotary_dims")."""
-    t = tables_of(Decoder(tiny(position="rope", d_model=16, rope_fraction=0.5)))
-    assert t.rope["rotary_dims"] == 4 and t.rope["head_dim"] == 8
-    assert t.rope["note"] == " Only dimensions 0 to 3 of each head's 8 rotate; the other 4 carry no position."
+    assert got["frequencies"].tolist() == [1.0, 0.0] and got["head_dim"] == 4

@@ -186,15 +186,19 @@ def test_rope_frequencies(family: str, head_dim: int, rotary: int, base: float, 
     data, markdown = numbers(reports[family]), (reports[family] / "report.md").read_text(encoding="utf-8")
     pos = data["positions"]
     assert pos["scheme"] == "rope" and not pos["has_vectors"] and "trained" not in pos
-    assert "Nearest positions" not in markdown and "RoPE has no position vectors" in markdown
-    assert pos["rope"]["head_dim"] == head_dim and pos["rope"]["rotary_dims"] == rotary
+    assert (
+        "Nearest positions" not in markdown and "RoPE (Su et al.)" in markdown
+    )  # octlm's own words for RoPE
+    assert pos["shows"] == ["frequencies"] and f"Base {base:g}." in pos["summary"]
     expected = 1.0 / base ** (np.arange(0, rotary, 2) / rotary)  # rotary/2 pairs
-    assert len(pos["rope"]["theta"]) == rotary // 2
-    assert np.allclose(pos["rope"]["theta"], expected, atol=1e-5)  # report.json keeps 5 decimals
+    assert len(pos["frequencies"]["theta"]) == rotary // 2
+    assert np.allclose(pos["frequencies"]["theta"], expected, atol=1e-5)  # report.json keeps 5 decimals
     loaded = hf_inspect.load_pretrained(str(folders[family]))
     rep = analysis.analyze(loaded.trained, loaded.initial, loaded.tokenizer, None, notes=loaded.notes)
-    assert np.abs(rep["positions"]["rope"]["theta"] - expected).max() < 1e-6
-    partial = f"Only dimensions 0 to {rotary - 1} of each head's {head_dim} rotate"
+    assert np.abs(rep["positions"]["frequencies"]["theta"] - expected).max() < 1e-6
+    partial = (
+        f"Only {rotary} of each head's {head_dim} channels rotate; the other {head_dim - rotary} carry no"
+    )
     assert (partial in pos["summary"]) == (rotary < head_dim)
 
 
@@ -207,11 +211,7 @@ def test_default_folder_tokens_and_summary(folders, tmp_path: Path, monkeypatch,
     args = ["inspect", "--hf", str(folders["llama"]), "--tokens", " return", "--ids", "3", "--top", "2"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert (
-        "pretrained; model" in printed
-        and "' return'" in printed
-        and "RoPE has no position vectors" in printed
-    )
+    assert "pretrained; model" in printed and "' return'" in printed and "RoPE (Su et al.)" in printed
     data = numbers(tmp_path / "reports" / "llama")
     assert len(data["tokens"]) == 2 and data["tokens"][1] == 3
     assert all(len(nb) == 2 for nb in data["trained"]["neighbours"].values())

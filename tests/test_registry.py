@@ -253,28 +253,34 @@ class OwnTable(PositionScheme):
 
 @pytest.mark.parametrize("cls", [FixedLinearBias, HalfTurns, OwnTable], ids=lambda c: c.name)
 def test_inspect_shows_what_a_registered_scheme_declares(cls, tmp_path: Path) -> None:
-    from octlm.inspect import analysis, figures, report_schemes
+    from octlm.inspect import analysis, figures, report
+    from octlm.inspect.render import render_markdown
 
     register(cls)
     try:
         torch.manual_seed(1)
         trained, initial = Decoder(small(cls.name)), Decoder(small(cls.name))
-        section = analysis.analyze(trained, initial, None, None)["positions"]
+        rep = analysis.analyze(trained, initial, None, None)
+        section = rep["positions"]
     finally:
         positions.SCHEMES.unregister(cls.name)
-    assert section["summary"].startswith(f"{cls.name}: A test scheme") or cls is FixedLinearBias
+    assert section["summary"].startswith(cls.__doc__.split(":")[0])  # its class's own words first
     if cls is FixedLinearBias:
         assert section["bias"]["bias_at_distance"][4].tolist() == pytest.approx([-1.2] * 4, abs=1e-6)
-        assert "-2.100 to 0.000 trained" in section["summary"]  # distances 0 .. 7 at 0.3 each
+        assert "-2.100 to 0.000, fixed" in section["summary"]  # distances 0 .. 7 at 0.3 each; nothing learned
     if cls is HalfTurns:
         f = section["frequencies"]
         assert f["wavelength"].tolist()[:3] == pytest.approx([2 * math.pi, 4 * math.pi, 8 * math.pi])
-        assert f["wavelength"][3] == math.inf and "3 of 4 channel pairs rotate" in section["summary"]
+        assert f["wavelength"][3] == math.inf and "3 of its 4 channel pairs rotate" in section["summary"]
     if cls is OwnTable:
         assert section["has_vectors"] and section["trained"]["similarity"].shape == (8, 8)
         assert section["trained"]["similarity"][2, 2] == pytest.approx(1.0)
         assert not (section["trained"]["similarity"] == section["untrained"]["similarity"]).all()
     drawn = figures.plot_scheme(section, tmp_path / "scheme.png")
     assert (drawn is not None) == (cls is not OwnTable) and (drawn is None or drawn.stat().st_size > 1000)
-    blocks = report_schemes.instead_blocks(section)
-    assert bool(blocks) == (cls is not OwnTable)
+    pictures = {name: tmp_path / f"{name}.png" for name in ("positions", "tokens_pca", "norms")}
+    text = render_markdown(report.report_blocks(rep, pictures), tmp_path)
+    assert ("| pair i |" in text) == (cls is HalfTurns) and ("| head | d = 1 |" in text) == (
+        cls is FixedLinearBias
+    )
+    assert ("Nearest positions, untrained" in text) == (cls is OwnTable)

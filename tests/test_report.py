@@ -160,16 +160,15 @@ def tiny_model(position: str, seed: int, tie: bool = True) -> Decoder:
 @pytest.mark.parametrize(
     ("position", "says"),
     [
-        ("sinusoidal", ["fixed sinusoidal table", "Nearest positions, trained"]),
-        ("rope", ["RoPE has no position vectors", "wavelength 2π/θ_i", "| 0 | 1 | 6.3 |"]),
-        ("alibi", ["ALiBi has no position vectors", "| head | slope | d = 1 |", "| 0 | 0.0625 | -0.062 |"]),
-        ("t5", ["T5 has no position vectors", "| bucket | distances | head 0 | head 1 |"]),
-        ("nope", ["NoPE has no position parameters", "causal mask"]),
+        ("sinusoidal", ["The fixed sinusoidal table of Vaswani", "Nearest positions, trained",
+                        "position vectors are fixed: training does not change them", "(fixed: trained = untrained)"]),
+        ("rope", ["RoPE (Su et al.)", "wavelength 2π/θ_i", "| 0 | 1 | 6.3 |", "For reference only"]),
+        ("alibi", ["ALiBi: a fixed penalty", "| head | d = 1 |", "| 0 | -0.062 |", "fixed (training does not"]),
+        ("t5", ["T5's relative bias", "| head | d = 1 |", "trained, "]),
+        ("nope", ["NoPE: no position signal", "It has no position parameters to show", "For reference only"]),
     ],
-)
-def test_schemes_without_learned_vectors_say_what_they_have(
-    position: str, says: list[str], tiny_tokenizer
-) -> None:
+)  # fmt: skip
+def test_every_scheme_says_what_its_class_shows(position: str, says: list[str], tiny_tokenizer) -> None:
     tokenizer, counts = tiny_tokenizer
     rep = analysis.analyze(tiny_model(position, 1), tiny_model(position, 2), tokenizer, counts, run="tiny")
     figures = {
@@ -179,12 +178,10 @@ def test_schemes_without_learned_vectors_say_what_they_have(
     for phrase in says:
         assert phrase in text
     pos = rep["positions"]
-    assert pos["has_vectors"] == (position == "sinusoidal")
-    assert "For reference only: the sinusoidal table" in text or position == "sinusoidal"
+    assert pos["has_vectors"] == (position == "sinusoidal") and "untrained" not in pos
     json.dumps(analysis.to_json(rep))  # every number is plain JSON
-    if position == "t5":
-        assert pos["t5"]["bias"].shape == (32, 2)
-        assert pos["t5"]["bucket_distances"][0] == [0, 0]
+    if position == "t5":  # learned: the untrained model's bias is beside the trained one's, [H, T]
+        assert pos["bias"]["trained"].shape == pos["bias"]["untrained"].shape == (2, 16)
 
 
 def test_untied_unseen_rows_stay_put_and_missing_counts_are_said(tiny_tokenizer) -> None:

@@ -10,7 +10,7 @@ octlm/inspect/figures.py, octlm/inspect/render.py and octlm/inspect/report.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ from octlm.inspect.similarity import (
     similarity_by_distance,
     similarity_matrix,
 )
-from octlm.positions.formulas import sinusoidal_table, t5_bucket
+from octlm.positions.formulas import sinusoidal_table
 from octlm.storage import jsonable
 
 if TYPE_CHECKING:
@@ -99,16 +99,15 @@ def unseen_rows(trained: np.ndarray, initial: np.ndarray, counts: np.ndarray) ->
 class Tables:
     """What `octlm inspect` looks at in one model: its tables and its description, as plain arrays.
 
-    `model`: the report's description (MODEL_FIELDS). `scheme`: what ALiBi (slopes `[H]`) and T5 (bias
-    `[buckets, H]`, buckets, max_distance) have instead of position vectors. `source`: where a pretrained model
-    came from (None for an octlm run). Token labels come from the tokenizer `analyze` is given beside it.
+    `model`: the report's description (MODEL_FIELDS). `positions`: what the position scheme shows, in the terms
+    of its class's `shows` (see `shown`), for an octlm run and a pretrained model alike. `source`: where a
+    pretrained model came from (None for an octlm run). Token labels come from the tokenizer `analyze` is given
+    beside it.
     """
 
     token_table: np.ndarray  # [V, C] float64
     model: dict[str, Any]
-    position_table: np.ndarray | None = None  # [T, C] learned position rows
-    rope: dict[str, Any] | None = None  # inv_freq [P], head_dim, base, layout (+ more, and a note, from HF)
-    scheme: dict[str, Any] = field(default_factory=dict)
+    positions: dict[str, Any] = field(default_factory=dict)
     sinusoidal_base: float = 10000.0  # of the sinusoidal reference map
     source: dict[str, Any] | None = None
 
@@ -121,191 +120,112 @@ def tables_of(model: Decoder | Tables) -> Tables:
     """The tables of an octlm Decoder (a `Tables` is returned as it is)."""
     if isinstance(model, Tables):
         return model
-    cfg, pos = model.config, model.positions
+    cfg = model.config
     description = {name: getattr(cfg, name) for name in MODEL_FIELDS}
-    tables = Tables(_array(model.token_embedding.weight), description, sinusoidal_base=cfg.sinusoidal_base)
-    if cfg.position == "learned":
-        tables.position_table = _array(pos.table.weight)
-    elif cfg.position == "rope":
-        tables.rope = {"inv_freq": _array(pos.inv_freq), "head_dim": cfg.head_dim, "base": cfg.rope_base,
-                       "layout": cfg.rope_layout, "rotary_dims": pos.rotary_dims}  # fmt: skip
-        if pos.rotary_dims < cfg.head_dim:  # model.rope_fraction < 1, said as hf_inspect says it of GPT-NeoX
-            tables.rope["note"] = (f" Only dimensions 0 to {pos.rotary_dims - 1} of each head's {cfg.head_dim} "
-                                   f"rotate; the other {cfg.head_dim - pos.rotary_dims} carry no position.")  # fmt: skip
-    elif cfg.position == "alibi":
-        tables.scheme = {"slopes": _array(pos.slopes)}
-    elif cfg.position == "t5":
-        tables.scheme = {"bias": _array(pos.table.weight), "buckets": cfg.t5_buckets,
-                         "max_distance": cfg.t5_max_distance}  # fmt: skip
-    elif cfg.position not in SCHEME_SECTIONS:
-        tables.scheme = registered_tables(model)
-    return tables
+    return Tables(_array(model.token_embedding.weight), description, shown(model), cfg.sinusoidal_base)
 
 
-def registered_tables(model: Decoder) -> dict[str, Any]:
-    """What a scheme without a section of its own shows (its class's `shows`), read through the scheme's
-    `vectors` `[T, C]`, `frequencies` `[P]` and `bias_by_distance` `[H, T]`, T = min(context, MAP_POSITIONS)."""
+def about(scheme_class: type) -> str:
+    """A scheme class's docstring summary, its first paragraph on one line: what the report says it is."""
+    return " ".join((scheme_class.__doc__ or "").split("\n\n")[0].split())
+
+
+def shown(model: Decoder) -> dict[str, Any]:
+    """What a model's position scheme shows (its class's `shows`), read through the scheme: `vectors` `[T, C]`,
+    `frequencies` `[P]` (with the head size they rotate in) and `bias_by_distance` `[H, T]`, T = min(context,
+    MAP_POSITIONS); with `shows` and `about`, the class's own description."""
     scheme, length = model.positions, min(model.config.context_length, MAP_POSITIONS)
     shows = type(scheme).shows
-    about = " ".join((type(scheme).__doc__ or "").split("\n\n")[0].split())
-    out: dict[str, Any] = {"shows": list(shows), "about": about}
+    out: dict[str, Any] = {"shows": list(shows), "about": about(type(scheme))}
     with torch.no_grad():
         if "vectors" in shows:
             out["vectors"] = _array(scheme.vectors(length))
         if "frequencies" in shows:
-            out["frequencies"] = _array(scheme.frequencies())
+            out |= {"frequencies": _array(scheme.frequencies()), "head_dim": model.config.head_dim}
         if "bias" in shows:
             out["bias"] = _array(scheme.bias_by_distance(length))
     return out
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Position schemes: vectors where a scheme has them, what it has instead where it does not
+# Position schemes: what each shows, trained beside untrained
 
 
 def position_section(model: Tables, initial: Tables, k: int = DEFAULT_TOP) -> dict[str, Any]:
-    """Everything the report says about the position scheme of `model`, with `initial` (untrained) beside it.
+    """Everything the report says about the position scheme of `model`, with `initial` (untrained) beside it:
+    for each thing the scheme shows (see `shown`) its numbers and a sentence of the summary.
 
-    Learned and sinusoidal: probe positions' neighbours, the `[T, T]` similarity map, mean similarity by
-    distance. RoPE: rotation frequency and wavelength per channel pair. ALiBi: slope per head and the bias
-    at a few distances. T5: the learned bias per head and bucket. NoPE: nothing but the causal mask.
-    The sinusoidal map of the same width is always included as a reference. Maps cover at most the first
-    MAP_POSITIONS positions.
+    Vectors: the probe positions' neighbours, the `[T, T]` similarity map and the mean similarity by distance.
+    Frequencies: each rotated pair's θ, wavelength and turns within the context. Bias: the bias per head against
+    distance. What training did not change is said to be fixed, and shown once. The sinusoidal map of the same
+    width is always included as a reference. Maps cover at most the first MAP_POSITIONS positions.
     """
     length, width, scheme = (model.model[key] for key in ("context_length", "d_model", "position"))
     mapped = min(length, MAP_POSITIONS)
     probes, distances = probe_positions(mapped), probe_distances(mapped)
     sinusoidal = sinusoidal_table(mapped, width + width % 2, model.sinusoidal_base)[:, :width]
+    now, before = model.positions, initial.positions
     section: dict[str, Any] = {"scheme": scheme, "context_length": length, "probe_positions": probes,
-                               "distances": distances,
+                               "distances": distances, "shows": now["shows"],
                                "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
-                               "has_vectors": scheme in ("learned", "sinusoidal") or "vectors" in model.scheme}  # fmt: skip
+                               "has_vectors": "vectors" in now}  # fmt: skip
+    parts = [now["about"] or f"{scheme}."]  # a class's docstring names it; one without says no more
+    if "vectors" in now:
+        parts.append(_vectors_part(section, now["vectors"], before["vectors"], k))
+    if "frequencies" in now:
+        parts.append(_frequencies_part(section, now["frequencies"], now["head_dim"], now.get("note", "")))
+    if "bias" in now:
+        parts.append(_bias_part(section, now["bias"], before["bias"]))
+    if not now["shows"]:
+        parts.append("It has no position parameters to show.")
     if mapped < length:
         section["map_positions"] = mapped
-    SCHEME_SECTIONS.get(scheme, _registered_section)(model, initial, section, k)
-    if mapped < length:
-        section["summary"] += f" Position x position maps cover the first {mapped:,} positions."
+        parts.append(f"Position x position maps cover the first {mapped:,} positions.")
+    section["summary"] = " ".join(parts)
     return section
 
 
-def _learned_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    probes, distances, rows = section["probe_positions"], section["distances"], MAP_POSITIONS
-    for name, tables in (("trained", model), ("untrained", initial)):
-        section[name] = _vector_positions(tables.position_table[:rows], probes, distances, k)
-    section["summary"] = (
-        f"A learned table of {section['context_length']} rows, one vector per position, added to the token "
-        "vectors. Its similarity map is compared with the untrained table (random: no structure) and with the "
-        "fixed sinusoidal table of the same width."
-    )
+def _vectors_part(section: dict[str, Any], trained: Array, untrained: Array, k: int) -> str:
+    """Neighbours and similarity maps of the vectors; the untrained ones too unless training left them as
+    they were."""
+    probes, distances = section["probe_positions"], section["distances"]
+    section["trained"] = _vector_positions(trained, probes, distances, k)
+    if np.array_equal(trained, untrained):
+        return f"Its {len(trained)} position vectors are fixed: training does not change them."
+    section["untrained"] = _vector_positions(untrained, probes, distances, k)
+    return f"Its {len(trained)} position vectors are compared with the untrained ones."
 
 
-def _sinusoidal_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    section["trained"] = section["sinusoidal_reference"]
-    section["summary"] = (
-        f"The fixed sinusoidal table (base {model.sinusoidal_base:g}): nothing here is learned, so the "
-        "trained and untrained models have the same position vectors. Similarity depends only on the "
-        "distance t - s."
-    )
+def _frequencies_part(section: dict[str, Any], theta: np.ndarray, head_dim: int, note: str) -> str:
+    """Each rotated pair's θ `[P]` (0: a pair that never turns), wavelength 2π/θ and turns within the context."""
+    length = section["context_length"]
+    wavelength = np.divide(2 * math.pi, theta, out=np.full_like(theta, np.inf), where=theta > 0)
+    section["frequencies"] = {"theta": theta, "wavelength": wavelength,
+                              "turns_in_context": length * theta / (2 * math.pi)}  # fmt: skip
+    turning = wavelength[theta > 0]
+    text = f"{len(turning)} of its {len(theta)} channel pairs rotate"
+    if len(turning):
+        slow = int((turning > length).sum())
+        text += (f": the fastest turns once every {turning.min():.1f} positions, the slowest once every "
+                 f"{turning.max():,.0f}; {slow} do not complete one turn within the {length}-token context")  # fmt: skip
+    if 2 * len(theta) < head_dim:
+        text += (f". Only {2 * len(theta)} of each head's {head_dim} channels rotate; the other "
+                 f"{head_dim - 2 * len(theta)} carry no position")  # fmt: skip
+    return text + "." + note
 
 
-def _rope_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    rope, length = dict(model.rope or {}), section["context_length"]
-    theta, note = rope.pop("inv_freq"), rope.pop("note", "")  # [P]; what a pretrained model adds
-    wavelength = 2 * math.pi / theta
-    slow = int((wavelength > length).sum())
-    section["rope"] = {key: rope.pop(key) for key in ("head_dim", "base", "layout")}
-    section["rope"] |= {"theta": theta, "wavelength": wavelength, "turns_in_context": length / wavelength,
-                        "pairs_slower_than_context": slow} | rope  # fmt: skip
-    section["summary"] = (
-        "RoPE has no position vectors: every attention layer rotates each of the "
-        f"{len(theta)} channel pairs of a head's queries and keys by position x θ_i. The fastest pair "
-        f"turns once every {wavelength[0]:.1f} positions, the slowest once every {wavelength[-1]:,.0f}; "
-        f"{slow} of {len(theta)} pairs do not complete one turn within the "
-        f"{length}-token context. Nothing here is learned (base {section['rope']['base']:g}).{note}"
-    )
-
-
-def _alibi_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    slopes = model.scheme["slopes"]  # [H]
-    bias = {int(d): (-slopes * d) for d in section["distances"]}
-    section["alibi"] = {"slopes": slopes, "bias_at_distance": bias}
-    section["summary"] = (
-        f"ALiBi has no position vectors: each of the {len(slopes)} heads subtracts slope x distance "
-        f"from every attention score. Slopes run from {slopes[0]:g} to {slopes[-1]:g}; nothing here is "
-        "learned."
-    )
-
-
-def _t5_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    length, n_buckets = section["context_length"], model.scheme["buckets"]
-    buckets = t5_bucket(-torch.arange(length), n_buckets, model.scheme["max_distance"]).numpy()  # [T]
-    trained, untrained = model.scheme["bias"], initial.scheme["bias"]  # [buckets, H]
-    reached = sorted(set(int(b) for b in buckets))
-    spans = {b: [int(np.flatnonzero(buckets == b).min()), int(np.flatnonzero(buckets == b).max())]
-             for b in reached}  # fmt: skip
-    section["t5"] = {"buckets": n_buckets, "max_distance": model.scheme["max_distance"],
-                     "bucket_of_distance": buckets, "bucket_distances": spans, "bias": trained,
-                     "untrained_bias": untrained,
-                     "bias_at_distance": {int(d): trained[buckets[d]] for d in section["distances"]}}  # fmt: skip
-    section["summary"] = (
-        f"T5 has no position vectors: it learns one number per head ({model.model['n_heads']}) and distance "
-        f"bucket ({n_buckets}, {len(reached)} reached within {length} tokens), added to the attention "
-        "scores. "
-        f"Trained biases span {trained.min():.3f} to {trained.max():.3f}; untrained ones "
-        f"{untrained.min():.3f} to {untrained.max():.3f}."
-    )
-
-
-def _nope_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    section["summary"] = (
-        "NoPE has no position parameters at all. The causal mask is its only source of order: a token "
-        "sees how many tokens came before it only through what attention over them adds up to."
-    )
-
-
-# What `octlm inspect` shows of each scheme: fills in the section `position_section` started.
-SCHEME_SECTIONS: dict[str, Callable[[Tables, Tables, dict[str, Any], int], None]] = {
-    "learned": _learned_section,
-    "sinusoidal": _sinusoidal_section,
-    "rope": _rope_section,
-    "alibi": _alibi_section,
-    "t5": _t5_section,
-    "nope": _nope_section,
-}
-
-
-def _registered_section(model: Tables, initial: Tables, section: dict[str, Any], k: int) -> None:
-    """Any other registered scheme: what its class `shows` (registered_tables), trained beside untrained."""
-    data, before, length = model.scheme, initial.scheme, section["context_length"]
-    parts = [f"{section['scheme']}: {data['about']}"]
-    if "vectors" in data:
-        for name, tables in (("trained", data), ("untrained", before)):
-            section[name] = _vector_positions(
-                tables["vectors"], section["probe_positions"], section["distances"], k
-            )
-        parts.append(f"Its {len(data['vectors'])} position vectors are compared with the untrained ones.")
-    if "frequencies" in data:
-        theta = data["frequencies"]  # [P]; 0 where a pair is not rotated
-        wavelength = np.divide(2 * math.pi, theta, out=np.full_like(theta, np.inf), where=theta > 0)
-        section["frequencies"] = {
-            "theta": theta,
-            "wavelength": wavelength,
-            "turns_in_context": length * theta / (2 * math.pi),
-        }
-        rotating = int((theta > 0).sum())
-        fastest = f"; the fastest turns once every {wavelength.min():.1f} positions" if rotating else ""
-        parts.append(f"{rotating} of {len(theta)} channel pairs rotate{fastest}.")
-    if "bias" in data:
-        trained, untrained = data["bias"], before["bias"]  # [H, T]: column d is distance d
-        section["bias"] = {"trained": trained, "untrained": untrained,
-                           "bias_at_distance": {int(d): trained[:, d] for d in section["distances"]}}  # fmt: skip
-        spans = [
-            f"{float(b.min()) + 0.0:.3f} to {float(b.max()) + 0.0:.3f}" for b in (trained, untrained)
-        ]  # no -0.000
-        parts.append(
-            f"Bias against distance, seen from the last position: {spans[0]} trained, {spans[1]} untrained."
-        )
-    section["summary"] = " ".join(parts)
+def _bias_part(section: dict[str, Any], trained: np.ndarray, untrained: np.ndarray) -> str:
+    """The bias `[H, T]` a query adds to the key d positions back (column d), trained and untrained."""
+    section["bias"] = {
+        "trained": trained,
+        "bias_at_distance": {int(d): trained[:, d] for d in section["distances"]},
+    }
+    span = f"{float(trained.min()) + 0.0:.3f} to {float(trained.max()) + 0.0:.3f}"  # + 0.0: no -0.000
+    if np.array_equal(trained, untrained):
+        return f"Bias against distance, seen from the last position: {span}, fixed (training does not change it)."
+    section["bias"]["untrained"] = untrained
+    before = f"{float(untrained.min()) + 0.0:.3f} to {float(untrained.max()) + 0.0:.3f}"
+    return f"Bias against distance, seen from the last position: {span} trained, {before} untrained."
 
 
 def _vector_positions(table: Array, probes: list[int], distances: list[int], k: int) -> dict[str, Any]:

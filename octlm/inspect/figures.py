@@ -105,65 +105,41 @@ def plot_norms(
 
 
 def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
-    """RoPE: wavelength per pair. ALiBi: bias against distance per head. T5: the same, trained and untrained.
-
-    Returns None for schemes with nothing to draw here.
-    """
-    length = section["context_length"]
-    if "rope" in section or "frequencies" in section:
-        rope = section.get("rope") or section["frequencies"]
-        name = "RoPE" if "rope" in section else section["scheme"]
-        fig = _figure(5.0, 3.4)
-        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
-        ax = fig.subplots()
-        ax.semilogy(np.arange(len(rope["wavelength"])), rope["wavelength"], marker="o", markersize=3)
-        ax.axhline(length, color="black", linestyle="--", linewidth=0.8, label=f"context ({length})")
-        ax.set_xlabel("channel pair i")
-        ax.set_ylabel("wavelength 2π/θ_i (positions)")
-        ax.set_title(f"{name}: one rotation frequency per channel pair (none: not rotated)", fontsize=9)
-        ax.legend(fontsize=7)
-        return _save(fig, path)
+    """What a scheme shows besides position vectors: the wavelength of each rotated pair, or the bias each head
+    adds against distance (trained solid, untrained dotted). None for a scheme with neither."""
+    if "frequencies" in section:
+        return _plot_wavelengths(section["scheme"], section["frequencies"], section["context_length"], path)
     if "bias" in section:
         return _plot_bias(section["scheme"], section["bias"], path)
-    if "alibi" in section or "t5" in section:
-        fig = _figure(5.4, 3.6)
-        fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
-        ax = fig.subplots()
-        distance = np.arange(length)
-        if "alibi" in section:
-            for h, slope in enumerate(section["alibi"]["slopes"]):
-                ax.plot(distance, -slope * distance, linewidth=1, label=f"head {h}")
-            ax.set_title("ALiBi: fixed bias = -slope x distance", fontsize=9)
-        else:
-            t5 = section["t5"]
-            buckets = t5["bucket_of_distance"]
-            for h in range(t5["bias"].shape[1]):
-                line = ax.plot(distance, t5["bias"][buckets, h], linewidth=1, label=f"head {h}")[0]
-                ax.plot(
-                    distance,
-                    t5["untrained_bias"][buckets, h],
-                    linewidth=0.8,
-                    linestyle=":",
-                    color=line.get_color(),
-                )
-            ax.set_title("T5: learned bias per head (dotted: untrained)", fontsize=9)
-        ax.set_xlabel("distance (query - key)")
-        ax.set_ylabel("added to the attention score")
-        ax.legend(fontsize=7, ncol=2)
-        return _save(fig, path)
     return None
 
 
+def _plot_wavelengths(scheme: str, frequencies: dict[str, Any], length: int, path: Path) -> Path:
+    fig = _figure(5.0, 3.4)
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
+    ax = fig.subplots()
+    wavelength = frequencies["wavelength"]
+    ax.semilogy(np.arange(len(wavelength)), wavelength, marker="o", markersize=3)
+    ax.axhline(length, color="black", linestyle="--", linewidth=0.8, label=f"context ({length})")
+    ax.set_xlabel("channel pair i")
+    ax.set_ylabel("wavelength 2π/θ_i (positions)")
+    ax.set_title(f"{scheme}: one rotation frequency per channel pair (none: not rotated)", fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
-    """A registered scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted)."""
+    """A scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted) if it moved."""
     fig = _figure(5.4, 3.6)
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
     ax = fig.subplots()
     distance = np.arange(bias["trained"].shape[1])
     for h, row in enumerate(bias["trained"]):
         line = ax.plot(distance, row, linewidth=1, label=f"head {h}")[0]
-        ax.plot(distance, bias["untrained"][h], linewidth=0.8, linestyle=":", color=line.get_color())
-    ax.set_title(f"{scheme}: bias per head, seen from the last position (dotted: untrained)", fontsize=9)
+        if "untrained" in bias:
+            ax.plot(distance, bias["untrained"][h], linewidth=0.8, linestyle=":", color=line.get_color())
+    moved = " (dotted: untrained)" if "untrained" in bias else " (fixed)"
+    ax.set_title(f"{scheme}: bias per head, seen from the last position{moved}", fontsize=9)
     ax.set_xlabel("distance (query - key)")
     ax.set_ylabel("added to the attention score")
     ax.legend(fontsize=7, ncol=2)
@@ -176,13 +152,15 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
     pos = report["positions"]
     scheme, width = pos["scheme"], report["model"]["d_model"]
     sinusoidal = (f"sinusoidal (fixed, C = {width})", pos["sinusoidal_reference"]["similarity"])
-    if "untrained" in pos:  # learned, or a registered scheme with position vectors
+    if "untrained" in pos:  # position vectors that training changed
         maps = [
             (f"{scheme}, trained", pos["trained"]["similarity"]),
             (f"{scheme}, untrained", pos["untrained"]["similarity"]),
             sinusoidal,
         ]
-    else:
+    elif pos["has_vectors"] and not np.allclose(pos["trained"]["similarity"], sinusoidal[1], atol=1e-6):
+        maps = [(f"{scheme} (fixed)", pos["trained"]["similarity"]), sinusoidal]
+    else:  # no vectors, or fixed ones with the sinusoidal table's map (the sinusoidal scheme itself)
         maps = [sinusoidal]
     figures["positions"] = plot_similarity_maps(maps, folder / "positions.png")
     extra = plot_scheme(pos, folder / "position_scheme.png")

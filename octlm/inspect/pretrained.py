@@ -34,7 +34,8 @@ import torch
 
 from octlm.data.tokenizer import byte_of_char
 from octlm.errors import UserError
-from octlm.inspect.analysis import MODEL_FIELDS, Tables
+from octlm.inspect.analysis import MAP_POSITIONS, MODEL_FIELDS, Tables, about
+from octlm.positions import SCHEMES
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -154,7 +155,8 @@ def fresh_model(config: Any, seed: int = UNTRAINED_SEED) -> PreTrainedModel:
 
 
 def _rope(model: PreTrainedModel, config: Any) -> dict[str, Any]:
-    """RoPE as the model runs it: its rotary embedding's `inv_freq`, and which dimensions of a head rotate."""
+    """What RoPE shows as the model runs it: its rotary embedding's `inv_freq` `[P]`, the head size they rotate
+    in, and a note when transformers scaled them."""
     rotary = next(m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor))
     inv_freq = rotary.inv_freq.detach().double().cpu().numpy()  # [P]
     # transformers 5.x: rope_parameters; 4.x: rope_theta / rotary_emb_base, rotary_pct, rope_scaling.
@@ -168,21 +170,15 @@ def _rope(model: PreTrainedModel, config: Any) -> dict[str, Any]:
         raise UserError(
             f"{type(model).__name__}: its RoPE settings do not match its {len(inv_freq)} frequencies"
         )
-    rope = {"inv_freq": inv_freq, "head_dim": int(head_dim), "base": float(base), "layout": "half",
-            "rotary_dims": rotary_dims, "note": ""}  # fmt: skip
-    if rotary_dims < head_dim:
-        rope["note"] += (
-            f" Only dimensions 0 to {rotary_dims - 1} of each head's {head_dim} rotate (pairs i and "
-            f"i + {rotary_dims // 2}); the other {head_dim - rotary_dims} carry no position."
-        )
+    note = f" Base {float(base):g}."
     if kind != "default":
-        rope["rope_type"] = kind
-        rope["note"] += f" The frequencies are the model's own, scaled by rope_type {kind}."
-    return rope
+        note += f" The frequencies are the model's own, scaled by rope_type {kind}."
+    return {"frequencies": inv_freq, "head_dim": int(head_dim), "note": note}
 
 
 def tables_of(model: PreTrainedModel, source: dict[str, Any] | None = None) -> Tables:
-    """What the report inspects in a GPT-2, Llama or GPT-NeoX model of transformers."""
+    """What the report inspects in a GPT-2, Llama or GPT-NeoX model of transformers: its token table, and what
+    its position scheme shows, as octlm's own scheme of that kind shows it (learned vectors, RoPE frequencies)."""
     config = model.config
     _, token_path, position_path = FAMILIES[config.model_type]
 
@@ -192,14 +188,16 @@ def tables_of(model: PreTrainedModel, source: dict[str, Any] | None = None) -> T
     token = weight(token_path)  # [V, C]
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    scheme = "learned" if position_path else "rope"
     shape = (token.shape[0], token.shape[1], config.max_position_embeddings, config.num_hidden_layers,
-             config.num_attention_heads, "learned" if position_path else "rope", tied)  # fmt: skip
-    tables = Tables(token, dict(zip(MODEL_FIELDS, shape, strict=True)), source=source)
+             config.num_attention_heads, scheme, tied)  # fmt: skip
+    scheme_class = SCHEMES[scheme]
+    positions = {"shows": list(scheme_class.shows), "about": about(scheme_class)}
     if position_path:
-        tables.position_table = weight(position_path)  # [T, C]
+        positions["vectors"] = weight(position_path)[:MAP_POSITIONS]  # [T, C]
     else:
-        tables.rope = _rope(model, config)
-    return tables
+        positions |= _rope(model, config)
+    return Tables(token, dict(zip(MODEL_FIELDS, shape, strict=True)), positions, source=source)
 
 
 # ------------------------------------------------------------------------------------------------------------

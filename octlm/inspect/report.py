@@ -56,7 +56,6 @@ from octlm.inspect.render import (
     render_html,
     render_markdown,
 )
-from octlm.inspect.report_schemes import instead_blocks
 from octlm.inspect.similarity import Neighbours
 from octlm.storage.run import Run
 
@@ -143,43 +142,66 @@ def _token_blocks(report: dict[str, Any]) -> list[Block]:
 
 
 def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
-    """What the position table learned, or what the scheme has instead of one."""
+    """What the position scheme shows: its vectors' neighbours and similarity, its frequencies, its bias."""
     m, pos = report["model"], report["positions"]
     blocks: list[Block] = [Heading("Positions"), Paragraph(pos["summary"])]
     if pos["has_vectors"]:
-        versions = [("trained", pos["trained"])]
-        if "untrained" in pos:
-            versions.append(("untrained", pos["untrained"]))
-        for name, data in versions:
-            rows = [
-                [str(p), ", ".join(f"{q} ({s:.2f})" for q, s in nb)] for p, nb in data["neighbours"].items()
-            ]
-            blocks += [Paragraph(f"Nearest positions, {name}:"), Table(["position", "nearest"], rows)]
-        learned = "untrained" in pos  # a table that training changed (learned, or a registered scheme's)
-        headers = ["distance"] + [name for name, _ in versions] + (["sinusoidal"] if learned else [])
-        sources = [data for _, data in versions] + ([pos["sinusoidal_reference"]] if learned else [])
-        rows = [
-            [str(d)] + [f"{s['similarity_by_distance'][d]:.3f}" for s in sources] for d in pos["distances"]
-        ]
-        blocks += [Paragraph("Mean cosine similarity of positions t and t + d:"), Table(headers, rows)]
-        caption = (
-            f"Position x position cosine similarity: the {m['position']} vectors after and before training, "
-            "beside the sinusoidal table of the same width."
-            if learned
-            else "Position x position cosine similarity of the sinusoidal table (fixed; trained = untrained)."
-        )
+        blocks += _vector_blocks(pos)
+    blocks += _frequency_blocks(pos) + _bias_blocks(pos)
+    if "untrained" in pos:
+        caption = (f"Position x position cosine similarity: the {m['position']} vectors after and before "
+                   "training, beside the sinusoidal table of the same width.")  # fmt: skip
+    elif pos["has_vectors"]:
+        caption = f"Position x position cosine similarity of the {m['position']} vectors (fixed: trained = untrained)."
     else:
-        blocks += instead_blocks(pos)
-        caption = (
-            f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model adds "
-            "no position vectors to its input, so it has no similarity map of its own."
-        )
+        caption = (f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model "
+                   "adds no position vectors to its input, so it has no similarity map of its own.")  # fmt: skip
     blocks.append(Image(figures["positions"], caption))
     if "position_scheme" in figures:
         blocks.append(
-            Image(figures["position_scheme"], f"What {m['position']} has instead of position vectors.")
+            Image(figures["position_scheme"], f"What {m['position']} shows besides position vectors.")
         )
     return blocks
+
+
+def _vector_blocks(pos: dict[str, Any]) -> list[Block]:
+    """Nearest positions, trained (and untrained), and the mean similarity by distance beside the sinusoidal."""
+    versions = [("trained", pos["trained"])] + (
+        [("untrained", pos["untrained"])] if "untrained" in pos else []
+    )
+    blocks: list[Block] = []
+    for name, data in versions:
+        rows = [[str(p), ", ".join(f"{q} ({s:.2f})" for q, s in nb)] for p, nb in data["neighbours"].items()]
+        blocks += [Paragraph(f"Nearest positions, {name}:"), Table(["position", "nearest"], rows)]
+    sources = [data for _, data in versions] + [pos["sinusoidal_reference"]]
+    headers = ["distance"] + [name for name, _ in versions] + ["sinusoidal"]
+    rows = [[str(d)] + [f"{s['similarity_by_distance'][d]:.3f}" for s in sources] for d in pos["distances"]]
+    return blocks + [Paragraph("Mean cosine similarity of positions t and t + d:"), Table(headers, rows)]
+
+
+def _frequency_blocks(pos: dict[str, Any]) -> list[Block]:
+    """θ, wavelength and turns within the context of each rotated channel pair."""
+    if "frequencies" not in pos:
+        return []
+    f = pos["frequencies"]
+    rows = [
+        [str(i), f"{t:.6g}", f"{w:,.1f}" if t > 0 else "not rotated", f"{n:.3g}"]
+        for i, (t, w, n) in enumerate(zip(f["theta"], f["wavelength"], f["turns_in_context"], strict=True))
+    ]
+    return [Table(["pair i", "θ_i (radians per position)", "wavelength 2π/θ_i", "turns within T"], rows)]
+
+
+def _bias_blocks(pos: dict[str, Any]) -> list[Block]:
+    """The bias each head adds to the key d positions back, at the report's distances."""
+    if "bias" not in pos:
+        return []
+    at, distances = pos["bias"]["bias_at_distance"], pos["distances"]
+    heads = len(next(iter(at.values())))
+    rows = [[str(h)] + [f"{at[d][h]:+.3f}" for d in distances if d in at] for h in range(heads)]
+    return [
+        Paragraph("Bias added to the score of the key d positions back from the last position, per head:"),
+        Table(["head"] + [f"d = {d}" for d in distances if d in at], rows),
+    ]
 
 
 def _unseen_blocks(unseen: dict[str, Any], m: dict[str, Any]) -> list[Block]:

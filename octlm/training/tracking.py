@@ -6,9 +6,10 @@ metrics.jsonl (`octlm.storage.run`) stays the source of truth; a tracker mirrors
 
 - scalars at global step `record["step"]`, under the tags in `SCALARS` (train and validation loss, bits per
   byte, perplexity, learning rate, tokens/s);
-- an image of the position table's cosine similarity `[T, T]` (red +1, blue -1, as `octlm inspect` draws it) at
-  every evaluation for the learned table, once for the fixed sinusoidal table; schemes without position
-  vectors (rope, alibi, t5, nope) have no table and so no image.
+- an image of the cosine similarity `[T, T]` of the position vectors (red +1, blue -1, as `octlm inspect` draws
+  it) at every evaluation that changed them, for a scheme whose class `shows` vectors: every time for the
+  learned table, once for the fixed sinusoidal one; schemes without position vectors (rope, alibi, t5, nope)
+  have no image.
 
 A resume continues the events: events after the checkpoint's step are hidden (`purge_step`), as metrics.jsonl's
 records after it are cut. Tracking reads the weights and never draws a random number, so it cannot change a run.
@@ -26,7 +27,6 @@ import torch
 
 from octlm.config import Config
 from octlm.errors import UserError
-from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.formulas import cosine_similarity_matrix
 from octlm.runtime import Dist
 from octlm.storage.run import Run
@@ -63,6 +63,7 @@ class TensorBoardTracker(Tracker):
         self.folder = folder
         self.writer: Any = None
         self.images = 0  # similarity images written by this call
+        self.drawn: torch.Tensor | None = None  # the position vectors of the last image
 
     @contextlib.contextmanager
     def writing(self, start_step: int) -> Iterator[Tracker]:
@@ -95,17 +96,17 @@ class TensorBoardTracker(Tracker):
             raise self._write_error(error) from None
 
     def _similarity_image(self, model: torch.nn.Module) -> np.ndarray | None:
-        """`[T, T, 3]` uint8 of the position table's cosine similarity, or None (no table, or fixed and drawn)."""
+        """`[T, T, 3]` uint8 of the position vectors' cosine similarity, or None (no vectors, or the same ones
+        as last drawn)."""
         scheme = getattr(model, "positions", None)
-        if isinstance(scheme, LearnedPositions):
-            table = scheme.table.weight
-        elif isinstance(scheme, SinusoidalPositions) and self.images == 0:
-            table = scheme.table[: model.config.context_length]
-        else:
+        if scheme is None or "vectors" not in type(scheme).shows:
             return None
         with torch.no_grad():
-            sim = cosine_similarity_matrix(table.detach().float().cpu()).numpy()
-        return similarity_rgb(sim)
+            table = scheme.vectors(model.config.context_length).float().cpu()
+        if self.drawn is not None and torch.equal(table, self.drawn):
+            return None
+        self.drawn = table
+        return similarity_rgb(cosine_similarity_matrix(table).numpy())
 
     def _write_error(self, error: OSError) -> UserError:
         reason = error.strerror or str(error)
