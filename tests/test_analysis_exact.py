@@ -32,7 +32,7 @@ from octlm.inspect.analysis import (
     token_label,
     unseen_rows,
 )
-from octlm.inspect.similarity import cosine_neighbours, partner_hits
+from octlm.inspect.similarity import cosine_neighbours
 from octlm.model.decoder import Decoder
 
 S = 1 / math.sqrt(2)
@@ -67,12 +67,6 @@ def test_nearest_tokens_and_positions_default_to_five() -> None:
     assert [j for j, _ in nearest_tokens(TABLE, [0])[0]] == [1, 2, 3, 5, 4]
     assert [j for j, _ in nearest_positions(TABLE, [3])[0]] == [2, 0, 1, 4, 5]
     assert len(nearest_tokens(TABLE, [0], 2)[0]) == len(nearest_positions(TABLE, [0], 2)[0]) == 2
-
-
-def test_partner_hits_counts_nearest_partners() -> None:
-    # 0's nearest is 1, 1's is 0, 2's is 0 (cos 1/√2, the lower id of the tie with 1), 3's is 2.
-    assert partner_hits(TABLE, {0: 1, 1: 0, 2: 1, 3: 2}) == 3
-    assert partner_hits(TABLE, {2: 0}) == 1 and partner_hits(TABLE, {4: 0}) == 0
 
 
 def test_similarity_matrix_and_mean_by_distance() -> None:

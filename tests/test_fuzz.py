@@ -23,7 +23,14 @@ from octlm.data.sources import Document
 from octlm.data.tokenizer import EOT, Tokenizer, train_tokenizer
 from octlm.errors import UserError
 from octlm.generation.generate import StreamDecoder
-from octlm.generation.sampling import check_sampling, pick_token
+from octlm.generation.sampling import check_sampling, choose_tokens
+
+
+def pick_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
+               generator: torch.Generator | None) -> int:  # fmt: skip
+    """One token id from `logits` `[V]`: `choose_tokens` on one row, read as an int."""
+    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
+
 
 EXAMPLES = 400
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

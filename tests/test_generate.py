@@ -26,9 +26,16 @@ from octlm.generation.generate import (
     sample_prompt,
     sample_text,
 )
-from octlm.generation.sampling import Sampling, pick_token
+from octlm.generation.sampling import Sampling, choose_tokens
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme_names
+
+
+def pick_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
+               generator: torch.Generator | None) -> int:  # fmt: skip
+    """One token id from `logits` `[V]`: `choose_tokens` on one row, read as an int."""
+    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
+
 
 CONTEXT = 12
 

@@ -17,9 +17,16 @@ import torch
 from octlm.config import config_from_dict
 from octlm.errors import UserError
 from octlm.generation.generate import INITIAL_NEW_TOKENS, _usable, generate, generate_batch
-from octlm.generation.sampling import Sampling, check_sampling, choose_tokens, pick_token
+from octlm.generation.sampling import Sampling, check_sampling, choose_tokens
 from octlm.model.decode_step import DecodeStep
 from octlm.model.decoder import Decoder
+
+
+def pick_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
+               generator: torch.Generator | None) -> int:  # fmt: skip
+    """One token id from `logits` `[V]`: `choose_tokens` on one row, read as an int."""
+    return int(choose_tokens(logits, temperature, top_k, top_p, generator))
+
 
 CONTEXT = 12
 INF = float("inf")

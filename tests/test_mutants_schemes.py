@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiny import forget_scheme
 from torch import Tensor
 
 import octlm.model.decoder
@@ -32,6 +33,13 @@ from octlm.positions.rotary import (
     rotary_dims,
 )
 from octlm.positions.xpos import XPosPositions
+
+
+def decay_by_distance(scheme: object, length: int) -> torch.Tensor:
+    """The factor ζ_i^(d / scale_base) a score's pair i carries at distance d = 0 .. length - 1, `[D/2, length]`
+    float64 (1 at distance 0, falling fastest for pair 0), from the scheme's own ζ and scale base."""
+    distance = torch.arange(length, dtype=torch.float64)
+    return scheme.zeta.unsqueeze(1) ** (distance / scheme.scale_base)
 
 
 def small(position: str, **fields) -> ModelConfig:
@@ -71,7 +79,7 @@ def test_table_order_places_a_variant_of_an_unregistered_family_by_its_own_rank(
         assert table_order(["orphan-test", "xpos", "nope", "rope", "unknown"]) == ["rope", "xpos", "nope",
                                                                                   "orphan-test"]  # fmt: skip
     finally:
-        positions.SCHEMES.unregister("orphan-test")
+        forget_scheme("orphan-test")
 
 
 class _Spy(PositionScheme):
@@ -400,7 +408,7 @@ def test_xpos_tables_at_a_scale_base_that_is_not_a_power_of_two() -> None:
         torch.testing.assert_close(
             getattr(scheme, table), torch.from_numpy(values).float(), atol=0, rtol=1.2e-7
         )
-    decay = scheme.decay_by_distance(100)  # [4, 100] float64
+    decay = decay_by_distance(scheme, 100)  # [4, 100] float64
     torch.testing.assert_close(decay, torch.from_numpy(scale.T), atol=0, rtol=1e-13)
 
 

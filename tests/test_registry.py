@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tiny
 import torch
+from tiny import forget_scheme
 from torch import Tensor
 
 import octlm.model.decoder
@@ -50,7 +51,7 @@ def linear_scheme() -> Iterator[type[PositionScheme]]:
     try:
         yield FixedLinearBias
     finally:
-        positions.SCHEMES.unregister(FixedLinearBias.name)
+        forget_scheme(FixedLinearBias.name)
 
 
 def small(position: str, **fields) -> ModelConfig:
@@ -147,7 +148,7 @@ def test_table_order_puts_each_variant_after_its_family(linear_scheme) -> None:
         order = table_order(["nope", "alibi-variant-test", "linear-test", "learned", "alibi", "unknown"])
         assert order == ["learned", "alibi", "alibi-variant-test", "nope", "linear-test"]
     finally:
-        positions.SCHEMES.unregister("alibi-variant-test")
+        forget_scheme("alibi-variant-test")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -263,7 +264,7 @@ def test_inspect_shows_what_a_registered_scheme_declares(cls, tmp_path: Path) ->
         rep = analysis.analyze(trained, initial, None, None)
         section = rep["positions"]
     finally:
-        positions.SCHEMES.unregister(cls.name)
+        forget_scheme(cls.name)
     assert section["summary"].startswith(cls.__doc__.split(":")[0])  # its class's own words first
     if cls is FixedLinearBias:
         assert section["bias"]["bias_at_distance"][4].tolist() == pytest.approx([-1.2] * 4, abs=1e-6)

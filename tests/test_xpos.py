@@ -23,6 +23,14 @@ from octlm.positions.formulas import apply_rope
 from octlm.positions.rotary import RotaryPositions
 from octlm.positions.xpos import XPosPositions, xpos_safe_length, xpos_scales
 
+
+def decay_by_distance(scheme: object, length: int) -> torch.Tensor:
+    """The factor ζ_i^(d / scale_base) a score's pair i carries at distance d = 0 .. length - 1, `[D/2, length]`
+    float64 (1 at distance 0, falling fastest for pair 0), from the scheme's own ζ and scale base."""
+    distance = torch.arange(length, dtype=torch.float64)
+    return scheme.zeta.unsqueeze(1) ** (distance / scheme.scale_base)
+
+
 TO_HALF = lambda d: torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # noqa: E731 interleaved -> half
 
 
@@ -74,7 +82,7 @@ def test_scales_and_decay_exact_values() -> None:
         [2 / 7, 9 / 14], rel=1e-15
     )  # (0 + 0.4) / 1.4, (0.5 + 0.4) / 1.4
     scheme = XPosPositions(4, scale_base=8.0, initial_length=4)
-    decay = scheme.decay_by_distance(17)  # [D/2, 17]
+    decay = decay_by_distance(scheme, 17)  # [D/2, 17]
     assert decay[:, 0].tolist() == [1.0, 1.0]
     assert decay[:, 8].tolist() == pytest.approx([2 / 7, 9 / 14], rel=1e-14)  # one scale_base: ζ itself
     assert decay[0, 16] == pytest.approx(4 / 49, rel=1e-14)
@@ -170,7 +178,7 @@ def test_a_score_decays_with_the_distance_exactly_as_zeta() -> None:
         want = math.cos(d * theta) * zeta ** (d / 64)
         assert float((rq * rk).sum()) == pytest.approx(want, rel=1e-5, abs=1e-7), (i, d)
     # ... and its magnitude falls: pair 0 at distance 0, 64, 128 carries 1, 2/7, 4/49 of the score
-    assert SCHEME.decay_by_distance(129)[0, ::64].tolist() == pytest.approx([1, 2 / 7, 4 / 49], rel=1e-14)
+    assert decay_by_distance(SCHEME, 129)[0, ::64].tolist() == pytest.approx([1, 2 / 7, 4 / 49], rel=1e-14)
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])

@@ -407,3 +407,11 @@ def check_one_line(code: int, err: str, needle: str, status: int = 2) -> None:
     assert len(lines) == 1 and err.endswith("\n"), f"expected one line on stderr, got {err!r}"
     assert lines[0].startswith("octlm") and "error:" in lines[0], lines[0]
     assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+
+
+def forget_scheme(name: str) -> None:
+    """Take a test's own position scheme out of the registry again: octlm's registries never forget a class
+    (nothing in octlm needs to), and a test's must not outlive the test."""
+    from octlm.positions import SCHEMES
+
+    SCHEMES._classes.pop(name, None)

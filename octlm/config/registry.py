@@ -32,10 +32,6 @@ class Registry(Mapping[str, Any]):
         self._classes[cls.name] = cls
         return cls
 
-    def unregister(self, name: str) -> None:
-        """Remove the class called `name`, if any (a notebook's or a test's scheme, once done with)."""
-        self._classes.pop(name, None)
-
     def _ensure_builtins(self) -> None:
         if not self._loading:
             self._loading = True  # once: importing the module registers its classes (and may ask us back)

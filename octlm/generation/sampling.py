@@ -69,10 +69,3 @@ def choose_tokens(
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = torch.softmax(logits, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def pick_token(
-    logits: Tensor, temperature: float, top_k: int | None, top_p: float, generator: torch.Generator | None
-) -> int:
-    """One token id from `logits` `[V]` (float; entries set to -inf are never chosen)."""
-    return int(choose_tokens(logits, temperature, top_k, top_p, generator))

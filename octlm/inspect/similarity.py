@@ -55,13 +55,6 @@ def nearest_positions(table: Array, positions: Sequence[int], k: int = DEFAULT_T
     return cosine_neighbours(table, positions, k)
 
 
-def partner_hits(table: Array, partner: dict[int, int]) -> int:
-    """How many ids in `partner` have their partner as nearest neighbour in `table` `[V, C]`."""
-    ids = sorted(partner)
-    firsts = cosine_neighbours(table, ids, 1)
-    return sum(1 for i, nb in zip(ids, firsts, strict=True) if nb and nb[0][0] == partner[i])
-
-
 def similarity_matrix(table: Array) -> np.ndarray:
     """Cosine similarity between every pair of rows of `table` `[N, C]`, `[N, N]` float64."""
     return cosine_similarity_matrix(_as_tensor(table)).numpy()

@@ -79,12 +79,6 @@ class XPosPositions(RotaryPositions):
         self.safe_length = xpos_safe_length(head_dim, self.scale_base)
         super().__init__(head_dim, base, layout, min(initial_length, self.safe_length))
 
-    def decay_by_distance(self, length: int) -> Tensor:
-        """The factor ζ_i^(d / scale_base) that a score's pair i carries at distance d = 0 .. length - 1,
-        `[D/2, length]` float64 (1 at distance 0, falling fastest for pair 0)."""
-        distance = torch.arange(length, dtype=torch.float64)
-        return self.zeta.unsqueeze(1) ** (distance / self.scale_base)
-
     def _build(self, length: int) -> None:
         cos, sin = self._angles(length)  # float64 [T, D/2]
         position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
