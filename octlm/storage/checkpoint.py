@@ -299,39 +299,6 @@ def _torch_bytes(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def check_checkpoint_layout(run_dir: str | Path) -> None:
-    """Refuse, before anything is written, what a checkpoint swap would write through or trip over.
-
-    The run folder may itself be a link (runs/ on another disk is fine), but its checkpoint folders may not:
-    renaming or deleting them would act on a folder outside the run.
-    """
-    run = Run.of(run_dir)
-    if run.path.exists() and not run.path.is_dir():
-        raise UserError(
-            f"{str(run.path)!r} is a file, not a run folder; move it away or choose another --name"
-        )
-    for path in (run.checkpoint_dir, run.old_checkpoint_dir):
-        if path.is_symlink():
-            raise UserError(
-                f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); octlm writes checkpoints only "
-                "inside the run folder, never through a link: replace the link by the folder it points to "
-                "(rm the link, then mv that folder here), or make the whole run folder the link instead"
-            )
-        if path.exists() and not path.is_dir():
-            raise UserError(f"{str(path)!r} is a file, not a checkpoint folder; move it out of the way")
-
-
-def _remove_stale(run: Run) -> None:
-    """Temporary folders left by a crash mid-save (never a complete checkpoint); a link is unlinked, not
-    followed."""
-    for stale in run.stale_tmp_dirs():
-        with contextlib.suppress(OSError):  # whatever blocks it blocks our own mkdir too, which names it
-            if stale.is_symlink() or not stale.is_dir():
-                stale.unlink()
-            else:
-                shutil.rmtree(stale, ignore_errors=True)
-
-
 def _write_files(
     tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, meta: dict[str, Any]
 ) -> None:
@@ -350,26 +317,6 @@ def _write_files(
         meta["sha256"][name] = sha256_bytes(data)
     write_durable(tmp / META_FILE, (json.dumps(seal(meta), indent=2) + "\n").encode("utf-8"))
     fsync_dir(tmp)
-
-
-def _swap(run: Run, tmp: Path) -> None:
-    """checkpoint -> .checkpoint-old, tmp -> checkpoint, old removed; a failure keeps the previous one."""
-    final, old = run.checkpoint_dir, run.old_checkpoint_dir
-    if final.exists():
-        if old.exists():  # `final` is complete, so an older fallback is no longer needed
-            shutil.rmtree(old)
-        final.rename(old)
-    try:
-        tmp.rename(final)
-    except OSError as error:
-        if old.is_dir() and not final.exists():
-            with contextlib.suppress(OSError):
-                old.rename(final)  # put the previous checkpoint back where readers look first
-        error.filename, error.filename2 = str(final), None  # what failed is the new checkpoint's place
-        raise
-    fsync_dir(run.path)
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(run.path)
 
 
 def _kept(run: Run) -> str:
@@ -415,7 +362,7 @@ def save_checkpoint(
     folder is left.
     """
     run = Run.of(run_dir)
-    check_checkpoint_layout(run.path)
+    run.check_checkpoint_layout()
     state = dict(state or {})
     hashes = {"config": config.hash(), **dict(state.pop("sha256", {}) or {})}
     meta = {"schema_version": SCHEMA_VERSION, "step": int(step), "config_name": config.name,
@@ -423,11 +370,11 @@ def save_checkpoint(
     tmp = run.tmp_checkpoint_dir(os.getpid())
     try:
         run.path.mkdir(parents=True, exist_ok=True)
-        _remove_stale(run)
+        run.remove_stale_checkpoints()
         tmp.mkdir()
         try:
             _write_files(tmp, model, optimizer, meta)
-            _swap(run, tmp)
+            run.swap_in_checkpoint(tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

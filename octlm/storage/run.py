@@ -285,6 +285,56 @@ class Run:
                 "folder, or choose another --out-dir or --name"
             ) from None
 
+    # --- the checkpoint folders: a new one swapped in whole --------------------------------------------
+    def check_checkpoint_layout(self) -> None:
+        """Refuse, before anything is written, what a checkpoint swap would write through or trip over.
+
+        The run folder may itself be a link (runs/ on another disk is fine), but its checkpoint folders may not:
+        renaming or deleting them would act on a folder outside the run.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(
+                f"{str(self.path)!r} is a file, not a run folder; move it away or choose another --name"
+            )
+        for path in (self.checkpoint_dir, self.old_checkpoint_dir):
+            if path.is_symlink():
+                raise UserError(
+                    f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); octlm writes checkpoints only "
+                    "inside the run folder, never through a link: replace the link by the folder it points to "
+                    "(rm the link, then mv that folder here), or make the whole run folder the link instead"
+                )
+            if path.exists() and not path.is_dir():
+                raise UserError(f"{str(path)!r} is a file, not a checkpoint folder; move it out of the way")
+
+    def remove_stale_checkpoints(self) -> None:
+        """Temporary folders left by a crash mid-save (never a complete checkpoint); a link is unlinked, not
+        followed."""
+        for stale in self.stale_tmp_dirs():
+            with contextlib.suppress(OSError):  # whatever blocks it blocks our own mkdir too, which names it
+                if stale.is_symlink() or not stale.is_dir():
+                    stale.unlink()
+                else:
+                    shutil.rmtree(stale, ignore_errors=True)
+
+    def swap_in_checkpoint(self, tmp: Path) -> None:
+        """checkpoint -> .checkpoint-old, tmp -> checkpoint, old removed; a failure keeps the previous one."""
+        final, old = self.checkpoint_dir, self.old_checkpoint_dir
+        if final.exists():
+            if old.exists():  # `final` is complete, so an older fallback is no longer needed
+                shutil.rmtree(old)
+            final.rename(old)
+        try:
+            tmp.rename(final)
+        except OSError as error:
+            if old.is_dir() and not final.exists():
+                with contextlib.suppress(OSError):
+                    old.rename(final)  # put the previous checkpoint back where readers look first
+            error.filename, error.filename2 = str(final), None  # what failed is the new checkpoint's place
+            raise
+        fsync_dir(self.path)
+        shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(self.path)
+
     # --- replace, don't destroy ---------------------------------------------------------------------------
     def set_aside(self) -> bool:
         """Move the run's files into `.replaced/` (via `.replacing/`) for a new run; False if there were none."""
