@@ -2,9 +2,10 @@
 # The CUDA checks, in one go (estimated 4-6 minutes on an H200; each step has its own time limit, together
 # 7 min 50 s):
 #
-#   1. the tests that touch the device on the GPU: tests/test_bf16.py (its CUDA tests skip without a GPU and
-#      run here: fp32 logits and the KV cache on CUDA against the CPU, training in auto, bf16 and fp32 with
-#      float32 checkpoints), tests/test_model.py (and _numpy), tests/test_train.py, tests/test_generate.py (not slow ones);
+#   1. the tests that touch the device on the GPU: tests/test_runtime_bf16.py (its CUDA tests skip without a GPU
+#      and run here: fp32 logits and the KV cache on CUDA against the CPU, training in auto, bf16 and fp32 with
+#      float32 checkpoints), tests/model/test_decoder.py (and _numpy), tests/training/test_loop.py,
+#      tests/generation/test_generate.py (not slow ones);
 #   2. the benchmark on CUDA: `bench.py --device cuda` (fp32 and bf16 matmul peaks; fp32 against bf16
 #      training at configs a, b, c, interleaved) -> benchmarks/results/cuda-<gpu>.{json,md};
 #   3. the main job on CUDA (day1, 6,000 steps) in bf16 (`--dtype auto` is bf16 autocast on CUDA) and in fp32,
@@ -38,7 +39,8 @@ fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, torch.cuda.get_device_name())" | tee -a "$LOG"
 export OMP_NUM_THREADS=4 TOKENIZERS_PARALLELISM=false
 step 120 "tests on CUDA" "$PY" -m pytest -x -q -m "not slow" -p no:cacheprovider \
-    tests/test_bf16.py tests/test_model.py tests/test_model_numpy.py tests/test_train.py tests/test_generate.py
+    tests/test_runtime_bf16.py tests/model/test_decoder.py tests/model/test_decoder_numpy.py \
+    tests/training/test_loop.py tests/generation/test_generate.py
 step 90 "benchmark on CUDA" "$PY" benchmarks/bench.py --device cuda --out "$RESULTS"
 RUNS=$(mktemp -d)
 for dtype in bf16 fp32; do  # the first one also tokenizes the corpus (the data folder is not carried)

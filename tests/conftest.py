@@ -57,6 +57,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Any:
-    report = yield  # a module-level importorskip (tests/test_hf.py and others) skips the whole file
+    report = yield  # a module-level importorskip (tests/interop/test_hf.py and others) skips the whole file
     _fail_missing_import(report)
     return report

@@ -1,7 +1,9 @@
-"""A real `octlm` process sent a real signal at a chosen moment (the tests of stopping share this)."""
+"""A real `octlm` process sent a real signal at a chosen moment (the tests of stopping share this), and a pool
+worker's job that waits to be asked to stop (a module of its own, so that spawned workers can import it)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -9,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tiny import quiet_env
+
+from octlm.signals import StopRequest
 
 
 def signal_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int, waiting_for: str,
@@ -34,3 +38,14 @@ def signal_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: i
             proc.kill()
             proc.wait()
     return proc.returncode, out, err
+
+
+def stop_when_asked(marker: str) -> str:
+    """A worker's job: wait under a StopRequest (as a training step loop does) until a signal asks it to stop."""
+    with StopRequest(announce=False) as stop:
+        Path(marker + ".started").write_text(str(os.getpid()))  # from here on a signal is a request
+        deadline = time.monotonic() + 60
+        while not stop.requested and time.monotonic() < deadline:
+            time.sleep(0.01)
+    Path(marker + ".stopped").write_text(signal.Signals(stop.signum).name if stop.requested else "timeout")
+    return marker

@@ -1,14 +1,6 @@
-"""Signals: SIGINT, SIGTERM and SIGHUP stop `octlm train` after the current step, with a checkpoint, the resume
-command and exit status 128 + N; the resumed run ends bit-identical to an uninterrupted one. A second signal
-aborts at once.
-
-Trials run in children of the fork server (tests/tiny.py): real processes running `octlm.cli.main`, sent real
-signals by this test once their checkpoint reaches a seeded random step (plus a seeded delay of a few ms), so
-they stop at random steps: inside a step, an evaluation or a checkpoint write. The
-server is started with the default signal dispositions, as a shell gives `python -m octlm train` (a test run
-under nohup or in a background job would otherwise inherit ignored SIGHUP or SIGINT, which octlm respects).
-The second-signal tests run `python -m octlm train` itself, held at step 4 by a hold file (see HELD).
-"""
+"""Signals (octlm/signals.py). In training: SIGINT, SIGTERM and SIGHUP stop `octlm train` after the current
+step, with a checkpoint, the resume is bit-identical, a second signal aborts at once. Outside training: SIGTERM
+and SIGHUP raise `Stopped`, so the cleanup on the way out runs, and a command ends with one line and 128 + N."""
 
 from __future__ import annotations
 
@@ -27,9 +19,12 @@ from typing import Any
 import pytest
 import tiny
 import torch
+from processes import signal_when, stop_when_asked
 from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, quiet_env, tiny_flags, write_corpus
 
+from octlm.runtime import in_processes
+from octlm.signals import Stopped, raising_signals
 from octlm.storage.checkpoint import load_checkpoint
 
 STEPS = 60  # a few ms a step: a trial (stopped, then resumed) costs about one such run
@@ -272,3 +267,79 @@ def test_a_second_writer_is_refused_and_readers_work(
     assert proc.returncode == 0, err
     assert [r["step"] for r in metrics(run_dir)] == list(range(10, STEPS + 1, 10))  # one run's records
     assert_same_run(run_dir, siglab.reference)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Outside training: SIGTERM and SIGHUP raise Stopped (in this process, in a real `octlm data`, in a real pool)
+
+
+def test_sigterm_and_sighup_raise_stopped_inside_and_only_inside() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+        with pytest.raises(Stopped) as stop, raising_signals():
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler runs at the next bytecode: never reached
+        assert stop.value.signum == signum and str(stop.value) == signal.Signals(signum).name
+        assert signal.getsignal(signum) is signal.SIG_DFL  # put back on leaving
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def test_an_ignored_or_handled_signal_is_left_alone() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    seen: list[int] = []
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with raising_signals():
+            os.kill(os.getpid(), signal.SIGHUP)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert seen == [signal.SIGTERM]
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
+@pytest.mark.slow  # a real `octlm data` on an 8 MB corpus, stopped while it encodes (~10-20 s)
+def test_sigterm_while_encoding_leaves_no_temporary_file_and_says_so(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    line = "def function_{0}(value, other):\n    return [value * {0} for _ in range(other)]\n"
+    for i in range(8):
+        (corpus / f"m{i}.py").write_text("".join(line.format(i * 10_000 + k) for k in range(12_000)))
+    data = tmp_path / "data"
+    argv = [PYTHON, "-m", "octlm", "data", "--text", str(corpus), "--vocab-size", "300", "--set",
+            f"data.data_dir={data}", "--set", "data.val_fraction=0.5"]  # fmt: skip
+    ready = lambda: bool(list(data.glob("*/.*.bin.*.tmp")))  # the token file is being written
+    code, _out, err = signal_when(argv, tmp_path, ready, signal.SIGTERM, "token file")
+    assert code == 143 and err.splitlines()[-1] == "octlm data: stopped by SIGTERM", err
+    assert "Traceback" not in err
+    (folder,) = data.iterdir()
+    assert not list(folder.glob(".*.tmp")) and not (folder / "train.bin").exists()
+
+
+@pytest.mark.slow  # two spawned worker processes (~3-6 s to start)
+def test_sigterm_to_the_parent_of_a_pool_reaches_every_worker(tmp_path: Path) -> None:
+    markers = [str(tmp_path / f"job{i}") for i in range(3)]  # 3 jobs on 2 workers: one never starts
+
+    def signal_once_two_run() -> None:
+        deadline = time.monotonic() + 60
+        while sum(Path(m + ".started").exists() for m in markers) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sender = threading.Thread(target=signal_once_two_run)
+    try:
+        with pytest.raises(Stopped), raising_signals():
+            sender.start()
+            list(in_processes(stop_when_asked, markers, 2))
+    finally:
+        sender.join()
+        signal.signal(signal.SIGTERM, before)
+    stopped = sorted(Path(m + ".stopped").read_text() for m in markers if Path(m + ".stopped").exists())
+    assert stopped == ["SIGTERM", "SIGTERM"]  # both running jobs were asked, and stopped as asked
+    assert sum(Path(m + ".started").exists() for m in markers) == 2  # the third was cancelled

@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from octlm.cli import main
+from octlm.config import Config, config_from_dict
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while",
          "lambda", "yield", "with", "as", "try"]  # fmt: skip
@@ -381,7 +382,7 @@ def memorise(model, ids, steps: int = 40, lr: float = 3e-3) -> list[float]:
 
 class LargestTensor(TorchDispatchMode):
     """Records the largest storage any op returns (bytes) while the mode is on: every tensor a forward
-    allocates passes here (tests/test_long_attention.py, tests/test_fire.py)."""
+    allocates passes here (tests/model/test_decoder_long.py, tests/positions/test_fire.py)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -415,3 +416,38 @@ def forget_scheme(name: str) -> None:
     from octlm.positions import SCHEMES
 
     SCHEMES._classes.pop(name, None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The training tests' tiny run (tests/training/): vocabulary 300, 40 steps, 8 sample tokens, named "tiny".
+
+TRAIN_WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for"]
+
+
+def write_train_corpus(folder: Path, files: int = 6, lines: int = 60) -> Path:
+    """A few small text files of pseudo-code (deterministic)."""
+    return write_corpus(folder, files, lines, words=TRAIN_WORDS, per_line=10)
+
+
+def tiny_config(root: Path, corpus: Path, **train: Any) -> Config:
+    """d_model 32, one layer, context 16, vocab 300: a few milliseconds per step."""
+    model = {"vocab_size": 300, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16}
+    model.update(train.pop("model", {}))
+    settings = {
+        "steps": 40,
+        "batch_size": 4,
+        "eval_interval": 10,
+        "eval_batches": 2,
+        "checkpoint_interval": 10,
+        "warmup_steps": 5,
+        "out_dir": str(root / "runs"),
+        "report": False,
+        "sample_tokens": 8,
+    }
+    settings.update(train)
+    raw = {
+        "model": model,
+        "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
+        "train": settings,
+    }
+    return config_from_dict(raw, name="tiny")

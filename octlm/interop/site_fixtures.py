@@ -4,7 +4,7 @@ The explainer site (web/) recomputes the position math in the browser, in `web/s
 never drift, this command evaluates the formulas of `octlm/positions/scheme.py` and `octlm/positions/` on small fixed
 inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file).
 `web/tests/unit/parity.test.ts` runs every TypeScript twin on the same inputs and fails when any value differs by
-more than 1e-7, and `tests/test_fixtures.py` fails when the committed files are not what this command writes today.
+more than 1e-7, and `tests/interop/test_site_fixtures.py` fails when the committed files are not what this command writes today.
 `schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks and the class
 docstring's summary of every scheme `import octlm.positions` registers), from which the site lists the schemes.
 

@@ -12,7 +12,7 @@ token per sequence with fewer and cheaper ops:
 - no per-token `check_ids` device sync, no `arange`: positions are slices of one preallocated range.
 
 The sums run in another order than `nn.Linear`'s, so logits agree with the model's forward to float32
-rounding (tests/test_decode.py, 1e-5). What the step does not cover goes through `model(...)` as before: a
+rounding (tests/model/test_decode_step.py, 1e-5). What the step does not cover goes through `model(...)` as before: a
 scheme whose bias depends on the content (`is_contextual`), and a model with forward hooks (a probe or a
 recorder expects to see every step).
 """

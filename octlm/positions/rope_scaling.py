@@ -18,7 +18,7 @@ maps back onto angles the model knows, with no training:
 Every function returns `(inv_freq, attention_scaling)`: θ_i as float64 `[head_dim // 2]`, and the factor
 that multiplies cos and sin, exactly what `octlm.positions.scheme.RotaryPositions.set_frequencies` takes. The
 formulas match `transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS` ("linear", "dynamic", "yarn");
-tests/test_rope_scaling.py checks each against it.
+tests/positions/test_rope_scaling_hf.py checks each against it.
 """
 
 from __future__ import annotations

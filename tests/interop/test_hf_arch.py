@@ -1,0 +1,216 @@
+"""The newer export targets against transformers' own code: a Llama-shaped run with `model.nope_layers` as
+SmolLM3 (`no_rope_layers`), and a RoPE + LayerNorm + GELU + bias run, with any `rope_fraction`, as GPT-NeoX
+(`rotary_pct`, per-head fused q/k/v, sequential residuals).
+
+Each gives the same logits (both attention kernels), converts back to identical weights, and decodes greedily
+with transformers' KV cache to the tokens octlm's own cached decoding gives. The models and helpers are
+tests/hf_models.py's (random weights moved well away from their init, so a mapping mistake shows in the logits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from hf_models import (  # noqa: E402
+    SMALL_GPT2,
+    SMALL_LLAMA,
+    TOL,
+    check_folder,
+    logits_difference,
+    random_ids,
+    random_model,
+    tiny_run,
+    tokenizer,  # noqa: F401 (the fixture)
+)
+
+from octlm.cli import main  # noqa: E402
+from octlm.config import ModelConfig  # noqa: E402
+from octlm.data.tokenizer import Tokenizer  # noqa: E402
+from octlm.errors import UserError  # noqa: E402
+from octlm.interop.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
+from octlm.positions.rotary import rotary_dims  # noqa: E402
+
+# Largest |logit difference| measured on this machine (float32, sdpa and eager): SmolLM3 3.1e-6, GPT-NeoX
+# 2.4e-6 at rope_fraction 1 and 1.9e-6 below it, exported folders 1.7e-6, generate's per-step logits 2.7e-6.
+# TOL (1e-5) leaves about 3x.
+SMOL = dataclasses.replace(SMALL_LLAMA, n_layers=3, nope_layers=[1])
+SMOL_CASES = {
+    "nope1": SMOL,
+    "nope02-gqa2-untied": dataclasses.replace(SMOL, nope_layers=[0, 2], n_kv_heads=2, tie_embeddings=False),
+    "all-nope-mqa": dataclasses.replace(SMOL, nope_layers=[2, 0, 1], n_kv_heads=1),
+}
+NEOX = dataclasses.replace(SMALL_GPT2, position="rope", rope_base=500.0)  # head size 16
+NEOX_CASES = {
+    "full": NEOX,
+    "full-untied": dataclasses.replace(NEOX, tie_embeddings=False, norm_eps=1e-6),
+    "half": dataclasses.replace(NEOX, rope_fraction=0.5),  # 8 of 16 channels
+    "quarter-untied": dataclasses.replace(NEOX, rope_fraction=0.25, tie_embeddings=False),  # 4 channels
+    "odd": dataclasses.replace(NEOX, rope_fraction=0.35),  # int(16 × 0.35) = 5, rounded down to 4
+}
+CASES = {f"smollm3-{k}": v for k, v in SMOL_CASES.items()} | {f"neox-{k}": v for k, v in NEOX_CASES.items()}
+
+
+def test_each_shape_maps_to_its_architecture() -> None:
+    assert hf_architecture(SMALL_LLAMA) == "llama"  # no NoPE layers: Llama, as before
+    assert [hf_architecture(c) for c in SMOL_CASES.values()] == ["smollm3"] * 3
+    assert [hf_architecture(c) for c in NEOX_CASES.values()] == ["gpt_neox"] * 5
+    assert hf_architecture(SMALL_GPT2) == "gpt2"
+    assert [rotary_dims(c.head_dim, c.rope_fraction) for c in NEOX_CASES.values()] == [16, 16, 8, 4, 4]
+
+
+@pytest.mark.parametrize("config", SMOL_CASES.values(), ids=SMOL_CASES.keys())
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_smollm3_logits_match(config: ModelConfig, attn: str) -> None:
+    model = random_model(config)
+    hf_model = to_hf(model, attn_implementation=attn)
+    assert type(hf_model).__name__ == "SmolLM3ForCausalLM" and not hf_model.training
+    hc = hf_model.config
+    # 1 marks a layer that uses RoPE (SmolLM3Attention.use_rope), 0 a NoPE layer
+    assert hc.no_rope_layers == [int(i not in config.nope_layers) for i in range(3)]
+    assert [layer.self_attn.sliding_window for layer in hf_model.model.layers] == [None] * 3
+    assert hc.layer_types == ["full_attention"] * 3 and hc.num_key_value_heads == config.kv_heads
+    assert hc.rope_parameters["rope_theta"] == config.rope_base  # not SmolLM3's default 2,000,000
+    diff = logits_difference(model, hf_model, random_ids(config))
+    print(f"SmolLM3 {attn} max |logit difference| = {diff:.3g}")
+    assert diff <= TOL
+
+
+def test_smollm3_parity_would_catch_the_inverted_convention() -> None:
+    """no_rope_layers read the other way round (1 = NoPE) must move the logits far past the tolerance."""
+    model = random_model(SMOL)
+    hf_model = to_hf(model)
+    for layer in hf_model.model.layers:
+        layer.self_attn.use_rope = 1 - layer.self_attn.use_rope
+    assert logits_difference(model, hf_model, random_ids(SMOL)) > 1000 * TOL
+
+
+@pytest.mark.parametrize("config", NEOX_CASES.values(), ids=NEOX_CASES.keys())
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_neox_logits_match(config: ModelConfig, attn: str) -> None:
+    model = random_model(config)
+    hf_model = to_hf(model, attn_implementation=attn)
+    assert type(hf_model).__name__ == "GPTNeoXForCausalLM" and not hf_model.training
+    hc = hf_model.config
+    assert not hc.use_parallel_residual and hc.attention_bias
+    assert hc.tie_word_embeddings == config.tie_embeddings and hc.layer_norm_eps == config.norm_eps
+    # transformers rotates 2 × len(inv_freq) channels (apply_rotary_pos_emb: cos.shape[-1])
+    assert 2 * hf_model.gpt_neox.rotary_emb.inv_freq.numel() == rotary_dims(
+        config.head_dim, config.rope_fraction
+    )
+    diff = logits_difference(model, hf_model, random_ids(config))
+    print(f"GPT-NeoX {attn} rope_fraction {config.rope_fraction} max |logit difference| = {diff:.3g}")
+    assert diff <= TOL
+
+
+@pytest.mark.parametrize("mistake", ["stacked qkv", "parallel residual", "rotary_pct ignored"])
+def test_neox_parity_would_catch_a_mapping_mistake(mistake: str) -> None:
+    """octlm's [q | k | v] rows copied without regrouping per head, NeoX's parallel residual, or every channel
+    rotated instead of half must move the logits far past the tolerance."""
+    model = random_model(NEOX_CASES["half"])
+    # the same seed and shapes give the same weights: only the rotated share differs
+    hf_model = to_hf(random_model(NEOX) if mistake == "rotary_pct ignored" else model)
+    with torch.no_grad():
+        for block, layer in zip(model.blocks, hf_model.gpt_neox.layers, strict=True):
+            if mistake == "stacked qkv":
+                layer.attention.query_key_value.weight.copy_(block.attn.qkv.weight)
+                layer.attention.query_key_value.bias.copy_(block.attn.qkv.bias)
+            elif mistake == "parallel residual":
+                layer.use_parallel_residual = True
+    assert logits_difference(model, hf_model, random_ids(NEOX)) > 1000 * TOL
+
+
+@pytest.mark.parametrize("config", CASES.values(), ids=CASES.keys())
+def test_round_trip(config: ModelConfig) -> None:
+    model = random_model(config)
+    back = from_hf(to_hf(model))
+    # The odd fraction exports as the rotary_pct transformers reads as the same 4 channels: 4 / 16.
+    want = dataclasses.replace(config, rope_fraction=0.25) if config.rope_fraction == 0.35 else config
+    assert back.config == dataclasses.replace(want, nope_layers=sorted(config.nope_layers))
+    for (name, ours), (_, theirs) in zip(model.state_dict().items(), back.state_dict().items(), strict=True):
+        assert torch.equal(ours, theirs), name
+
+
+@pytest.mark.parametrize(
+    "name", ["smollm3-nope1", "smollm3-nope02-gqa2-untied", "neox-full", "neox-half", "neox-odd"]
+)
+def test_kv_cache_generation_matches(name: str) -> None:
+    """transformers' `generate` (greedy, its own KV cache) gives octlm's cached greedy tokens, 20 of them, and
+    each step's logits (tiny random models repeat tokens; the logits still differ at every position)."""
+    config = CASES[name]
+    model = random_model(config)
+    hf_model = to_hf(model)
+    prompt = random_ids(config, batch=1)[:, :5]
+    ids, cache, ours, steps = prompt, model.new_cache(1), [], []
+    with torch.no_grad():
+        for _ in range(20):
+            logits, _ = model(ids, cache=cache)
+            steps.append(logits[:, -1])
+            ids = logits[:, -1:].argmax(-1)
+            ours.append(int(ids))
+        out = hf_model.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0,
+                                return_dict_in_generate=True, output_logits=True)  # fmt: skip
+    assert out.sequences[0, 5:].tolist() == ours
+    diff = max(float((a - b).abs().max()) for a, b in zip(steps, out.logits, strict=True))
+    print(f"{name} generate: 20 tokens equal, max |step logit difference| = {diff:.3g}")
+    assert diff <= TOL
+
+
+def test_from_hf_refuses_what_octlm_lacks() -> None:
+    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=20,
+                bos_token_id=0, eos_token_id=0)  # fmt: skip
+    # GPTNeoXConfig's defaults are Pythia's: parallel residual, rotary_pct 0.25
+    pythia = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**tiny))
+    with pytest.raises(UserError, match=r"^not representable in octlm: .*use_parallel_residual=True$"):
+        from_hf(pythia)
+    odd = dict(rope_type="default", rope_theta=100.0, partial_rotary_factor=0.3)  # int(16 × 0.3) = 4: fine
+    assert from_hf(transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        **tiny, use_parallel_residual=False, rope_parameters=odd))).config.rope_fraction == 0.3  # fmt: skip
+    odd["partial_rotary_factor"] = 0.35  # int(16 × 0.35) = 5: transformers rotates 6 channels
+    with pytest.raises(UserError, match=r"rotary_pct=0\.35$"):
+        from_hf(transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+            **tiny, use_parallel_residual=False, rope_parameters=odd)))  # fmt: skip
+    sliding = transformers.SmolLM3Config(**tiny, use_sliding_window=True, sliding_window=4, pad_token_id=None)
+    with pytest.raises(
+        UserError, match=r"^not representable in octlm: this smollm3 model has sliding_window=4"
+    ):
+        from_hf(transformers.SmolLM3ForCausalLM(sliding))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Export to a folder, and the command
+
+
+@pytest.mark.parametrize("name", ["smollm3-nope02-gqa2-untied", "neox-half"])
+def test_export_model_folder(name: str, tokenizer: Tokenizer, tmp_path: Path) -> None:  # noqa: F811
+    config = dataclasses.replace(CASES[name], vocab_size=tokenizer.vocab_size)
+    model = random_model(config)
+    out = export_hf_model(model, tokenizer, tmp_path / "export")
+    check_folder(out, model, tokenizer)  # AutoModelForCausalLM and AutoTokenizer, logits to TOL
+    assert [p.name for p in tmp_path.iterdir()] == ["export"]
+
+
+def test_cli_exports_and_refuses(
+    tokenizer: Tokenizer,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    run_dir, model = tiny_run(tmp_path, tokenizer, dataclasses.replace(SMOL, vocab_size=tokenizer.vocab_size))
+    assert main(["export", "hf", "--run", str(run_dir), str(tmp_path / "hf")]) == 0
+    check_folder(tmp_path / "hf", model, tokenizer)
+    alibi = dataclasses.replace(SMOL, position="alibi", vocab_size=tokenizer.vocab_size)
+    run_dir, _ = tiny_run(tmp_path / "second", tokenizer, alibi)
+    capsys.readouterr()
+    assert main(["export", "hf", "--run", str(run_dir), str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("octlm export hf: error: not representable in transformers: as GPT-2")
+    assert "as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in position='alibi'" in err
+    assert not (tmp_path / "no").exists()
+    assert main(["export", "hf", "--help"]) == 0
+    assert "or SmolLM3 when it also has nope_layers; GPT-NeoX" in " ".join(capsys.readouterr().out.split())

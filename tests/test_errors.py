@@ -1,0 +1,41 @@
+"""The errno table (octlm/errors.py): every expected OSError is one line naming the path and the fix for its
+cause; an unexpected one is left to keep its traceback."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from octlm.errors import OS_ERRORS, describe_os_error
+
+# ---------------------------------------------------------------------------------------------------------------
+# The errno table
+
+
+@pytest.mark.parametrize("number", sorted(OS_ERRORS), ids=lambda n: errno.errorcode[n])
+def test_every_expected_errno_is_one_line_naming_the_path(number: int) -> None:
+    line = describe_os_error(OSError(number, os.strerror(number), "out/model.bin"))
+    assert line is not None and "\n" not in line
+    assert line.startswith("'out/model.bin': ") and f"({errno.errorcode[number]})" in line, line
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        assert "free some" in line, line
+    else:  # a permission problem, a read-only place, a bad path: none of them is fixed by freeing space
+        assert "space" not in line and "free some" not in line, line
+
+
+def test_errno_messages_give_the_fix_for_their_cause() -> None:
+    def line(number: int) -> str:
+        return describe_os_error(OSError(number, os.strerror(number), "p")) or ""
+
+    assert line(errno.ENOSPC) == (
+        "'p': no space left on the device (ENOSPC); free some space there or write somewhere else"
+    )
+    assert "ulimit -f" in line(errno.EFBIG)
+    assert "lsattr" in line(errno.EPERM) and "permissions" in line(errno.EACCES)
+    assert "read-only" in line(errno.EROFS) and "symbolic links" in line(errno.ELOOP)
+    rename = OSError(errno.EXDEV, "x", "a", None, "b")
+    assert describe_os_error(rename) is None  # not expected: a bug, which keeps its traceback
+    moved = OSError(errno.EACCES, os.strerror(errno.EACCES), "a", None, "b")
+    assert describe_os_error(moved).startswith("'a' -> 'b': permission denied")
