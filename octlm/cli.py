@@ -77,17 +77,12 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _overview() -> str:
-    lines = ["usage: octlm <command> [options]", "", "commands:"]
-    lines += [f"  {name:<20} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `octlm <command> --help` for the options of one command."]
-    return "\n".join(lines)
-
-
-def _group_overview(group: str, subs: list[str]) -> str:
-    lines = [f"usage: octlm {group} <subcommand> [options]", "", "subcommands:"]
-    lines += [f"  {name:<20} {COMMANDS[name][1]}" for name in subs]
-    lines += ["", f"Run `octlm {group} <subcommand> --help` for the options of one."]
+def _overview(names: list[str], group: str = "") -> str:
+    """The usage, one line per command (or per subcommand of `group`) and where to look next."""
+    word, what = (f"{group} <subcommand>", "subcommands") if group else ("<command>", "commands")
+    lines = [f"usage: octlm {word} [options]", "", f"{what}:"]
+    lines += [f"  {name:<20} {COMMANDS[name][1]}" for name in names]
+    lines += ["", f"Run `octlm {word} --help` for the options of one{'' if group else ' command'}."]
     return "\n".join(lines)
 
 
@@ -110,13 +105,13 @@ def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
     """Parse the command's flags and run it (or print the overview, or refuse an unknown command)."""
     if command is None:
         if not argv or argv[0] in ("-h", "--help", "help"):
-            print(_overview())
+            print(_overview(list(COMMANDS)))
             return 0
         groups = sorted({name.split()[0] for name in COMMANDS if " " in name})
         if argv[0] in groups:
             subs = [name for name in COMMANDS if name.startswith(argv[0] + " ")]
             if argv[1:2] and argv[1] in ("-h", "--help"):
-                print(_group_overview(argv[0], subs))
+                print(_overview(subs, argv[0]))
                 return 0
             sys.stderr.write(f"octlm: error: '{argv[0]}' needs one of: {', '.join(subs)}\n")
         else:

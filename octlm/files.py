@@ -5,8 +5,8 @@ target). `write_durable` writes a file inside a folder that is swapped in later 
 `fsync_dir` flushes a folder's entries after a rename. Every failure is the OSError the operating system gave,
 with its errno and the file's name, so the caller can say what happened and the fix (`errors.explain`).
 
-The one hashing path: `sha256_bytes`, `sha256_file` and `sha256_array` (a token stream's raw bytes) are how
-checkpoints, token files and tokenizers are named and checked.
+The one hashing path: `sha256_bytes` and `sha256_array` (a token stream's raw bytes) are how checkpoints,
+token files and tokenizers are named and checked.
 """
 
 from __future__ import annotations
@@ -63,15 +63,6 @@ def fsync_dir(path: Path) -> None:
 
 def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | Path) -> str:
-    """SHA-256 of a file, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def sha256_array(array: Any) -> str:

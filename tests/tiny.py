@@ -451,3 +451,8 @@ def tiny_config(root: Path, corpus: Path, **train: Any) -> Config:
         "train": settings,
     }
     return config_from_dict(raw, name="tiny")
+
+
+def sha256_file(path: Path) -> str:
+    """A file's SHA-256, computed here, independently of octlm (which hashes the bytes it writes and reads)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from octlm.interop.hf import SHAPES, export_hf
+from octlm.interop.hf import export_hf
+
+# What `octlm export hf --help` says maps where (hf_arch.hf_architecture decides; its refusal says the same).
+SHAPES = (
+    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, layernorm, "
+    "gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV heads "
+    "allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction as "
+    "rotary_pct, layernorm, gelu, bias). Anything else is refused, naming what differs."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,10 +31,6 @@ def builtin_config_names() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in CONFIG_DIR.iterdir() if p.name.endswith(".toml"))
 
 
-def default_config_path() -> Traversable:
-    return CONFIG_DIR / "day1.toml"
-
-
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
 
@@ -93,7 +89,7 @@ def config_from_dict(
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
     """Read a TOML config (default: the built-in octlm/config/builtin/day1.toml), apply overrides, validate."""
-    path: Path | Traversable = Path(path) if path is not None else default_config_path()
+    path: Path | Traversable = Path(path) if path is not None else CONFIG_DIR / "day1.toml"
     if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
         path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config
     if not path.is_file():

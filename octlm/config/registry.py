@@ -1,13 +1,10 @@
 """The named plug-ins a config field chooses among: position schemes (`model.position`) and data sources
 (`data.source`).
 
-The layer that defines a kind of plug-in files each class here with `register` as its module is imported
-(`octlm.positions` its schemes, `octlm.data.sources` its sources); config validation asks by name without
-importing that layer. A registry's built-in members are registered by importing the module it names, which the
-registry does itself on its first lookup, as a plug-in system loads its entry points: a lookup never sees the
-built-ins missing, whatever was imported before. A plug-in of your own registers when its module is imported,
-after the built-ins, in the order tables list them; a second class of a name replaces the first (a test or a
-notebook may redefine one).
+The layer that defines a kind of plug-in files each class here with `register` as its module is imported;
+config validation asks by name without importing that layer. A registry imports the module that registers its
+built-ins itself, on its first lookup, as a plug-in system loads its entry points: no lookup ever sees them
+missing. A plug-in of your own registers when its module is imported, after the built-ins.
 """
 
 from __future__ import annotations

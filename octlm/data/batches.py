@@ -1,8 +1,7 @@
 """Batches from a token stream (`octlm.data.cache`'s memmaps, or any sequence of ids).
 
 `random_blocks` samples packed blocks at random offsets (training: every position of the context sees text);
-`eval_blocks` gives a fixed set of non-overlapping blocks (evaluation, identical every call);
-`SlidingWindowDataset` is the textbook windowing with a stride, for a torch DataLoader.
+`eval_blocks` gives a fixed set of non-overlapping blocks (evaluation, identical every call).
 """
 
 from __future__ import annotations
@@ -58,29 +57,3 @@ def eval_blocks(
         starts = np.asarray(chosen[first : first + batch_size]) * block
         rows = torch.from_numpy(array[starts[:, None] + np.arange(block + 1)].astype(np.int64))
         yield rows[:, :-1], rows[:, 1:]
-
-
-class SlidingWindowDataset(torch.utils.data.Dataset):
-    """Windows of `max_length` tokens every `stride` tokens; item i is (inputs `[L]`, targets `[L]`), int64.
-
-    Windows overlap when stride < max_length and skip tokens when stride > max_length. Only windows with a
-    full target (max_length + 1 tokens) are made.
-    """
-
-    def __init__(self, tokens: Sequence[int] | np.ndarray, max_length: int, stride: int) -> None:
-        if stride < 1:
-            raise UserError(f"stride must be at least 1, got {stride}")
-        _check_length(tokens, max_length, "window")
-        self.tokens = np.asarray(tokens)
-        self.max_length = max_length
-        self.stride = stride
-
-    def __len__(self) -> int:
-        return (len(self.tokens) - self.max_length - 1) // self.stride + 1
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        if not 0 <= index < len(self):
-            raise IndexError(f"window {index} out of range for {len(self)} windows")
-        start = index * self.stride
-        window = torch.from_numpy(self.tokens[start : start + self.max_length + 1].astype(np.int64))
-        return window[:-1], window[1:]

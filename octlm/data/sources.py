@@ -48,7 +48,8 @@ class Document:
 
 class Source:
     """A kind of corpus: what `data.source` names. `problems` lists what a config gets wrong for it (with the
-    config's other problems), `describe` is one line for manifests and reports, `documents` reads them."""
+    config's other problems); each source's classmethods `describe(config)` (one line for manifests and reports)
+    and `documents(config)` (the `Document`s, in a fixed order) say where its text comes from and read it."""
 
     name: ClassVar[str]
     empty_fix: ClassVar[str] = ""  # what to do when the source gives no non-empty document
@@ -56,14 +57,6 @@ class Source:
     @classmethod
     def problems(cls, config: DataConfig) -> list[str]:
         return []
-
-    @classmethod
-    def describe(cls, config: DataConfig) -> str:
-        raise NotImplementedError
-
-    @classmethod
-    def documents(cls, config: DataConfig) -> list[Document]:
-        raise NotImplementedError
 
 
 def register(cls: type[Source]) -> type[Source]:

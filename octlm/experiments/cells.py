@@ -1,18 +1,21 @@
-"""The length experiment's grid as cell files: one file per (scheme, seed), written atomically, read back.
+"""An experiment's grid as cell files: one file per cell (one training and its scores), written atomically, read
+back, collected.
 
-A cell is one training and its scores. `<out>/cells/<scheme>-seed<k>.json` holds the cell's records (as
-`octlm.experiments.length.evaluate_run` makes them), how it ran (`facts`: the command, the base config, the scored tokens
-and bytes, the timings) and the settings that define the grid (`grid`, GRID_KEYS: training and evaluation
-lengths, windows, modes, the RoPE factor, the grid's schemes and seeds, SHA-256 of the base training config and
-of the evaluation tokens). A file is written to a temporary file in the same folder and moved into place
+A grid has axes, the last of them `seed`: the length experiment's are scheme and seed, the task battery's task,
+scheme and seed (`Axes`). `<out>/cells/<name>.json` (`rope-seed1337.json`, `copy-rope-seed1337.json`) holds the
+cell's place on each axis, its records (as the experiment makes them), how it ran (`facts`: the command, the base
+config, timings) and the settings that define the grid (`grid`: the experiment's `Axes.settings`, the values along
+each axis among them). A file is written to a temporary file in the same folder and moved into place
 (`octlm.files.write_atomic`), so processes writing different cells into one folder never clash and a reader never
 sees half a cell. Collecting reads whatever cells are there, refuses to mix cells made with different settings,
-and names the cells of the grid that are missing. Nothing here trains or scores (`octlm.experiments.length` does).
+and names the cells of the grid that are missing. Nothing here trains or scores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -23,20 +26,26 @@ from typing import Any
 from octlm.errors import UserError
 from octlm.files import write_atomic
 
-try:
-    import fcntl
-except ImportError:  # no advisory locks (Windows): cell files still never clash
-    fcntl = None  # type: ignore[assignment]
-
 CELLS_DIR = "cells"
 SCHEMA = 1
-# The settings every cell collected together must share, and how an error message names each.
-GRID_KEYS: dict[str, str] = {
-    "train_length": "--train-length", "eval_lengths": "--eval-lengths", "eval_windows": "--eval-windows",
-    "modes": "evaluation modes", "rope_factor": "RoPE factor (--rope-factor)", "schemes": "--schemes",
-    "seeds": "seeds (--seed, --seeds)", "config_sha256": "base training config (SHA-256)",
-    "eval_sha256": "evaluation tokens (SHA-256)",
-}  # fmt: skip
+Key = tuple[Any, ...]  # a cell's value on each axis, in the axes' order (the seed last)
+
+
+@dataclass(frozen=True)
+class Axes:
+    """What an experiment's cells are indexed by, and the settings every cell collected together must share."""
+
+    names: tuple[str, ...]  # e.g. ("scheme", "seed"): the last is always "seed"
+    command: str  # the command that writes the cells, named in messages
+    settings: dict[str, str]  # grid entry -> how an error message names it
+
+    def values(self, grid: dict[str, Any]) -> list[list[Any]]:
+        """The values along each axis, from a grid (its entries "schemes", "seeds", ...)."""
+        return [list(grid[f"{name}s"]) for name in self.names]
+
+    @property
+    def spelled(self) -> str:
+        return ":".join(name.upper() for name in self.names)
 
 
 @dataclass
@@ -44,63 +53,59 @@ class Cell:
     """One cell file, read back."""
 
     path: Path
-    scheme: str
-    seed: int
-    grid: dict[str, Any]  # GRID_KEYS -> value
-    facts: dict[str, Any]  # command, config, config_name, scored_tokens, scored_bytes, info (timings)
+    key: Key
+    grid: dict[str, Any]  # the axes' settings -> value
+    facts: dict[str, Any]  # command, config, timings, ...
     records: list[dict]
 
     @property
     def label(self) -> str:
-        """`scheme:seed`, as `--only` spells it."""
-        return f"{self.scheme}:{self.seed}"
+        """`scheme:seed` (one value per axis), as `--only` spells it."""
+        return ":".join(map(str, self.key))
 
 
-def cell_name(scheme: str, seed: int) -> str:
-    """A cell's name, also its run folder's name under `runs/`: `<scheme>-seed<k>`."""
-    return f"{scheme}-seed{seed}"
+def cell_name(key: Key) -> str:
+    """A cell's name, also its run folder's name: `<scheme>-seed<k>`, `<task>-<scheme>-seed<k>`."""
+    return "-".join([*map(str, key[:-1]), f"seed{key[-1]}"])
 
 
-def grid_cells(schemes: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
-    """Every (scheme, seed) of a grid in the experiment's order: seed by seed, the schemes in order."""
-    return [(scheme, seed) for seed in seeds for scheme in schemes]
+def grid_cells(values: Sequence[Sequence[Any]]) -> list[Key]:
+    """Every cell of a grid in the experiment's order: seed by seed, the other axes in order within each."""
+    *outer, seeds = values
+    return [(*rest, seed) for seed in seeds for rest in itertools.product(*outer)]
 
 
-def parse_only(values: Sequence[str], schemes: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
-    """The cells `--only SCHEME:SEED ...` names, each checked against the grid, in grid order."""
-    grid = grid_cells(schemes, seeds)
+def parse_only(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]]) -> list[Key]:
+    """The cells `--only A:B:SEED ...` names, each checked against the grid, in grid order."""
+    grid = grid_cells(values)
     chosen = set()
-    for value in values:
-        scheme, _, seed = value.partition(":")
-        if not seed.isdigit():
-            raise UserError(f"--only {value!r} must look like SCHEME:SEED, e.g. {schemes[0]}:{seeds[0]}")
-        if (scheme, int(seed)) not in grid:
-            raise UserError(
-                f"--only {value} is not a cell of this grid (schemes {' '.join(schemes)}; seeds "
-                f"{' '.join(map(str, seeds))}: --seed sets the first, --seeds how many)"
+    for value in only:
+        *parts, seed = value.split(":")
+        if len(parts) != len(axes.names) - 1 or not seed.isdigit():
+            example = ":".join(str(v[0]) for v in values)
+            raise UserError(f"--only {value!r} must look like {axes.spelled}, e.g. {example}")
+        if (*parts, int(seed)) not in grid:
+            listed = "; ".join(
+                f"{name}s {' '.join(map(str, v))}" for name, v in zip(axes.names, values, strict=True)
             )
-        chosen.add((scheme, int(seed)))
+            raise UserError(
+                f"--only {value} is not a cell of this grid ({listed}: --seed sets the first, --seeds how many)"
+            )
+        chosen.add((*parts, int(seed)))
     return [cell for cell in grid if cell in chosen]
 
 
-def write_cell(
-    out_dir: Path, scheme: str, seed: int, grid: dict[str, Any], facts: dict[str, Any], records: list[dict]
-) -> Path:
-    """Write `out_dir/cells/<scheme>-seed<k>.json` atomically; returns its path."""
-    path = out_dir / CELLS_DIR / f"{cell_name(scheme, seed)}.json"
-    cell = {
-        "schema": SCHEMA,
-        "scheme": scheme,
-        "seed": seed,
-        "grid": grid,
-        "facts": facts,
-        "records": records,
-    }
+def write_cell(out_dir: Path, axes: Axes, key: Key, grid: dict[str, Any], facts: dict[str, Any],
+               records: list[dict]) -> Path:  # fmt: skip
+    """Write `out_dir/cells/<cell name>.json` atomically; returns its path."""
+    path = out_dir / CELLS_DIR / f"{cell_name(key)}.json"
+    cell = {"schema": SCHEMA, **dict(zip(axes.names, key, strict=True)), "grid": grid, "facts": facts,
+            "records": records}  # fmt: skip
     write_atomic(path, (json.dumps(cell, indent=1) + "\n").encode("utf-8"))
     return path
 
 
-def read_cells(out_dir: Path, names: Sequence[str] | None = None) -> list[Cell]:
+def read_cells(out_dir: Path, axes: Axes, names: Sequence[str] | None = None) -> list[Cell]:
     """The cell files in `out_dir/cells/` (only `names` when given), sorted by name."""
     folder = out_dir / CELLS_DIR
     paths = sorted(folder.glob("*.json"))  # a temporary file (.name.json.xyz.tmp) is not a cell yet
@@ -109,26 +114,26 @@ def read_cells(out_dir: Path, names: Sequence[str] | None = None) -> list[Cell]:
         paths = [p for p in paths if p.stem in wanted]
     if not paths:
         raise UserError(
-            f"no cells in {folder}; run some first: octlm experiment length --out {out_dir} --only SCHEME:SEED"
+            f"no cells in {folder}; run some first: {axes.command} --out {out_dir} --only {axes.spelled}"
         )
-    cells = []
-    for path in paths:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            cell = Cell(path, raw["scheme"], int(raw["seed"]), raw["grid"], raw["facts"], raw["records"])
-            if (
-                raw["schema"] != SCHEMA
-                or not isinstance(cell.grid, dict)
-                or set(GRID_KEYS) - set(cell.grid)
-                or path.stem != cell_name(cell.scheme, cell.seed)
-            ):
-                raise ValueError("not a cell of this version, or renamed")
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise UserError(
-                f"{path} is not a cell file of `octlm experiment length` ({error}); remove it"
-            ) from None
-        cells.append(cell)
-    return cells
+    return [_read_cell(path, axes) for path in paths]
+
+
+def _read_cell(path: Path, axes: Axes) -> Cell:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        key = (*(raw[name] for name in axes.names[:-1]), int(raw["seed"]))
+        cell = Cell(path, key, raw["grid"], raw["facts"], raw["records"])
+        if (
+            raw["schema"] != SCHEMA
+            or not isinstance(cell.grid, dict)
+            or set(axes.settings) - set(cell.grid)
+            or path.stem != cell_name(key)
+        ):
+            raise ValueError("not a cell of this version, or renamed")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{path} is not a cell file of `{axes.command}` ({error}); remove it") from None
+    return cell
 
 
 def _show(key: str, value: Any) -> str:
@@ -137,13 +142,13 @@ def _show(key: str, value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def agreed_grid(cells: Sequence[Cell]) -> dict[str, Any]:
+def agreed_grid(cells: Sequence[Cell], axes: Axes) -> dict[str, Any]:
     """The grid all `cells` share; else a UserError naming a cell and the setting in which it differs from
     most of the others."""
     shared = Counter(json.dumps(c.grid, sort_keys=True) for c in cells).most_common(1)[0][0]
     first = next(c for c in cells if json.dumps(c.grid, sort_keys=True) == shared)
     for cell in cells:
-        for key, label in GRID_KEYS.items():
+        for key, label in axes.settings.items():
             if cell.grid[key] != first.grid[key]:
                 raise UserError(
                     f"cell {cell.path.name} was made with a different {label} ({_show(key, cell.grid[key])}) "
@@ -153,27 +158,26 @@ def agreed_grid(cells: Sequence[Cell]) -> dict[str, Any]:
     return first.grid
 
 
-def in_grid_order(grid: dict[str, Any], cells: Sequence[Cell]) -> list[Cell]:
-    order = {cell: i for i, cell in enumerate(grid_cells(grid["schemes"], grid["seeds"]))}
-    return sorted(cells, key=lambda c: order.get((c.scheme, c.seed), len(order)))
+def in_grid_order(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[Cell]:
+    order = {key: i for i, key in enumerate(grid_cells(axes.values(grid)))}
+    return sorted(cells, key=lambda c: order.get(c.key, len(order)))
 
 
-def missing(grid: dict[str, Any], cells: Sequence[Cell]) -> list[str]:
-    """The grid's cells that have no file, as `scheme:seed`."""
-    have = {(c.scheme, c.seed) for c in cells}
-    return [f"{s}:{k}" for s, k in grid_cells(grid["schemes"], grid["seeds"]) if (s, k) not in have]
+def missing(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[str]:
+    """The grid's cells that have no file, as `scheme:seed` (one value per axis)."""
+    have = {c.key for c in cells}
+    return [":".join(map(str, key)) for key in grid_cells(axes.values(grid)) if key not in have]
 
 
 @contextlib.contextmanager
 def locked(out_dir: Path) -> Iterator[None]:
     """One process at a time inside the block, among those sharing `out_dir` (an advisory lock on a file).
 
-    Cells started together use it while the first of them builds the token cache, which the others then reuse.
+    Cells started together use it while the first of them builds what they all read (a token cache).
     """
     folder = out_dir / CELLS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "a", encoding="utf-8") as handle:
-        if fcntl is not None:
-            with contextlib.suppress(OSError):  # a file system without locks: go on unlocked
-                fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        with contextlib.suppress(OSError):  # a file system without locks: go on unlocked
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
         yield

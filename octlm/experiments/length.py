@@ -39,7 +39,7 @@ import torch
 
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
-from octlm.experiments import cells as length_cells
+from octlm.experiments import cells
 from octlm.files import sha256_bytes
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
@@ -61,6 +61,13 @@ QUICK_DEFAULTS: dict[str, Any] = {"model.d_model": 32, "model.n_layers": 1, "mod
                                   "model.d_ff": 64, "train.steps": 15, "train.batch_size": 8,
                                   "train.warmup_steps": 3, "train.eval_batches": 2}  # fmt: skip
 QUICK = {"train_length": 16, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4}
+# The grid's cells (octlm.experiments.cells): one per scheme and seed, and the settings every cell must share.
+AXES = cells.Axes(("scheme", "seed"), "octlm experiment length", {
+    "train_length": "--train-length", "eval_lengths": "--eval-lengths", "eval_windows": "--eval-windows",
+    "modes": "evaluation modes", "rope_factor": "RoPE factor (--rope-factor)", "schemes": "--schemes",
+    "seeds": "seeds (--seed, --seeds)", "config_sha256": "base training config (SHA-256)",
+    "eval_sha256": "evaluation tokens (SHA-256)",
+})  # fmt: skip
 # Upper bounds where the numbers enter: past them a run would exhaust memory rather than finish.
 MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
 FULL = {"train_length": 64, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3, "eval_windows": 16}
@@ -246,7 +253,7 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
     """One training's config: `base` with this scheme, seed and short context; one evaluation at the end."""
     steps = base.train.steps
     overrides = {"model.position": scheme, "model.context_length": settings.train_length, "train.seed": seed,
-                 "train.out_dir": str(runs_dir), "train.run_name": length_cells.cell_name(scheme, seed),
+                 "train.out_dir": str(runs_dir), "train.run_name": cells.cell_name((scheme, seed)),
                  "train.eval_interval": steps, "train.checkpoint_interval": steps, "train.sample_tokens": 0,
                  "train.report": False}  # fmt: skip
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
@@ -312,7 +319,7 @@ def scored_runs(
 
 
 def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
-    """The settings that define the grid (length_cells.GRID_KEYS), recorded with every cell."""
+    """The settings that define the grid (AXES.settings), recorded with every cell."""
     normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
     tokens = sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())
     return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
@@ -355,8 +362,8 @@ def run_cells(
     seeds = [config.train.seed + i for i in range(settings.seeds)]
     settings = dataclasses.replace(settings, probe_seed=seeds[0])  # the seed results.md's probe table shows
     schemes = table_order(settings.schemes)
-    jobs = length_cells.parse_only(only, schemes, seeds) if only else length_cells.grid_cells(schemes, seeds)
-    with length_cells.locked(out_dir):  # cells started together: the first builds the token cache
+    jobs = cells.parse_only(only, AXES, [schemes, seeds]) if only else cells.grid_cells([schemes, seeds])
+    with cells.locked(out_dir):  # cells started together: the first builds the token cache
         data = prepare_data(
             config.data, config.model.vocab_size, progress=progress, block=settings.train_length
         )
@@ -374,9 +381,9 @@ def run_cells(
              "scored_tokens": text.count, "scored_bytes": scored_bytes}  # fmt: skip
     for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
         scheme, seed = records[0]["scheme"], records[0]["seed"]
-        length_cells.write_cell(out_dir, scheme, seed, grid, {**facts, "info": info}, records)
+        cells.write_cell(out_dir, AXES, (scheme, seed), grid, {**facts, "info": info}, records)
         say(progress_line(done, len(jobs), records, info))
-    return CellsRun([length_cells.cell_name(s, k) for s, k in jobs], workers, started)
+    return CellsRun([cells.cell_name(key) for key in jobs], workers, started)
 
 
 def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:

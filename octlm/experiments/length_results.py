@@ -19,7 +19,7 @@ import numpy as np
 
 from octlm.config import Config, config_from_dict
 from octlm.experiments import cells
-from octlm.experiments.length import CellsRun, Settings
+from octlm.experiments.length import AXES, CellsRun, Settings
 from octlm.inspect import probe
 from octlm.inspect.figures import Curve, plot_length
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
@@ -322,11 +322,11 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
     results.md and `missing`), and a scheme with no cell has no rows.
     """
-    found = cells.read_cells(out_dir, ran.names if ran else None)
-    grid = cells.agreed_grid(found)
-    found = cells.in_grid_order(grid, found)
-    missing = cells.missing(grid, found)
-    present = {cell.scheme for cell in found}
+    found = cells.read_cells(out_dir, AXES, ran.names if ran else None)
+    grid = cells.agreed_grid(found, AXES)
+    found = cells.in_grid_order(grid, found, AXES)
+    missing = cells.missing(grid, found, AXES)
+    present = {cell.key[0] for cell in found}
     settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
                         seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
                         eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
@@ -341,8 +341,9 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     summary = summarize(records, settings)
     probes = {}  # scheme -> the probe of its first seed's model (cells written before the probe have none)
     for cell in found:
-        if "probe" in cell.facts["info"] and cell.scheme not in probes:
-            probes[cell.scheme] = cell.facts["info"]["probe"] | {"seed": cell.seed}
+        scheme, seed = cell.key
+        if "probe" in cell.facts["info"] and scheme not in probes:
+            probes[scheme] = cell.facts["info"]["probe"] | {"seed": seed}
     facts = RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
                                     first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
     markdown = write_results(out_dir, summary, records, settings, config, facts)

@@ -357,7 +357,3 @@ def report_probe_blocks(result: dict[str, Any] | None, folder: Path) -> list[Blo
         return probe_blocks(result, None)
     write_probe(result, folder / PROBE_DIR)
     return probe_blocks(result, folder / PROBE_DIR / PROBE_FILES["figure"])
-
-
-# ------------------------------------------------------------------------------------------------------------
-# `octlm probe`

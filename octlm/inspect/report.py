@@ -367,7 +367,3 @@ def write_files(
         with writing(export_web):  # atomic: a failed copy leaves the old file, and a symlink is replaced
             write_atomic(export_web, web.read_bytes())
     return folder
-
-
-# ------------------------------------------------------------------------------------------------------------
-# `octlm inspect`

@@ -175,16 +175,3 @@ def export_hf(run_dir: str | Path, out: str | Path, force: bool = False) -> Path
     _check_out(Path(out), force, Path(run_dir))  # before the load, so a mistake costs nothing
     model, _config, tokenizer = load_model(Path(run_dir))
     return export_hf_model(model, tokenizer, out, force)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# `octlm export hf`
-
-
-# What `octlm export hf --help` says maps where (hf_arch.hf_architecture decides; its refusal says the same).
-SHAPES = (
-    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, layernorm, "
-    "gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV heads "
-    "allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction as "
-    "rotary_pct, layernorm, gelu, bias). Anything else is refused, naming what differs."
-)

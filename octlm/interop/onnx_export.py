@@ -356,7 +356,3 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return info
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# `octlm export onnx`

@@ -48,10 +48,6 @@ def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:
     return out
 
 
-# Where a scheme can act, in the order of the forward pass (the PositionScheme hooks).
-HOOKS = ("embed", "rotate", "bias", "contextual_bias")
-
-
 def _summary(cls: type) -> str:
     """A class docstring's summary: its first paragraph on one line (a first physical line may stop mid-sentence)."""
     doc = (cls.__doc__ or "").strip()
@@ -69,9 +65,8 @@ def scheme_table() -> dict[str, Any]:
     rows = []
     for name in P.table_order(P.scheme_names()):
         cls = P.SCHEMES[name]
-        hooks = [h for h in HOOKS if getattr(cls, h) is not getattr(P.PositionScheme, h)]
         rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
-                     "options": list(cls.options), "hooks": hooks, "doc": _summary(cls)})  # fmt: skip
+                     "options": list(cls.options), "hooks": list(cls.hooks()), "doc": _summary(cls)})  # fmt: skip
     note = ("the position-scheme registry (octlm.positions.SCHEMES), in table order; "
             "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads")  # fmt: skip
     return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}

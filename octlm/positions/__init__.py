@@ -15,7 +15,6 @@ from octlm.positions.scheme import (
     build_positions,
     family_of,
     register,
-    scheme_class,
     scheme_names,
     table_order,
     unbounded_schemes,
@@ -31,21 +30,5 @@ from octlm.positions import cope  # isort: skip
 
 register(NoPositions)  # registered last: tables end with the scheme that has no position signal
 
-__all__ = [
-    "SCHEMES",
-    "NoPositions",
-    "PositionScheme",
-    "absolute",
-    "bias",
-    "build_positions",
-    "cope",
-    "family_of",
-    "fire",
-    "register",
-    "rotary",
-    "scheme_class",
-    "scheme_names",
-    "table_order",
-    "unbounded_schemes",
-    "xpos",
-]
+__all__ = ["SCHEMES", "NoPositions", "PositionScheme", "absolute", "bias", "build_positions", "cope", "family_of",
+           "fire", "register", "rotary", "scheme_names", "table_order", "unbounded_schemes", "xpos"]  # fmt: skip

@@ -18,7 +18,7 @@ on the content as well as the positions (CoPE counts gated keys); the model call
 Every hook takes explicit integer positions, so decoding with a KV cache (new tokens at positions
 `offset .. offset + T - 1`) goes through exactly the same code as a full forward pass.
 
-Schemes are found by name in one registry (`register`, `scheme_class`, `scheme_names`; the registry itself is
+Schemes are found by name in one registry (`register`, `scheme_names`, `SCHEMES.choose`; the registry itself is
 `octlm.config.registry.SCHEMES`, which config validation asks): model building, `octlm inspect`, the length
 experiment, the benchmark and the fixture export all ask it. Each family of schemes has its module in this
 package, and `import octlm.positions` registers them all.
@@ -114,10 +114,10 @@ class PositionScheme(nn.Module):
     vector_width: int = 0  # the model width, for `vectors` (set by schemes that embed)
 
     @classmethod
-    def hooks(cls) -> set[str]:
-        """The hooks this scheme overrides, of embed, rotate, bias and contextual_bias."""
+    def hooks(cls) -> tuple[str, ...]:
+        """The hooks this scheme overrides (where it acts), in the order of the forward pass."""
         names = ("embed", "rotate", "bias", "contextual_bias")
-        return {name for name in names if getattr(cls, name) is not getattr(PositionScheme, name)}
+        return tuple(name for name in names if getattr(cls, name) is not getattr(PositionScheme, name))
 
     @property
     def has_bias(self) -> bool:
@@ -148,11 +148,6 @@ def unbounded_schemes() -> tuple[str, ...]:
     return tuple(name for name, cls in SCHEMES.items() if not cls.bounded)
 
 
-def scheme_class(name: str) -> type[PositionScheme]:
-    """The registered class called `name`; a UserError naming the choices otherwise."""
-    return SCHEMES.choose(name)
-
-
 def family_of(name: str) -> str:
     """The scheme a registered name is grouped under (itself unless it declares a `family`)."""
     return SCHEMES[name].family or name if name in SCHEMES else name
@@ -174,4 +169,4 @@ class NoPositions(PositionScheme):
 def build_positions(config: ModelConfig) -> PositionScheme:
     """The registered scheme named by `config.position`, built from the config (`import octlm.positions` first,
     as octlm.model.decoder does, so that every built-in scheme is registered)."""
-    return scheme_class(config.position).from_config(config)
+    return SCHEMES.choose(config.position).from_config(config)

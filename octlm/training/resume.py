@@ -18,22 +18,11 @@ from octlm.storage.run import Run
 
 # Fields a resume may change: they do not change what the next step computes (steps only reshapes the tail
 # of the cosine). Everything else must equal the checkpoint's config.
-RESUMABLE_FIELDS = frozenset(
-    {
-        "train.steps",
-        "train.eval_interval",
-        "train.eval_batches",
-        "train.checkpoint_interval",
-        "train.out_dir",
-        "train.run_name",
-        "train.device",
-        "train.compile",
-        "train.report",
-        "train.sample_tokens",
-        "train.log",
-        "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
-    }
-)
+RESUMABLE_FIELDS = frozenset({
+    "train.steps", "train.eval_interval", "train.eval_batches", "train.checkpoint_interval", "train.out_dir",
+    "train.run_name", "train.device", "train.compile", "train.report", "train.sample_tokens", "train.log",
+    "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
+})  # fmt: skip
 
 
 def config_differences(old: Config, new: Config) -> list[str]:

@@ -62,7 +62,6 @@ class TensorBoardTracker(Tracker):
         self.writer_class = writer_class
         self.folder = folder
         self.writer: Any = None
-        self.images = 0  # similarity images written by this call
         self.drawn: torch.Tensor | None = None  # the position vectors of the last image
 
     @contextlib.contextmanager
@@ -74,7 +73,6 @@ class TensorBoardTracker(Tracker):
             self.writer = self.writer_class(log_dir=str(self.folder), purge_step=purge_step)
         except OSError as error:
             raise self._write_error(error) from None
-        self.images = 0
         try:
             yield self
         finally:
@@ -90,7 +88,6 @@ class TensorBoardTracker(Tracker):
             image = self._similarity_image(model)
             if image is not None:
                 self.writer.add_image(SIMILARITY_TAG, image, step, dataformats="HWC")
-                self.images += 1
             self.writer.flush()  # evaluations are rare: a live `tensorboard` sees each one
         except OSError as error:
             raise self._write_error(error) from None

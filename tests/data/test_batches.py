@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from octlm.data.batches import SlidingWindowDataset, eval_blocks, random_blocks
+from octlm.data.batches import eval_blocks, random_blocks
 from octlm.errors import UserError
 
 TOKENS = np.array([10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20], dtype=np.uint16)  # 11 tokens
@@ -50,27 +50,3 @@ def test_blocks_need_one_more_token_than_the_block() -> None:
         random_blocks(short, 4, 2, torch.Generator())
     with pytest.raises(UserError, match="too few"):
         list(eval_blocks(short, block=4, max_blocks=1))
-
-
-def test_sliding_windows_overlap_with_small_stride() -> None:
-    dataset = SlidingWindowDataset([1, 2, 3, 4, 5, 6, 7, 8, 9], max_length=4, stride=2)
-    items = [(x.tolist(), y.tolist()) for x, y in dataset]
-    assert items == [
-        ([1, 2, 3, 4], [2, 3, 4, 5]),
-        ([3, 4, 5, 6], [4, 5, 6, 7]),
-        ([5, 6, 7, 8], [6, 7, 8, 9]),
-    ]
-    assert dataset[0][0].dtype == torch.int64
-
-
-def test_sliding_windows_with_stride_equal_to_length_and_a_dataloader() -> None:
-    dataset = SlidingWindowDataset(np.arange(1, 11), max_length=4, stride=4)
-    assert len(dataset) == 2  # starts 0 and 4; a window at 8 would lack targets
-    loader = torch.utils.data.DataLoader(dataset, batch_size=2, shuffle=False)
-    ((x, y),) = list(loader)
-    assert x.tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
-    assert y.tolist() == [[2, 3, 4, 5], [6, 7, 8, 9]]
-    with pytest.raises(IndexError):
-        dataset[2]
-    with pytest.raises(UserError, match="stride"):
-        SlidingWindowDataset([1, 2, 3], max_length=1, stride=0)

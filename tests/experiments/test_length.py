@@ -14,8 +14,7 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments.cells import GRID_KEYS
-from octlm.experiments.length import MODES, Settings
+from octlm.experiments.length import AXES, MODES, Settings
 from octlm.positions import scheme_names, table_order
 from octlm.positions.rope_scaling import VARIANTS
 
@@ -239,7 +238,7 @@ def test_collect_names_the_cell_and_the_setting_that_differ(
     cell["grid"][key] = value
     (tmp_path / "cells" / "t5-seed1338.json").write_text(json.dumps(cell))
     err = collect_error(tmp_path)
-    assert "t5-seed1338.json" in err and GRID_KEYS[key] in err and "alibi-seed1337.json" in err
+    assert "t5-seed1338.json" in err and AXES.settings[key] in err and "alibi-seed1337.json" in err
 
 
 # ---------------------------------------------------------------------------------------------------------------

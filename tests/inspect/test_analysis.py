@@ -372,6 +372,23 @@ def test_frequencies_of_part_of_each_head_and_of_none() -> None:
     assert none["summary"] == "About it. 0 of its 2 channel pairs rotate."
 
 
+def test_frequencies_say_which_channels_rotate_past_two_thirds() -> None:
+    """Two pairs of a 6-channel head: 4 of 6 rotate, said; the check is 2 x pairs < head size, not 3 x."""
+    got = position_section(t := tables("rope", length=8, frequencies=np.array([1.0, 0.5]), head_dim=6), t)
+    assert got["summary"].endswith("Only 4 of each head's 6 channels rotate; the other 2 carry no position.")
+
+
+def test_the_untrained_bias_span_prints_no_negative_zero() -> None:
+    """An untrained minimum or maximum of -0.0 prints as 0.000, like the trained one's."""
+    trained = np.array([[1.0, 2.0]])
+    for untrained, span in (
+        (np.array([[-0.0, 0.5]]), "0.000 to 0.500"),
+        (np.array([[-0.5, -0.0]]), "-0.500 to 0.000"),
+    ):
+        got = position_section(tables("t5", length=2, bias=trained), tables("t5", length=2, bias=untrained))
+        assert got["summary"].endswith(f"1.000 to 2.000 trained, {span} untrained."), got["summary"]
+
+
 def test_bias_by_hand_trained_beside_untrained() -> None:
     """The spans differ, and the trained minimum is -0.0, printed as 0.000 (not -0.000)."""
     trained = np.array([[-0.0, 0.25, 0.5], [0.125, -0.0, 0.375]])  # [H, T]; its minimum is -0.0

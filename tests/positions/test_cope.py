@@ -23,7 +23,7 @@ import octlm.positions.cope
 import octlm.positions.rotary
 from octlm.config import ModelConfig
 from octlm.model.decoder import ContextualBias, Decoder
-from octlm.positions import scheme_class
+from octlm.positions import SCHEMES
 from octlm.positions.cope import CopePositions, gated_counts, interpolated_bias
 
 H, D = 4, 8
@@ -195,7 +195,7 @@ def cope_model(kv_heads: int = 0, seed: int = 0, **fields) -> Decoder:
 
 
 def test_the_registry_knows_cope() -> None:
-    cls = scheme_class("cope")
+    cls = SCHEMES.choose("cope")
     assert cls is CopePositions and cls.options == ("cope_positions",) and cls.shows == ("vectors",)
     assert not cls.bounded
     model = cope_model(nope_layers=[0])

@@ -26,7 +26,7 @@ import octlm.positions.fire
 import octlm.positions.rotary
 from octlm.config import ModelConfig
 from octlm.model.decoder import ChunkedBias, Decoder
-from octlm.positions import build_positions, scheme_class
+from octlm.positions import SCHEMES, build_positions
 from octlm.positions.fire import FirePositions, fire_inputs, fire_mlp
 
 H = 4
@@ -46,7 +46,7 @@ def scheme_with(c: float, threshold: float, hidden: int = 8, seed: int = 0) -> F
 
 
 def test_fire_is_registered_with_its_options() -> None:
-    cls = scheme_class("fire")
+    cls = SCHEMES.choose("fire")
     assert cls is FirePositions and cls.options == ("fire_hidden", "fire_threshold")
     assert cls.shows == ("bias",) and not cls.bounded
     scheme = build_positions(ModelConfig(position="fire", n_heads=H, d_model=32, fire_hidden=16,

@@ -16,7 +16,7 @@ from tiny import memorise, run_cli
 
 from octlm.config import ModelConfig
 from octlm.model.decoder import Decoder
-from octlm.positions import NoPositions, family_of, scheme_class, table_order
+from octlm.positions import SCHEMES, NoPositions, family_of, table_order
 from octlm.positions.formulas import apply_rope
 from octlm.positions.rotary import (
     PartialRotaryPositions,
@@ -268,7 +268,7 @@ def test_prope_one_is_rope_and_zero_is_nope_exactly() -> None:
 
 
 def test_prope_registry_entry_and_problems() -> None:
-    assert scheme_class("p-rope") is PartialRotaryPositions and family_of("p-rope") == "rope"
+    assert SCHEMES.choose("p-rope") is PartialRotaryPositions and family_of("p-rope") == "rope"
     assert table_order(["nope", "p-rope", "learned", "rope"]) == ["learned", "rope", "p-rope", "nope"]
     assert PartialRotaryPositions.options == ("rope_base", "rope_layout", "prope_fraction")
     assert PartialRotaryPositions.shows == ("frequencies",)

@@ -119,7 +119,7 @@ def test_a_scheme_from_outside_trains_and_joins_the_length_experiment(linear_sch
 def test_every_built_in_scheme_declares_what_the_rest_of_octlm_reads() -> None:
     fields = set(ModelConfig.__dataclass_fields__)
     for name in scheme_names():
-        cls = positions.scheme_class(name)
+        cls = positions.SCHEMES.choose(name)
         assert cls.name == name
         assert set(cls.options) <= fields, f"{name} reads options that ModelConfig lacks"
         assert set(cls.shows) <= {"vectors", "frequencies", "bias"}

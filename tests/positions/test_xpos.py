@@ -20,7 +20,7 @@ from tiny import memorise
 from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
-from octlm.positions import family_of, scheme_class, table_order
+from octlm.positions import SCHEMES, family_of, table_order
 from octlm.positions.formulas import apply_rope
 from octlm.positions.rotary import RotaryPositions
 from octlm.positions.xpos import XPosPositions, xpos_safe_length, xpos_scales
@@ -260,7 +260,7 @@ def test_a_16384_token_forward_at_config_b_width_is_finite() -> None:
 
 
 def test_registry_entry_and_problems() -> None:
-    assert scheme_class("xpos") is XPosPositions and family_of("xpos") == "rope"
+    assert SCHEMES.choose("xpos") is XPosPositions and family_of("xpos") == "rope"
     assert issubclass(XPosPositions, RotaryPositions)
     assert table_order(["xpos", "alibi", "rope"]) == ["rope", "xpos", "alibi"]
     assert XPosPositions.options == ("rope_base", "rope_layout", "xpos_scale_base")

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
+from tiny import sha256_file
 
 import octlm.storage.checkpoint as checkpoint
 from octlm.config import Config, config_from_dict
 from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
-from octlm.files import sha256_file
 from octlm.model.decoder import Decoder
 from octlm.storage.checkpoint import Checkpoint, load_checkpoint, load_model, read_meta, save_checkpoint, seal
 from octlm.storage.jsonable import encode_tensors

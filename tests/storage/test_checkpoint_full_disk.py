@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny import PYTHON, ROOT, quiet_env, tiny_flags, write_corpus
+from tiny import PYTHON, ROOT, quiet_env, sha256_file, tiny_flags, write_corpus
 
-from octlm.files import sha256_file
 from octlm.storage.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.slow  # end-to-end: real training processes (about 10 s of CPU for the whole file)

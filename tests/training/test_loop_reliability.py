@@ -32,11 +32,10 @@ import pytest
 import torch
 from processes import signal_when
 from safetensors.torch import load_file
-from tiny import PYTHON, ForkServer, run_cli, snapshot, tiny_flags, tiny_raw, write_corpus
+from tiny import PYTHON, ForkServer, run_cli, sha256_file, snapshot, tiny_flags, tiny_raw, write_corpus
 
 from octlm.config import config_from_dict
 from octlm.errors import UserError
-from octlm.files import sha256_file
 from octlm.model.decoder import Decoder
 from octlm.storage.checkpoint import load_checkpoint, save_checkpoint
 from octlm.storage.run import Run

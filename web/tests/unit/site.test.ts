@@ -55,7 +55,7 @@ test("the code the positions page cuts from octlm/ is there: subfolders resolve,
   expect(embed.code).toMatch(/^def embed\(self, x: Tensor, positions: Tensor\) -> Tensor:\n\s+return add_positions\(x, self\.table\(positions\)\)$/);
   expect(source("positions/absolute.py").split("\n")[embed.line - 1].trim()).toBe(embed.code.split("\n")[0]);
   expect(extractDef(source("positions/scheme.py"), "register").code).toMatch(/^def register\(cls/);
-  expect(extractDef(source("positions/scheme.py"), "build_positions").code).toMatch(/scheme_class\(config\.position\)/);
+  expect(extractDef(source("positions/scheme.py"), "build_positions").code).toMatch(/SCHEMES\.choose\(config\.position\)/);
   expect(() => extractDef(source("positions/scheme.py"), "LearnedPositions.embed")).toThrow(/no class LearnedPositions/);
 });
 
