@@ -9,7 +9,8 @@ training tokens/s at config c (autocast, and bf16 weights with fp32 master weigh
 with every position scheme and for Hugging Face GPT-2 (learned) and Llama (RoPE) at configs a, b, c; forward
 latency and peak memory against context length; generation tokens/s with and without the KV cache against HF
 `generate`; embedding lookup against one-hot × table; cached against rebuilt position tables; tokenizer
-training and encoding; and (full run only) a `torch.compile` training step. Every timing is the median and
+training and encoding; a task-battery cell's training steps against HF GPT-2 on the same batches; and (full
+run only) a `torch.compile` training step. Every timing is the median and
 min–max over >= 5 repetitions after warm-up (quick: 3). Results: `benchmarks/results/<device>.json`, `.md`.
 
 Fairness: the machine is shared and noisy, so the models being compared are timed *interleaved* — each round
@@ -29,6 +30,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,9 +39,10 @@ import torch
 from measure import CONFIGS, MFU_FORMULA, THREADS, bench_peak, machine
 from measure_decode import bench_generation
 from measure_forward import bench_context, bench_embedding, bench_long, memory_worker
+from measure_tasks import bench_task_cells
 from measure_tokenizer import bench_tokenizer
 from measure_train import bench_compile, bench_precision, bench_training
-from render import generation_section, header, long_section, markdown
+from render import generation_section, header, long_section, markdown, task_cells_section
 
 from octlm.runtime import torch_threads
 
@@ -69,6 +72,7 @@ def settings(quick: bool, configs: str | None = None, compile_: bool = True) -> 
             "tokenizer_bytes": 300_000,
             "tokenizer_vocab": [1024],
             "tokenizer_reps": 2,
+            "task_cells": ["copy"],
         }
     return {
         "quick": False,
@@ -88,6 +92,7 @@ def settings(quick: bool, configs: str | None = None, compile_: bool = True) -> 
         "tokenizer_bytes": None,
         "tokenizer_vocab": [1024, 8192],
         "tokenizer_reps": 5,
+        "task_cells": ["copy", "counting", "passkey"],
     }
 
 
@@ -116,6 +121,7 @@ def run_sections(r: dict[str, Any], s: dict[str, Any], log) -> None:
     r["generation"] = bench_generation(s["generation"], prompt, s["new_tokens"], 1, reps, log)
     r["embedding"] = bench_embedding(s["embedding"], warmup, s["context_reps"], log)
     r["tokenizer"] = bench_tokenizer(s["tokenizer_bytes"], s["tokenizer_vocab"], s["tokenizer_reps"], log)
+    r["task_cells"] = bench_task_cells(s["task_cells"], warmup, reps, log)
 
 
 def write_results(r: dict[str, Any], out_dir: Path, stem: str, md: str) -> None:
@@ -164,35 +170,52 @@ def run_benchmarks(
     return r
 
 
-def run_long(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
-    """`--long`: the long-context section alone, written as `<device>-long.json` and `.md`."""
+def run_alone(stem: str, key: str, measure: Callable[[Callable], dict], render: Callable[[dict], list[str]],
+              s: dict[str, Any], reps: int, out_dir: Path, flush_denormal: bool) -> dict[str, Any]:  # fmt: skip
+    """One section alone (`--long`, `--only`): `measure(log)` into `r[key]`, written as `<device>-<stem>`."""
     started = time.time()
-    log = partial(log_to_stderr, started)
     r: dict[str, Any] = {"machine": machine(flush_denormal), "quick": s["quick"], "warmup": s["warmup"],
-                         "reps": s["context_reps"], "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
-    r["long"] = bench_long(**LONG, warmup=s["warmup"], reps=s["context_reps"], log=log)
+                         "reps": reps, "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    r[key] = measure(partial(log_to_stderr, started))
     r["wall_s"] = time.time() - started
     with contextlib.suppress(OSError):
         r["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    r["markdown"] = "\n".join(header(r) + long_section(r["long"]))
-    write_results(r, out_dir, r["machine"]["device"] + "-long", r["markdown"])
+    r["markdown"] = "\n".join(header(r) + render(r[key]))
+    write_results(r, out_dir, f"{r['machine']['device']}-{stem}", r["markdown"])
     return r
+
+
+def run_long(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--long`: the long-context section alone, written as `<device>-long.json` and `.md`."""
+
+    def measure(log: Callable) -> dict:
+        return bench_long(**LONG, warmup=s["warmup"], reps=s["context_reps"], log=log)
+
+    return run_alone("long", "long", measure, long_section, s, s["context_reps"], out_dir, flush_denormal)
 
 
 def run_decode(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
     """`--only decode`: the generation section alone, written as `<device>-decode.json` and `.md`."""
-    started = time.time()
-    r: dict[str, Any] = {"machine": machine(flush_denormal), "quick": s["quick"], "warmup": 1, "reps": s["reps"],
-                         "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
     prompt = min(16, CONFIGS[s["generation"]]["context_length"] - s["new_tokens"])
-    log = partial(log_to_stderr, started)
-    r["generation"] = bench_generation(s["generation"], prompt, s["new_tokens"], 1, s["reps"], log)
-    r["wall_s"] = time.time() - started
-    with contextlib.suppress(OSError):
-        r["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    r["markdown"] = "\n".join(header(r) + generation_section(r["generation"]))
-    write_results(r, out_dir, r["machine"]["device"] + "-decode", r["markdown"])
-    return r
+
+    def measure(log: Callable) -> dict:
+        return bench_generation(s["generation"], prompt, s["new_tokens"], 1, s["reps"], log)
+
+    s = {**s, "warmup": 1}
+    return run_alone(
+        "decode", "generation", measure, generation_section, s, s["reps"], out_dir, flush_denormal
+    )
+
+
+def run_tasks(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--only tasks`: a task-battery cell's training steps alone, written as `<device>-tasks.json` and `.md`."""
+
+    def measure(log: Callable) -> dict:
+        return bench_task_cells(s["task_cells"], s["warmup"], s["reps"], log)
+
+    return run_alone(
+        "tasks", "task_cells", measure, task_cells_section, s, s["reps"], out_dir, flush_denormal
+    )
 
 
 def gpu_slug() -> str:
@@ -212,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
     parser.add_argument("--long", action="store_true",
                         help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
-    parser.add_argument("--only", choices=("decode",), default=None,
-                        help="decode: only the generation section (octlm generate, the floor, HF generate)")  # fmt: skip
+    parser.add_argument("--only", choices=("decode", "tasks"), default=None,
+                        help="decode: only the generation section (octlm generate, the floor, HF generate); "
+                             "tasks: only a task-battery cell's training steps against HF GPT-2")  # fmt: skip
     parser.add_argument("--reps", type=int, default=None,
                         help="timed repetitions of each training and generation measurement (default 5, --quick 3)")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
@@ -234,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         s = settings(args.quick, args.configs, not args.no_compile)
         if args.reps is not None:
             s["reps"] = args.reps
-        if args.only == "decode":
-            r = run_decode(s, Path(args.out), flush_denormal)
+        if args.only:
+            r = {"decode": run_decode, "tasks": run_tasks}[args.only](s, Path(args.out), flush_denormal)
             print(r["markdown"])
             return 0
         if args.long:

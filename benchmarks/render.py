@@ -332,6 +332,34 @@ def tokenizer_section(tk: dict[str, Any]) -> list[str]:
     return lines
 
 
+def task_cells_section(tc: dict[str, Any] | None) -> list[str]:
+    """A battery cell's training steps/s (`octlm experiment tasks`), against HF GPT-2 on the same batches."""
+    if not tc:
+        return []
+    first = next(iter(tc.values()))
+    m = first["model"]
+    lines = [
+        f"## Task battery cell (`octlm experiment tasks`: learned positions, C {m['d_model']}, {m['n_layers']} "
+        f"layers, {m['n_heads']} heads, d_ff {m['d_ff']}, batch {first['batch']}, answer-masked loss, "
+        "1 thread per cell as the battery's workers run)",
+        "",
+        "| task | mean T | octlm steps/s | octlm drawing its batches | HF GPT2LMHeadModel | octlm / HF | "
+        f"a {first['cell_steps']}-step cell |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, row in tc.items():
+        sps = row["steps_per_s"]
+        o, drawn, hf = sps["octlm"], sps["octlm, drawing its batches"], sps["HF GPT2LMHeadModel"]
+        lines.append(
+            f"| {task} | {row['mean_tokens'] / row['batch']:.0f} | {o['median']:.1f} ({o['min']:.1f}–{o['max']:.1f}) "
+            f"| {drawn['median']:.1f} | {hf['median']:.1f} ({hf['min']:.1f}–{hf['max']:.1f}) "
+            f"| {o['median'] / hf['median']:.2f}× (best {o['max'] / hf['max']:.2f}×) "
+            f"| {row['cell_steps'] / drawn['median']:.0f} s |"
+        )
+    lines.append("")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The whole report: header, then every section in the order the run measures them."""
     lines = header(r)
@@ -346,4 +374,5 @@ def markdown(r: dict[str, Any]) -> str:
     lines += generation_section(r["generation"])
     lines += embedding_section(r["embedding"])
     lines += tokenizer_section(r["tokenizer"])
+    lines += task_cells_section(r.get("task_cells"))
     return "\n".join(lines)

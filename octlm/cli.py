@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "octlm.commands.experiment_length",
         "train short, test long: every position scheme past its length",
     ),
+    "experiment tasks": (
+        "octlm.commands.experiment_tasks",
+        "tasks that test position (copy, recall, counting, arithmetic, passkey) past the training length",
+    ),
 }
 
 

@@ -55,7 +55,7 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, 
     s = bench.settings(quick=True)
     s.update(peak_sizes=[64], train=["tiny"], context="tiny", lengths=[16, 32], generation="tiny", new_tokens=4,
              embedding="tiny", tokenizer_bytes=20_000, tokenizer_reps=1, reps=1, context_reps=1,
-             warmup=0)  # fmt: skip
+             warmup=0, task_cells=["copy"])  # fmt: skip
     r = bench.run_benchmarks(s, tmp_path, log=lambda msg: None)
 
     data = json.loads((tmp_path / f"{r['machine']['device']}-quick.json").read_text())
@@ -81,8 +81,30 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, 
     assert data["generation"]["weight_megabytes_per_token"] == pytest.approx(4 * weights / 1e6)
     assert data["embedding"]["ratios"]["one-hot / lookup"] > 0
     assert data["tokenizer"]["rows"]["1024"]["train_s"]["median"] > 0
-    for heading in ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer"):
+    cell = data["task_cells"]["copy"]["steps_per_s"]
+    assert set(cell) == {"octlm", "octlm, drawing its batches", "HF GPT2LMHeadModel"}
+    assert all(row["median"] > 0 for row in cell.values())
+    headings = ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer",
+                "Task battery cell")  # fmt: skip
+    for heading in headings:
         assert heading in md
+
+
+def test_hf_labels_score_exactly_the_answer_tokens_octlm_scores(benchmarks):
+    """measure_tasks.hf_batch: HF drops the first label and shifts the rest by one, so after its shift the
+    labels are octlm's targets where the answer mask is set and -100 elsewhere, on the same inputs."""
+    import numpy as np
+
+    from octlm.experiments.battery import batch_of
+    from octlm.experiments.tasks import TASKS
+
+    hf_batch = importlib.import_module("measure_tasks").hf_batch
+    rng = np.random.default_rng(0)
+    ids, targets, mask = batch_of([TASKS["mqar"].example(rng, n) for n in (1, 3, 8)])
+    full, labels = hf_batch(ids, targets, mask)
+    assert torch.equal(full[:, :-1], ids) and torch.equal(full[:, 1:], targets)
+    assert torch.equal(labels[:, 1:], targets.masked_fill(~mask, -100))
+    assert (labels[:, 0] == -100).all() and mask.any()
 
 
 @pytest.mark.parametrize("name", ["a", "b", "c"])

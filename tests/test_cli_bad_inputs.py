@@ -275,6 +275,7 @@ if not torch.cuda.is_available():
 INSPECT = ["inspect", RUN, "--out", "rep"]
 EXPORT = ["export", "hf", "--run", RUN]
 LENGTH = ["experiment", "length", "--quick"]
+TASKS = ["experiment", "tasks", "--quick", "--out", "tk"]
 FSIZE = {resource.RLIMIT_FSIZE: 20 * 1024}  # bytes: the tiny export's weights are 71 KB, its config 1 KB
 AS = {resource.RLIMIT_AS: 8 << 30}  # 8 GiB of address space: torch loads, a 14.6 GiB table does not
 HUGE_MODEL = ["model", "--vocab-size", "60000", "--d-model", "65536", "--n-heads", "1024", "--d-ff", "64",
@@ -346,6 +347,19 @@ CASES.update({
     "length threads past 64 bits": Case([*LENGTH, "--threads", str(2**64)], "--threads: 18446744073709551616 is outside"),
     "length negative jobs": Case([*LENGTH, "--jobs", "-1"], "--jobs: -1 is outside [0, 4096]"),
     "length too many seeds": Case([*LENGTH, "--seeds", "100000"], "--seeds 100000 is more than 1000"),
+    # experiment tasks (issue 27): every grid mistake before a model trains
+    "tasks unknown task": Case([*TASKS, "--tasks", "copy", "sorting"], "unknown task 'sorting'; choose one of copy,"),
+    "tasks unknown scheme": Case([*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"),
+    "tasks unknown row option": Case([*TASKS, "--schemes", "rope+randomized"], "'randomized' is neither random nor nopeK"),
+    "tasks nope layer past the model": Case([*TASKS, "--schemes", "rope+nope5"], "layer 5 is not one of 0 .. 0"),
+    "tasks randomized nope": Case([*TASKS, "--schemes", "nope+random"], "nope reads no position ids"),
+    "tasks test size below training": Case([*TASKS, "--factors", "0", "2"], "factors [0, 2] must be at least 1"),
+    "tasks too few seeds": Case([*TASKS, "--seeds", "0"], "--seeds: 0 is outside [1, 1000]"),
+    "tasks mqar past its keys": Case([*TASKS, "--tasks", "mqar", "--factors", "16"], "mqar has sizes up to 64 pairs; a factor of 16 asks for 128"),
+    "tasks --only not a cell": Case([*TASKS, "--only", "copy:rope:7"], "copy:rope:7 is not a cell"),
+    "tasks --only malformed": Case([*TASKS, "--only", "copy:rope"], "must look like TASK:SCHEME:SEED"),
+    "tasks --out is a file": Case([*TASKS, "--out", "afile"], "--out 'afile' is a file, not a folder", FILE),
+    "tasks --collect with no cells": Case([*TASKS, "--collect", "--out", "text"], "no cells"),
     # standard output and memory, as real processes
     "generate into a closed pipe": Case(GEN, "", status=141, stdout="closed"),
     "model --dry-run into a closed pipe": Case(["model", "--dry-run"], "", status=141, stdout="closed"),

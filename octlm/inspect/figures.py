@@ -1,4 +1,4 @@
-"""The report's figures, drawn from an `analyze` result (octlm/inspect/analysis.py), and the length experiment's.
+"""The report's figures, drawn from an `analyze` result (octlm/inspect/analysis.py), and the experiments'.
 
 matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed. Also the
 web site's data (`web_export`, embeddings.json): the rows of the report's model that its playground draws.
@@ -284,6 +284,74 @@ def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, colors: Any, trai
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("bits per byte (the same tokens at every length)")
     axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+
+
+def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int],
+                  path: Path) -> Path:  # fmt: skip
+    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
+    where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
+    line marks the largest training size."""
+    from matplotlib import colormaps
+
+    rows = list(dict.fromkeys(row for _, lines in panels.values() for row in lines))
+    colors, styles = colormaps["tab10"], ("-", "--", ":", "-.")
+    columns = min(4, len(panels))
+    n_rows = math.ceil(len(panels) / columns)
+    fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
+    fig.subplots_adjust(left=0.06, right=1 - 2.2 / (3.6 * columns + 2.2), bottom=0.12 / n_rows, top=1 - 0.2 / n_rows,
+                        wspace=0.25, hspace=0.45)  # fmt: skip
+    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
+    for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
+        for row, values in lines.items():
+            i = rows.index(row)
+            y = [np.nan if v is None else 100 * v for v in values]
+            ax.plot(sizes, y, styles[i // 10 % 4], marker="o", ms=3, color=colors(i % 10), label=row)
+        ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.set_ylim(-3, 103)
+        ax.set_title(task, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper right", bbox_to_anchor=(0.995, 1 - 0.2 / n_rows))
+    fig.suptitle(
+        "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
+    )
+    return _save(fig, path)
+
+
+def plot_heatmaps(grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int],
+                  path: Path) -> Path:  # fmt: skip
+    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
+    grey where the row cannot run at that size."""
+    from matplotlib import colormaps
+
+    columns = min(5, len(grids))
+    n_rows = math.ceil(len(grids) / columns)
+    fig = _figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
+    fig.subplots_adjust(
+        left=0.07, right=0.9, bottom=0.1 / n_rows, top=1 - 0.22 / n_rows, wspace=0.35, hspace=0.5
+    )
+    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
+    cmap = colormaps["viridis"].with_extremes(bad="#cccccc")
+    image = None
+    for ax, (row, grid) in zip(axes, grids.items(), strict=False):
+        values = np.array([[np.nan if v is None else 100 * v for v in line] for line in grid])
+        image = ax.imshow(values, cmap=cmap, vmin=0, vmax=100, aspect="auto", origin="upper")
+        ax.set_xticks(range(len(sizes)), [str(n) for n in sizes], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
+        ax.set_title(row, fontsize=8)
+    for ax in axes[len(grids) :]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, cax=fig.add_axes((0.92, 0.15, 0.015, 0.7)), label="exact match (%)")
+    fig.suptitle(
+        "Passkey: key depth (rows) x filler characters (columns); grey: the row cannot run there (no rows)",
+        fontsize=10,
+    )
+    return _save(fig, path)
 
 
 def plot_probe(

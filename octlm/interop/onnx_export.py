@@ -165,8 +165,8 @@ class ProbedDecoder(nn.Module):
         x = self.scheme.embed(m.token_embedding(ids), positions)  # [B, T, C]
         # the same masks the model builds for this pass; layers in nope_layers use NoPE's
         masks = {
-            False: m._attention_mask(positions, T),
-            True: m._attention_mask(positions, T, m.no_positions),
+            False: m._attention_mask(positions, positions),
+            True: m._attention_mask(positions, positions, m.no_positions),
         }
         record: list[Tensor] = []
         with recording_attention(record):

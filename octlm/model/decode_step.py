@@ -153,6 +153,7 @@ class DecodeStep:
         x = F.embedding(tokens.view(B, 1), model.token_embedding.weight)  # [B, 1, C]
         x = model.positions.embed(x, positions).view(B, self.width)
         cache.reserve(offset + 1)
+        cache.positions[offset : offset + 1] = positions
         for layer, scheme in enumerate(self.schemes):
             norm1, norm2 = self.norms[layer]
             x = x + self._attention(norm1(x), layer, masks[id(scheme)], positions, cache)

@@ -36,7 +36,8 @@ CHUNK_BIAS_ENTRIES = 2**21
 
 
 class KVCache:
-    """Preallocated keys and values for every layer, `[L, B, Hkv, capacity, D]`, filled left to right.
+    """Preallocated keys and values for every layer, `[L, B, Hkv, capacity, D]`, filled left to right, and the
+    position each cached token sat at, `[capacity]`.
 
     `length` tokens are cached; the next forward pass writes its keys at `length .. length + T - 1`.
     The buffers double when decoding runs past `capacity`.
@@ -46,6 +47,7 @@ class KVCache:
         shape = (config.n_layers, batch, config.kv_heads, capacity, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.positions = torch.zeros(capacity, device=device, dtype=torch.long)
         self.length = 0
 
     def reserve(self, total: int) -> None:
@@ -55,6 +57,7 @@ class KVCache:
             new = max(total, 2 * capacity)
             pad = (0, 0, 0, new - capacity)
             self.k, self.v = F.pad(self.k, pad), F.pad(self.v, pad)
+            self.positions = F.pad(self.positions, (0, new - capacity))
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this layer's new `[B, Hkv, T, D]` keys/values; return all cached ones `[B, Hkv, length+T, D]`."""
@@ -89,10 +92,12 @@ class Attention(nn.Module):
         k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = scheme.rotate(q, k, positions)  # keys are cached after rotation; values are never rotated
+        k_positions = positions
         if cache is not None:
             k, v = cache.update(layer, k, v)
+            k_positions = cache.positions[: k.shape[2]]
         if scheme.is_contextual:  # the bias needs this layer's q and k: the shared mask is not used
-            mask = ContextualBias(scheme, q, k, positions, layer)
+            mask = ContextualBias(scheme, q, k, positions, k_positions, layer)
             if q.shape[2] * k.shape[2] <= WHOLE_BIAS_PAIRS:
                 mask, is_causal = mask.rows(0, q.shape[2])[0], False
         y = attention(q, k, v, mask, is_causal, self.dropout if self.training else 0.0)
@@ -102,36 +107,41 @@ class Attention(nn.Module):
 class ChunkedBias:
     """A scheme's attention bias `[H, Tq, Tk]` that is never built whole: `rows` builds one query chunk of it.
 
-    Queries sit at `q_positions` `[Tq]`, keys at 0 .. Tk - 1 (a full pass, or a cache followed by new tokens).
+    Queries sit at `q_positions` `[Tq]`, keys at `k_positions` `[Tk]`: the queries are the last Tq keys (a full
+    pass, or a cache followed by new tokens).
     """
 
-    def __init__(self, scheme: PositionScheme, q_positions: Tensor, keys: int, dtype: torch.dtype) -> None:
-        self.scheme, self.q_positions, self.keys, self.dtype = scheme, q_positions, keys, dtype
+    def __init__(
+        self, scheme: PositionScheme, q_positions: Tensor, k_positions: Tensor, dtype: torch.dtype
+    ) -> None:
+        self.scheme, self.q_positions, self.k_positions, self.dtype = scheme, q_positions, k_positions, dtype
+        self.keys = k_positions.shape[0]
 
     def rows(self, start: int, stop: int) -> tuple[Tensor, int]:
         """The bias `[H, stop - start, end]` of queries start .. stop - 1 over the keys they can see, and `end`.
 
-        The last of these queries sits at position Tk - Tq + stop - 1, so keys from `end` = Tk - Tq + stop on
-        are in every query's future: they are left out, not masked (half the work of a full pass).
+        The last of these queries is key Tk - Tq + stop - 1, so keys from `end` = Tk - Tq + stop on are in
+        every query's future: they are left out, not masked (half the work of a full pass).
         """
         end = self.keys - self.q_positions.shape[0] + stop
-        k_positions = torch.arange(end, device=self.q_positions.device)
-        return self.scheme.bias(self.q_positions[start:stop], k_positions).to(self.dtype), end
+        return self.scheme.bias(self.q_positions[start:stop], self.k_positions[:end]).to(self.dtype), end
 
 
 class ContextualBias(ChunkedBias):
     """A bias that depends on this layer's queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` as well as their
     positions (`PositionScheme.contextual_bias`): `rows` builds `[B, H, stop - start, end]` for a query chunk."""
 
-    def __init__(self, scheme: PositionScheme, q: Tensor, k: Tensor, q_positions: Tensor, layer: int) -> None:
-        super().__init__(scheme, q_positions, k.shape[2], q.dtype)
+    def __init__(self, scheme: PositionScheme, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
+                 layer: int) -> None:  # fmt: skip
+        super().__init__(scheme, q_positions, k_positions, q.dtype)
         self.q, self.k, self.layer = q, k, layer
 
     def rows(self, start: int, stop: int) -> tuple[Tensor, int]:
         end = self.keys - self.q_positions.shape[0] + stop
-        k_positions = torch.arange(end, device=self.q_positions.device)
         q, k, q_positions = self.q[:, :, start:stop], self.k[:, :, :end], self.q_positions[start:stop]
-        return self.scheme.contextual_bias(q, k, q_positions, k_positions, self.layer).to(self.dtype), end
+        return self.scheme.contextual_bias(q, k, q_positions, self.k_positions[:end], self.layer).to(
+            self.dtype
+        ), end
 
 
 def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropout: float) -> Tensor:
@@ -292,21 +302,29 @@ class Decoder(nn.Module):
         return KVCache(self.config, batch, capacity or self.config.context_length, p.device, p.dtype)
 
     def forward(self, ids: Tensor, targets: Tensor | None = None, cache: KVCache | None = None,
-                return_logits: bool = True) -> tuple[Tensor | None, Tensor | None]:  # fmt: skip
+                return_logits: bool = True, positions: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:  # fmt: skip
         """ids `[B, T]` -> (logits `[B, T, V]`, mean cross-entropy against `targets` `[B, T]` or None).
 
-        With a cache, `ids` continue the cached sequence: they sit at positions `cache.length ..`.
-        `return_logits=False` with targets returns (None, loss) and never builds the `[B, T, V]` logits:
-        the loss goes through the head in cache-sized chunks (octlm/model/loss.py), which is how training calls it.
+        The tokens sit at `positions` `[T]` (increasing; by default the next ones, `cache.length ..` with a
+        cache, `0 ..` without): randomized positions are a sorted subset of a longer range. With a cache, `ids`
+        continue the cached sequence. `return_logits=False` with targets returns (None, loss) and never builds
+        the `[B, T, V]` logits: the loss goes through the head in cache-sized chunks (octlm/model/loss.py),
+        which is how training calls it.
         """
         offset = cache.length if cache is not None else 0
-        self.check_ids(ids, offset)
+        if positions is None:
+            self.check_ids(ids, offset)
+            positions = torch.arange(offset, offset + ids.shape[1], device=ids.device)
+        else:
+            self._check_positions(ids, positions, cache)
         T = ids.shape[1]
-        positions = torch.arange(offset, offset + T, device=ids.device)
         x = self.positions.embed(self.token_embedding(ids), positions)  # [B, T, C]
-        masks = {s: self._attention_mask(positions, offset + T, s) for s in self._layer_schemes()}
+        k_positions = positions
         if cache is not None:
             cache.reserve(offset + T)
+            cache.positions[offset : offset + T] = positions
+            k_positions = cache.positions[: offset + T]
+        masks = {s: self._attention_mask(positions, k_positions, s) for s in self._layer_schemes()}
         for layer, block in enumerate(self.blocks):
             scheme = self.layer_scheme(layer)
             x = block(x, positions, scheme, *masks[scheme], cache, layer)
@@ -329,19 +347,38 @@ class Decoder(nn.Module):
         nope = len(self.config.nope_layers)
         return [self.positions] * (nope < len(self.blocks)) + [self.no_positions] * (nope > 0)
 
-    def _attention_mask(self, positions: Tensor, total: int,
+    def _check_positions(self, ids: Tensor, positions: Tensor, cache: KVCache | None) -> None:
+        """Explicit positions: int64, increasing, past the cached ones, one per token (`check_ids` checks the
+        ids, and the last position against a learned table's rows)."""
+        after = int(cache.positions[cache.length - 1]) if cache is not None and cache.length else -1
+        if not isinstance(positions, Tensor) or positions.dim() != 1 or positions.dtype != torch.long:
+            raise UserError(
+                f"positions must be a 1-D int64 tensor, got {getattr(positions, 'dtype', type(positions))}"
+            )
+        if positions.numel() == 0 or not bool((positions.diff() > 0).all()) or int(positions[0]) <= after:
+            raise UserError(f"positions must increase, past the cached ones (the last at {after}); got "
+                            f"{positions.tolist()[:8]}")  # fmt: skip
+        self.check_ids(ids, int(positions[-1]) + 1 - positions.shape[0])
+        if positions.shape[0] != ids.shape[1]:
+            raise UserError(f"{positions.shape[0]} positions for {ids.shape[1]} tokens; give one per token")
+
+    def _attention_mask(self, positions: Tensor, k_positions: Tensor,
                         scheme: PositionScheme | None = None) -> tuple[Tensor | ChunkedBias | None, bool]:  # fmt: skip
-        """The mask every layer shares: the scheme's bias (causal part included), or the plain causal rule.
+        """The mask every layer shares, for queries at `positions` `[Tq]` and keys at `k_positions` `[Tk]` (the
+        queries last among them): the scheme's bias (causal part included), or the plain causal rule.
 
         A bias of more than WHOLE_BIAS_PAIRS query-key pairs is handed over as a `ChunkedBias`, built per chunk.
         Without a bias the cheapest correct form is used: SDPA's own `is_causal` when queries and keys are the
         same positions, no mask for one new token (it may see every cached key), and an explicit boolean mask
         for a chunk of several new tokens after a cache (where `is_causal` would align the wrong corner).
         """
-        dtype, scheme = self.token_embedding.weight.dtype, scheme or self.positions
+        dtype, scheme, total = (
+            self.token_embedding.weight.dtype,
+            scheme or self.positions,
+            k_positions.shape[0],
+        )
         if scheme.has_bias and positions.shape[0] * total > WHOLE_BIAS_PAIRS:
-            return ChunkedBias(scheme, positions, total, dtype), False
-        k_positions = torch.arange(total, device=positions.device)
+            return ChunkedBias(scheme, positions, k_positions, dtype), False
         bias = scheme.bias(positions, k_positions)
         if bias is not None:
             # The bias holds the causal rule; `is_causal` (queries = keys) lets the kernel skip what it hides.

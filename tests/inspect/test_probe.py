@@ -96,7 +96,7 @@ def test_hooks_capture_every_layer_as_the_model_computes_it() -> None:
             positions = torch.arange(16)
             x = model.positions.embed(model.token_embedding(ids), positions)
             expected = [x]
-            mask, causal = model._attention_mask(positions, 16)
+            mask, causal = model._attention_mask(positions, positions)
             for layer, block in enumerate(model.blocks):
                 x = block(x, positions, model.positions, mask, causal, None, layer)
                 expected.append(x)

@@ -97,31 +97,31 @@ def test_cached_decoding_one_and_several_tokens_equals_the_full_pass(position):
 
 def test_attention_masks_by_hand():
     plain = Decoder(tiny(position="nope"))
-    assert plain._attention_mask(torch.arange(4), 4) == (None, True)
-    assert plain._attention_mask(torch.tensor([4]), 5) == (None, False)
-    mask, causal = plain._attention_mask(torch.tensor([3, 4]), 5)
+    assert plain._attention_mask(torch.arange(4), torch.arange(4)) == (None, True)
+    assert plain._attention_mask(torch.tensor([4]), torch.arange(5)) == (None, False)
+    mask, causal = plain._attention_mask(torch.tensor([3, 4]), torch.arange(5))
     assert not causal and mask.tolist() == [[True] * 4 + [False], [True] * 5]
     alibi = Decoder(tiny(position="alibi")).double()
-    bias, causal = alibi._attention_mask(torch.arange(2), 2)
+    bias, causal = alibi._attention_mask(torch.arange(2), torch.arange(2))
     assert causal and bias.dtype == torch.float64
     assert bias[0].tolist() == [[0.0, float("-inf")], [-1 / 16, 0.0]]
-    assert alibi._attention_mask(torch.tensor([2]), 3)[1] is False
+    assert alibi._attention_mask(torch.tensor([2]), torch.arange(3))[1] is False
 
 
 def test_a_new_cache_lives_on_the_parameters_device():
     # "meta" stands in for a GPU: the cache must be made where the model is.
     m = Decoder(tiny()).to("meta")
     c = m.new_cache(1)
-    assert c.k.device.type == c.v.device.type == "meta"
+    assert c.k.device.type == c.v.device.type == c.positions.device.type == "meta"
     direct = KVCache(tiny(), 1, 2, device="meta")
-    assert direct.k.device.type == direct.v.device.type == "meta"
+    assert direct.k.device.type == direct.v.device.type == direct.positions.device.type == "meta"
 
 
 @pytest.mark.parametrize("position", ["nope", "alibi", "t5"])
 def test_the_attention_mask_is_made_on_the_positions_device(position):
     # "meta" stands in for a GPU: key positions made on the CPU cannot meet query positions there.
     m = Decoder(tiny(position=position)).to("meta")
-    mask, causal = m._attention_mask(torch.arange(3, 5, device="meta"), 5)
+    mask, causal = m._attention_mask(torch.arange(3, 5, device="meta"), torch.arange(5, device="meta"))
     assert mask.device.type == "meta" and not causal
 
 
@@ -197,7 +197,7 @@ def test_chunked_attention_of_grouped_heads_with_as_many_keys_as_heads() -> None
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
     alibi = AlibiPositions(4)
-    out = chunked_attention(q, k, v, ChunkedBias(alibi, torch.arange(4), 4, torch.float32), 0.0)
+    out = chunked_attention(q, k, v, ChunkedBias(alibi, torch.arange(4), torch.arange(4), torch.float32), 0.0)
     expected = whole_attention(q, k, v, alibi.bias(torch.arange(4), torch.arange(4)))
     # float32 SDPA against the float64 formula: measured 1.3e-7
     torch.testing.assert_close(out.double(), expected, atol=5e-7, rtol=0)
@@ -217,7 +217,7 @@ def test_chunked_attention_hands_sdpa_four_dimensional_masks_and_the_dropout(mon
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     torch.manual_seed(0)
     q, k, v = torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8)
-    bias = ChunkedBias(AlibiPositions(4), torch.arange(6), 6, torch.float32)
+    bias = ChunkedBias(AlibiPositions(4), torch.arange(6), torch.arange(6), torch.float32)
     plain = chunked_attention(q, k, v, bias, 0.0)
     dropped = chunked_attention(q, k, v, bias, 0.5)
     # the CPU flash kernel takes 4-D masks only (a 3-D one runs the 4-6x slower math backend)
@@ -229,9 +229,9 @@ def test_attention_mask_is_in_the_models_dtype_and_chunked_only_past_the_limit(m
     # FIRE computes its bias in float32 whatever the model's dtype: the mask must be cast to it.
     model = Decoder(small("fire")).double()
     monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", 64)
-    mask, causal = model._attention_mask(torch.arange(8), 8)  # 64 pairs: still whole
+    mask, causal = model._attention_mask(torch.arange(8), torch.arange(8))  # 64 pairs: still whole
     assert isinstance(mask, Tensor) and (mask.dtype, mask.shape, causal) == (torch.float64, (4, 8, 8), True)
-    mask, causal = model._attention_mask(torch.arange(8), 9)  # 72 pairs: per chunk
+    mask, causal = model._attention_mask(torch.arange(8), torch.arange(9))  # 72 pairs: per chunk
     assert isinstance(mask, ChunkedBias) and (mask.dtype, mask.keys, causal) == (torch.float64, 9, False)
     assert mask.rows(0, 8)[0].dtype == torch.float64
 

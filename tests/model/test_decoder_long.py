@@ -91,7 +91,7 @@ def test_chunked_attention_after_a_cache_equals_a_full_pass(
 def test_a_bias_chunk_covers_exactly_the_keys_its_queries_can_see() -> None:
     scheme = build_positions(ModelConfig(position="alibi", n_heads=H, d_model=32))
     q_positions = torch.arange(10, 16)  # 6 new queries after 10 cached keys: 16 keys in all
-    bias = ChunkedBias(scheme, q_positions, 16, torch.float64)
+    bias = ChunkedBias(scheme, q_positions, torch.arange(16), torch.float64)
     part, end = bias.rows(2, 4)  # queries at 12 and 13
     assert end == 14 and part.dtype == torch.float64
     torch.testing.assert_close(part, scheme.bias(torch.tensor([12, 13]), torch.arange(14)).double())

@@ -144,7 +144,9 @@ def test_bias_by_distance_builds_positions_on_the_schemes_device() -> None:
 
 def test_chunked_bias_rows_are_in_its_dtype_and_on_the_queries_device() -> None:
     spy = _Spy("meta")
-    bias, end = ChunkedBias(spy, torch.arange(3, 6, device="meta"), 6, torch.float64).rows(1, 2)
+    bias, end = ChunkedBias(
+        spy, torch.arange(3, 6, device="meta"), torch.arange(6, device="meta"), torch.float64
+    ).rows(1, 2)
     assert (bias.dtype, bias.device.type, bias.shape, end) == (torch.float64, "meta", (2, 1, 5), 5)
     assert spy.seen == [("meta", "meta", 5)]  # keys 0 .. 4: the query at position 4 and those before it
 
@@ -152,12 +154,14 @@ def test_chunked_bias_rows_are_in_its_dtype_and_on_the_queries_device() -> None:
 def test_contextual_bias_rows_are_in_the_query_dtype_and_device() -> None:
     spy = _Spy()
     q, k = torch.zeros(2, 4, 3, 8, dtype=torch.float64), torch.zeros(2, 2, 5, 8, dtype=torch.float64)
-    bias, end = ContextualBias(spy, q, k, torch.arange(2, 5), layer=1).rows(1, 3)
+    bias, end = ContextualBias(spy, q, k, torch.arange(2, 5), torch.arange(5), layer=1).rows(1, 3)
     assert (bias.dtype, bias.shape, end) == (torch.float64, (2, 4, 2, 5), 5)  # the spy returned float32
     assert spy.seen == [((2, 4, 2, 8), (2, 2, 5, 8), "cpu", "cpu", 1)]
     meta = _Spy("meta")
     q, k = q.to("meta"), k.to("meta")
-    bias, end = ContextualBias(meta, q, k, torch.arange(2, 5, device="meta"), layer=0).rows(0, 1)
+    bias, end = ContextualBias(
+        meta, q, k, torch.arange(2, 5, device="meta"), torch.arange(5, device="meta"), layer=0
+    ).rows(0, 1)
     assert (bias.device.type, end) == ("meta", 3)
     assert meta.seen == [((2, 4, 1, 8), (2, 2, 3, 8), "meta", "meta", 0)]
 

@@ -1,0 +1,112 @@
+"""`octlm experiment tasks`: the task battery (`octlm.experiments.battery` does the work).
+
+As the length experiment: the whole grid in one command (the default); `--only TASK:SCHEME:SEED ...`, which
+trains and scores just those cells into `<out>/cells/` (a Slurm job array, GNU parallel); and `--collect`, which
+builds the tables, figures and JSON from whatever cells are there and names the missing ones on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import shlex
+import sys
+from pathlib import Path
+
+from octlm.errors import SEED_RANGE, THREADS_RANGE, check_output, int_in_range, writing
+from octlm.experiments import battery, battery_results
+from octlm.experiments.tasks import TASKS
+from octlm.files import write_atomic
+
+MAX_JOBS, MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 4096, 1000, 10**7, 10**6
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tasks", nargs="+", metavar="TASK", help=f"tasks (default: every one: {' '.join(TASKS)})"
+    )
+    parser.add_argument("--schemes", nargs="+", metavar="ROW",
+                        help="rows: a position scheme, +random for randomized positions, +nopeK for a NoPE layer K, "
+                             f"e.g. rope rope+random alibi+nope0 (default: {' '.join(battery.default_rows())})")  # fmt: skip
+    parser.add_argument(
+        "--seed", type=int_in_range(*SEED_RANGE), default=0, help="the first seed (default 0)"
+    )
+    parser.add_argument(
+        "--seeds", type=int_in_range(1, MAX_SEEDS), default=None, help="seeds per cell (default 3)"
+    )
+    parser.add_argument(
+        "--steps", type=int_in_range(1, MAX_STEPS), default=None, help="training steps per cell"
+    )
+    parser.add_argument("--batch-size", type=int_in_range(1, 4096), default=None, help="examples per step")
+    parser.add_argument("--examples", type=int_in_range(1, MAX_EXAMPLES), default=None,
+                        help="examples scored per test size (default 100)")  # fmt: skip
+    parser.add_argument("--factors", type=int, nargs="+", default=None, metavar="F",
+                        help="test sizes: the largest training size times each (default 1 2 4 8)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny model, a few steps, one seed: every task and row in a few minutes")  # fmt: skip
+    parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
+                        help="cells trained at once, in worker processes (default: one per CPU core)")  # fmt: skip
+    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
+                        help="torch threads per worker (default 1)")  # fmt: skip
+    parser.add_argument("--out", default=None, help="output folder (default runs/tasks-<YYYY-MM-DD>)")
+    parser.add_argument("--export-web", default=None, metavar="PATH",
+                        help="also copy tasks.json here, e.g. web/public/data/tasks.json")  # fmt: skip
+    parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
+    cells = parser.add_mutually_exclusive_group()
+    cells.add_argument("--only", action="append", default=[], metavar="TASK:SCHEME:SEED",
+                       help="train and score only this cell into OUT/cells/ (repeatable), e.g. copy:rope:0; "
+                            "then --collect")  # fmt: skip
+    cells.add_argument("--collect", action="store_true",
+                       help="build the tables, figures and JSON from the cells in OUT/cells/")  # fmt: skip
+
+
+def _settings(args: argparse.Namespace) -> battery.Settings:
+    """The --quick or full defaults, overridden by the options given."""
+    base = battery.QUICK if args.quick else battery.Settings()
+    seeds = args.seeds if args.seeds is not None else len(base.seeds)
+    given = {"steps": args.steps, "batch_size": args.batch_size, "examples": args.examples,
+             "factors": tuple(args.factors) if args.factors else None, "tasks": args.tasks,
+             "schemes": args.schemes}  # fmt: skip
+    return dataclasses.replace(base, seeds=[args.seed + i for i in range(seeds)], jobs=args.jobs,
+                               threads=args.threads, **{k: v for k, v in given.items() if v is not None})  # fmt: skip
+
+
+def _command_line(args: argparse.Namespace, settings: battery.Settings) -> str:
+    """A command that reproduces this battery, every option spelled out."""
+    parts = ["octlm", "experiment", "tasks", *(["--quick"] if args.quick else []), "--tasks", *settings.tasks,
+             "--schemes", *settings.schemes, "--seed", str(settings.seeds[0]), "--seeds", str(len(settings.seeds)),
+             "--steps", str(settings.steps), "--batch-size", str(settings.batch_size), "--examples",
+             str(settings.examples), "--factors", *map(str, settings.factors)]  # fmt: skip
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    battery.check_settings(settings)
+    out = Path(args.out or f"runs/tasks-{datetime.date.today():%Y-%m-%d}")
+    check_output(out, "--out", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
+    progress = not args.no_progress
+    if args.only:
+        ran = battery.run_cells(settings, out, _command_line(args, settings), progress, args.only)
+        if progress:
+            print(f"wrote {len(ran.names)} cell(s) to {out}/cells; once every cell is there: "
+                  f"octlm experiment tasks --collect --out {shlex.quote(str(out))}")  # fmt: skip
+        return 0
+    if args.collect:
+        result = battery_results.collect(out, progress)
+    else:  # the whole grid: every cell, then the collection of those cells
+        ran = battery.run_cells(settings, out, _command_line(args, settings), progress)
+        result = battery_results.collect(out, progress, ran)
+    if result.missing:
+        sys.stderr.write(f"octlm experiment tasks: {len(result.missing)} cell(s) of the grid missing, collected "
+                         f"without them: {' '.join(result.missing)}\n")  # fmt: skip
+    if args.export_web:
+        with writing(args.export_web):
+            write_atomic(args.export_web, (out / battery_results.WEB_FILE).read_bytes())
+    if progress:
+        print()
+        print(result.markdown)
+    return 0

@@ -1,0 +1,389 @@
+"""`octlm experiment tasks`: every task of `octlm.experiments.tasks` learned by a small decoder for each row (a
+position scheme, with or without randomized positions or NoPE layers) and seed, then scored at the lengths it
+trained on and past them.
+
+A row is a registered scheme, optionally followed by `+random` (randomized positions, Ruoss et al., 2023: every
+batch's position ids are a sorted random subset of 0 .. L - 1, L the longest test sequence, in training and in
+scoring alike) and `+nopeK` (layer K uses no position signal, as Llama 4 and SmolLM3 do). Each cell trains one
+model on examples drawn fresh every step, sizes uniform over the task's training range, with the loss on the
+answer tokens only (`answer_loss`), then scores `Settings.examples` fresh examples at each test size: exact match
+of every answer token under the model's own argmax (`exact_matches`; greedy decoding would give the same verdict,
+as a wrong token is wrong in both). A model whose learned table has no row for a size reads "no rows" there.
+Passkey is scored at each of its depths too, its examples split evenly over them. The grid is cells as the length experiment's
+(`octlm.experiments.cells`); `octlm.experiments.battery_results` collects them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from octlm.config import ModelConfig, TrainConfig
+from octlm.errors import UserError
+from octlm.experiments import cells
+from octlm.experiments.tasks import PAD, TASKS, Example, Task
+from octlm.model.decoder import Decoder
+from octlm.positions import SCHEMES, table_order
+from octlm.runtime import in_processes, torch_threads
+from octlm.training.optimizer import lr_at, make_optimizer, set_lr
+
+AXES = cells.Axes(("task", "scheme", "seed"), "octlm experiment tasks", {
+    "tasks": "--tasks", "schemes": "--schemes", "seeds": "seeds (--seed, --seeds)", "steps": "--steps",
+    "batch_size": "--batch-size", "examples": "--examples", "model": "the model's shape",
+    "factors": "test sizes (--factors)",
+})  # fmt: skip
+MAX_NOPE_LAYERS = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the battery trains and scores: rows, tasks, seeds, the model's shape and the training budget."""
+
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    schemes: list[str] = field(default_factory=lambda: default_rows())  # rows: SCHEME[+random][+nopeK]
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    examples: int = 100  # scored per test size (per depth for passkey's grid)
+    factors: tuple[int, ...] = (1, 2, 4, 8)  # test sizes: the largest training size times each
+    model: dict[str, Any] = field(
+        default_factory=lambda: {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256}
+    )
+    jobs: int = 0  # worker processes (0: one per CPU core)
+    threads: int = 1  # torch threads per worker
+
+
+def default_rows() -> list[str]:
+    """Every registered scheme, then RoPE with its first layer NoPE, then randomized positions for a learned
+    table and RoPE (two of the schemes Ruoss et al. test; add more rows with --schemes)."""
+    return [*table_order(list(SCHEMES)), "rope+nope0", "learned+random", "rope+random"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the battery's tables: a scheme, whether its positions are randomized, which layers use none."""
+
+    spec: str
+    scheme: str
+    randomized: bool
+    nope_layers: tuple[int, ...]
+
+    @classmethod
+    def parse(cls, spec: str, n_layers: int) -> Row:
+        scheme, *extras = spec.split("+")
+        problems = (
+            []
+            if scheme in SCHEMES
+            else [f"unknown position scheme {scheme!r} in row {spec!r}; choose one of {', '.join(SCHEMES)}"]
+        )
+        layers = [int(e[4:]) for e in extras if e.startswith("nope") and e[4:].isdigit()]
+        unknown = [e for e in extras if e != "random" and not (e.startswith("nope") and e[4:].isdigit())]
+        problems += [f"row {spec!r}: {e!r} is neither random nor nopeK (K a layer index)" for e in unknown]
+        problems += [
+            f"row {spec!r}: layer {k} is not one of 0 .. {n_layers - 1}" for k in layers if k >= n_layers
+        ]
+        if (
+            "random" in extras
+            and scheme in SCHEMES
+            and not set(SCHEMES[scheme].hooks()) - {"contextual_bias"}
+        ):
+            problems.append(f"row {spec!r}: {scheme} reads no position ids (only their order), so randomizing "
+                            "them changes nothing; drop +random")  # fmt: skip
+        if problems:
+            raise UserError("; ".join(problems))
+        return cls(spec, scheme, "random" in extras, tuple(sorted(set(layers))))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Batches, the answer-masked loss and the score
+
+
+def batch_of(examples: Sequence[Example]) -> tuple[Tensor, Tensor, Tensor]:
+    """Inputs `[B, T]`, next-token targets `[B, T]` and the answer mask `[B, T]` of padded examples: input t
+    is token t, target t is token t + 1, scored where that token answers. Padding (`<pad>`) comes after each
+    example's `<eos>`, so a causal model never reads it before an answer."""
+    length = max(len(e.tokens) for e in examples) - 1
+    ids = torch.full((len(examples), length + 1), PAD, dtype=torch.long)
+    mask = torch.zeros(len(examples), length + 1, dtype=torch.bool)
+    for row, example in enumerate(examples):
+        ids[row, : len(example.tokens)] = torch.tensor(example.tokens)
+        mask[row, : len(example.answer)] = torch.tensor(example.answer)
+    return ids[:, :-1], ids[:, 1:], mask[:, 1:]
+
+
+def answer_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Mean cross-entropy of `logits` `[B, T, V]` against `targets` `[B, T]` over the answer tokens (`mask`)."""
+    return F.cross_entropy(logits[mask].float(), targets[mask])
+
+
+def exact_matches(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """`[B]` bool: every answer token of the example is the model's argmax."""
+    wrong = (logits.argmax(-1) != targets) & mask
+    return ~wrong.any(dim=-1)
+
+
+def random_positions(length: int, limit: int, generator: torch.Generator) -> Tensor:
+    """A sorted random subset of 0 .. limit - 1 of `length` positions (Ruoss et al.'s randomized positions)."""
+    if length > limit:
+        raise UserError(f"randomized positions: {length} positions do not fit in 0 .. {limit - 1}")
+    return torch.randperm(limit, generator=generator)[:length].sort().values
+
+
+def wilson_interval(hits: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial proportion `hits / n` (`z` the normal quantile)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One cell: train a model on a task, score it
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What one cell trains: a task, a row, a seed, with the battery's settings."""
+
+    task: type[Task]
+    row: Row
+    seed: int
+    settings: Settings
+
+    @property
+    def key(self) -> cells.Key:
+        return (self.task.name, self.row.spec, self.seed)
+
+    @functools.cached_property
+    def train_tokens(self) -> int:
+        return self.task.max_tokens(self.task.train_sizes[1])
+
+    @property
+    def test_sizes(self) -> list[int]:
+        return self.task.test_sizes(self.settings.factors)
+
+    @functools.cached_property
+    def position_range(self) -> int:
+        """How far randomized positions reach: the longest test sequence (its whole input)."""
+        return max(self.task.max_tokens(size) for size in self.test_sizes)
+
+    def model_config(self) -> ModelConfig:
+        rows = self.position_range if self.row.randomized else self.train_tokens
+        return ModelConfig(vocab_size=len(self.task.vocabulary()), context_length=rows, position=self.row.scheme,
+                           nope_layers=list(self.row.nope_layers), **self.settings.model)  # fmt: skip
+
+
+def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
+    """The model a cell trains, and how training went (the loss curve's ends, seconds)."""
+    config, s = cell.model_config(), cell.settings
+    torch.manual_seed(cell.seed)
+    model = Decoder(config)
+    train = TrainConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr=s.lr / 10,
+                        warmup_steps=max(1, s.steps // 20), seed=cell.seed)  # fmt: skip
+    optimizer = make_optimizer(model, train)
+    rng = np.random.default_rng([cell.seed, 0])  # training examples; scoring draws from [seed, 1]
+    generator = torch.Generator().manual_seed(cell.seed)
+    losses, started = [], time.perf_counter()
+    model.train()
+    for step in range(s.steps):
+        set_lr(optimizer, lr_at(step, train))
+        batch = training_batch(cell, rng)
+        positions = (
+            random_positions(batch[0].shape[1], cell.position_range, generator)
+            if cell.row.randomized
+            else None
+        )
+        losses.append(train_step(model, optimizer, batch, positions))
+    model.eval()
+    tail = losses[-max(1, len(losses) // 10) :]
+    return model, {"train_seconds": time.perf_counter() - started, "first_loss": losses[0],
+                   "final_loss": sum(tail) / len(tail), "parameters": model.num_parameters()}  # fmt: skip
+
+
+def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """`Settings.batch_size` fresh examples, sizes uniform over the task's training range, as `batch_of`."""
+    lo, hi = cell.task.train_sizes
+    sizes = rng.integers(lo, hi + 1, cell.settings.batch_size)
+    examples = [cell.task.example(rng, int(n)) for n in sizes]
+    if (longest := max(len(e.tokens) for e in examples)) > cell.train_tokens:
+        raise ValueError(f"task {cell.task.name} drew an example of {longest} tokens, past its max_tokens "
+                         f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example")  # fmt: skip
+    return batch_of(examples)
+
+
+def train_step(model: Decoder, optimizer: torch.optim.Optimizer, batch: tuple[Tensor, Tensor, Tensor],
+               positions: Tensor | None) -> float:  # fmt: skip
+    """One optimizer step on the answer-masked loss of `batch` (inputs, targets, mask, each `[B, T]`)."""
+    ids, targets, mask = batch
+    logits, _ = model(ids, positions=positions)
+    loss = answer_loss(logits, targets, mask)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+@torch.no_grad()
+def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.Generator) -> int | None:
+    """How many of `examples` the model gets exactly right; None when its learned table has no row for them."""
+    longest = max(len(e.tokens) for e in examples) - 1
+    if (
+        not cell.row.randomized
+        and model.positions.max_length is not None
+        and longest > model.positions.max_length
+    ):
+        return None
+    hits = 0
+    for start in range(0, len(examples), 64):
+        ids, targets, mask = batch_of(examples[start : start + 64])
+        positions = (
+            random_positions(ids.shape[1], cell.position_range, generator) if cell.row.randomized else None
+        )
+        logits, _ = model(ids, positions=positions)
+        hits += int(exact_matches(logits, targets, mask).sum())
+    return hits
+
+
+def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
+    """One record per test size: examples scored, exact matches, accuracy. A task scored by depth too
+    (passkey) splits the examples evenly over its depths, a record per depth, and the size's record pools them."""
+    rng = np.random.default_rng([cell.seed, 1])
+    generator = torch.Generator().manual_seed(cell.seed + 1)
+    base = {"task": cell.task.name, "scheme": cell.row.spec, "seed": cell.seed}
+    n, depths = cell.settings.examples, cell.task.depths
+    records = []
+    for size in cell.test_sizes:
+        if not depths:
+            hits = score(model, cell, [cell.task.example(rng, size) for _ in range(n)], generator)
+            records.append(_record(base, size, None, n, hits))
+            continue
+        per = max(1, n // len(depths))
+        found = [score(model, cell, [cell.task.example_at(rng, size, d) for _ in range(per)], generator)
+                 for d in depths]  # fmt: skip
+        pooled = None if found[0] is None else sum(found)
+        records.append(_record(base, size, None, per * len(depths), pooled))
+        records += [_record(base, size, d, per, hits) for d, hits in zip(depths, found, strict=True)]
+    return records
+
+
+def _record(base: dict[str, Any], size: int, depth: float | None, examples: int, hits: int | None) -> dict:
+    return {**base, "size": size, "depth": depth, "examples": examples, "hits": hits,
+            "status": "ok" if hits is not None else "no rows",
+            "accuracy": hits / examples if hits is not None else None}  # fmt: skip
+
+
+def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train and score one cell (in a worker process, on the battery's thread count)."""
+    with torch_threads(cell.settings.threads):
+        model, info = train_cell(cell)
+        started = time.perf_counter()
+        records = score_cell(model, cell)
+    return records, {**info, "score_seconds": time.perf_counter() - started}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The grid
+
+
+@dataclass
+class CellsRun:
+    """What `run_cells` did: the cells it wrote, with how many workers, from when (perf_counter)."""
+
+    names: list[str]
+    workers: int
+    started: float
+
+
+def check_settings(settings: Settings) -> list[Row]:
+    """The rows the settings name, or a UserError listing every problem (unknown task, scheme or row)."""
+    problems = [
+        f"unknown task {t!r}; choose one of {', '.join(TASKS)}" for t in settings.tasks if t not in TASKS
+    ]
+    rows = []
+    for spec in settings.schemes:
+        try:
+            rows.append(Row.parse(spec, settings.model["n_layers"]))
+        except UserError as error:
+            problems.append(str(error))
+    if not settings.seeds:
+        problems.append("at least one seed is needed")
+    if not settings.factors or min(settings.factors) < 1:
+        problems.append(f"test sizes below the training range: factors {list(settings.factors)} must be at least 1 "
+                        "(1 is the largest training size)")  # fmt: skip
+    for task in (TASKS[t] for t in settings.tasks if t in TASKS):
+        largest = task.train_sizes[1] * max(settings.factors, default=1)
+        if task.max_size is not None and largest > task.max_size:
+            problems.append(f"{task.name} has sizes up to {task.max_size} {task.counts}; a factor of "
+                            f"{max(settings.factors)} asks for {largest}")  # fmt: skip
+        elif not problems:  # each row's model for this task, as its cells will build it
+            problems += [f"row {row.spec!r} cannot learn {task.name}: {'; '.join(found)}" for row in rows
+                         if (found := Cell(task, row, 0, settings).model_config().problems())]  # fmt: skip
+    if problems:
+        raise UserError("; ".join(problems))
+    return rows
+
+
+def run_cells(settings: Settings, out_dir: Any, command: str, progress: bool = True,
+              only: Sequence[str] = ()) -> CellsRun:  # fmt: skip
+    """Train and score the battery's cells (every task x row x seed, or the `--only TASK:SCHEME:SEED` ones),
+    each written to `out_dir/cells/` as it finishes."""
+    rows = {row.spec: row for row in check_settings(settings)}
+    started = time.perf_counter()
+    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    values = [settings.tasks, list(rows), settings.seeds]
+    jobs = cells.parse_only(only, AXES, values) if only else cells.grid_cells(values)
+    grid = {"tasks": settings.tasks, "schemes": list(rows), "seeds": settings.seeds, "steps": settings.steps,
+            "batch_size": settings.batch_size, "examples": settings.examples, "model": settings.model,
+            "factors": list(settings.factors)}  # fmt: skip
+    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    say(f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * len(settings.seeds)} cells "
+        f"({len(settings.tasks)} tasks x {len(rows)} rows x {len(settings.seeds)} seeds), {settings.steps} steps "
+        f"each, {workers} worker process(es) -> {out_dir}")  # fmt: skip
+    todo = [Cell(TASKS[task], rows[row], seed, settings) for task, row, seed in jobs]
+    for done, (cell, (records, info)) in enumerate(_run(todo, workers), 1):
+        cells.write_cell(out_dir, AXES, cell.key, grid, {"command": command, "info": info}, records)
+        say(progress_line(done, len(todo), cell, records, info))
+    return CellsRun([cells.cell_name(c.key) for c in todo], workers, started)
+
+
+def _run(todo: list[Cell], workers: int) -> Iterator[tuple[Cell, tuple[list[dict], dict]]]:
+    """Each cell with what it gave, as each finishes (workers finish in any order)."""
+    yield from map(_run_one, todo) if workers == 1 else in_processes(_run_one, todo, workers)
+
+
+def _run_one(cell: Cell) -> tuple[Cell, tuple[list[dict], dict]]:
+    return cell, run_cell(cell)
+
+
+def progress_line(done: int, total: int, cell: Cell, records: list[dict], info: dict[str, Any]) -> str:
+    """`[i/n] task row seed k: trained in .. s (loss a -> b); accuracy per test size`."""
+    plain = [r for r in records if r["depth"] is None]
+    shown = " ".join(
+        f"{r['size']}:" + ("-" if r["accuracy"] is None else f"{r['accuracy']:.0%}") for r in plain
+    )
+    return (f"[{done}/{total}] {cell.task.name} {cell.row.spec} seed {cell.seed}: trained in "
+            f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
+            f"exact match {shown}")  # fmt: skip
+
+
+QUICK = replace(
+    Settings(),
+    seeds=[0],
+    steps=40,
+    examples=16,
+    model={"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+)

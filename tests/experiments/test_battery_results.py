@@ -1,0 +1,209 @@
+"""The task battery end to end (`octlm experiment tasks`) and its results (octlm/experiments/battery_results.py):
+the files a tiny battery writes, the grid in cells collected to the one-command run byte for byte, missing and
+mismatched cells, and the summaries behind the tables against hand-made records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiny
+
+from octlm.cli import main
+from octlm.experiments.battery_results import Summary, split_seeds, summarize, task_table
+from octlm.experiments.tasks import Passkey
+from octlm.inspect.render import Strong
+
+TASKS, ROWS, SEEDS = ["copy", "counting", "passkey"], ["learned", "rope+random", "nope"], [0, 1]
+GRID = ["experiment", "tasks", "--quick", "--tasks", *TASKS, "--schemes", *ROWS, "--seeds", "2", "--steps", "3",
+        "--examples", "5", "--factors", "1", "2"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tiny battery in one command, in this process (`--jobs 1`), once for the tests below."""
+    root = tmp_path_factory.mktemp("tasks")
+    out, web = root / "one", root / "web" / "tasks.json"
+    code, stdout, err = tiny.run_cli([*GRID, "--jobs", "1", "--out", str(out), "--export-web", str(web)])
+    assert code == 0 and err == "", err
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return {"out": out, "web": web, "records": records, "stdout": stdout}
+
+
+def test_every_file_is_written(quick: dict[str, Any]) -> None:
+    out = quick["out"]
+    for name in ("results.jsonl", "results.md", "tasks.png", "passkey.png", "tasks.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    for name in ("tasks.png", "passkey.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == sorted(
+        f"{t}-{r}-seed{s}.json" for t in TASKS for r in ROWS for s in SEEDS
+    )
+    assert quick["web"].read_bytes() == (out / "tasks.json").read_bytes()
+
+
+def test_records_cover_the_grid_and_learned_has_no_rows_past_its_table(quick: dict[str, Any]) -> None:
+    records = quick["records"]
+    keys = [(r["task"], r["scheme"], r["seed"], r["size"], r["depth"]) for r in records]
+    assert len(set(keys)) == len(keys)
+    sizes = {"copy": [8, 16], "counting": [16, 32], "passkey": [32, 64]}
+    depths = {"passkey": [None, *Passkey.depths]}
+    expected = {(t, r, s, n, d) for t in TASKS for r in ROWS for s in SEEDS for n in sizes[t]
+                for d in depths.get(t, [None])}  # fmt: skip
+    assert set(keys) == expected
+    for r in records:
+        if r["scheme"] == "learned" and r["size"] == sizes[r["task"]][1]:
+            assert (r["status"], r["hits"], r["accuracy"]) == ("no rows", None, None)
+        else:
+            assert (
+                r["status"] == "ok"
+                and 0 <= r["hits"] <= r["examples"]
+                and r["accuracy"] == r["hits"] / r["examples"]
+            )
+
+
+def test_results_md_has_a_table_per_task_and_says_what_it_took(quick: dict[str, Any]) -> None:
+    md = (quick["out"] / "results.md").read_text()
+    for task in TASKS:
+        assert f"\n## {task}\n" in md
+    assert "| row | 16 (trained) | 32 (2x) |" in md and "| `learned` |" in md and "no rows" in md
+    assert "18 cells in " in md and "with 1 worker process(es)" in md
+    assert "![Exact match against size" in md and "(tasks.png)" in md and "(passkey.png)" in md
+    lines = [line for line in quick["stdout"].splitlines() if line.startswith("[")]
+    first = {"copy": 8, "counting": 16, "passkey": 32}  # each task's largest training size
+    assert len(lines) == 18 and all(f" exact match {first[line.split()[1]]}:" in line for line in lines)
+
+
+def test_the_site_json_holds_sizes_rows_and_seeds(quick: dict[str, Any]) -> None:
+    web = json.loads(quick["web"].read_text())
+    assert web["schema"] == 1 and web["rows"] == ROWS and web["seeds"] == SEEDS
+    assert web["tasks"]["copy"] == {"train_sizes": [1, 8], "counts": "items", "test_sizes": [8, 16]}
+    assert web["depths"] == list(Passkey.depths)
+    copy_rope = next(
+        r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "rope+random", 16)
+    )
+    assert len(copy_rope["seeds"]) == 2 and copy_rope["examples"] == 10
+    assert copy_rope["mean"] == pytest.approx(sum(copy_rope["seeds"]) / 2, abs=1e-4)
+    learned = next(
+        r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "learned", 16)
+    )
+    assert learned["mean"] is None and learned["interval"] is None and learned["seeds"] == []
+
+
+def test_worker_processes_write_the_cells_one_process_does(quick: dict[str, Any], tmp_path: Path) -> None:
+    argv = [
+        *GRID,
+        "--tasks",
+        "copy",
+        "--schemes",
+        "rope+random",
+        "nope",
+        "--jobs",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
+    code, stdout, err = tiny.run_cli(argv)
+    assert code == 0 and err == "" and "4 cells in " in stdout and "with 2 worker process(es)" in stdout
+    for cell in (tmp_path / "cells").glob("*.json"):
+        mine, theirs = (json.loads(p.read_text()) for p in (cell, quick["out"] / "cells" / cell.name))
+        assert mine["records"] == theirs["records"], cell.name
+
+
+def timeless(md: str) -> str:
+    """results.md without its line on time, the one thing a run in cells may differ in."""
+    return "\n".join(line for line in md.splitlines() if "min of cell time" not in line)
+
+
+@pytest.mark.slow
+def test_cells_in_separate_processes_collect_to_the_one_command_run(
+    quick: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "cells-out"
+    halves = [[f"{t}:{r}:{s}" for t in TASKS for r in ROWS for s in SEEDS][i::2] for i in (0, 1)]
+    procs = [subprocess.Popen([tiny.PYTHON, "-m", "octlm", *GRID, "--out", str(out), "--no-progress",
+                               *[a for cell in half for a in ("--only", cell)]], cwd=tmp_path, env=tiny.quiet_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for half in halves]  # fmt: skip
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert not (out / "results.md").exists()  # --only writes cells, nothing else
+    code, _, err = tiny.run_cli(["experiment", "tasks", "--collect", "--out", str(out), "--no-progress"])
+    assert code == 0 and err == ""
+    one = quick["out"]
+    for name in ("results.jsonl", "tasks.json"):
+        assert (out / name).read_bytes() == (one / name).read_bytes(), name
+    assert timeless((out / "results.md").read_text()) == timeless((one / "results.md").read_text())
+    assert "Collected from 18 cells run separately" in (out / "results.md").read_text()
+
+
+def test_collect_names_the_missing_cells(quick: dict[str, Any], tmp_path: Path) -> None:
+    shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
+    (tmp_path / "cells" / "counting-nope-seed1.json").unlink()
+    code, _, err = tiny.run_cli(["experiment", "tasks", "--collect", "--out", str(tmp_path), "--no-progress"])
+    assert code == 0
+    assert err.splitlines() == [
+        "octlm experiment tasks: 1 cell(s) of the grid missing, collected without them: counting:nope:1"
+    ]
+    assert "Missing cells, left out: counting:nope:1." in (tmp_path / "results.md").read_text()
+
+
+def test_collect_refuses_cells_made_with_other_settings(quick: dict[str, Any], tmp_path: Path) -> None:
+    shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
+    argv = [*GRID, "--out", str(tmp_path), "--no-progress", "--only", "copy:nope:0"]
+    assert main([*argv[: argv.index("--steps") + 1], "4", *argv[argv.index("--steps") + 2 :]]) == 0
+    code, _, err = tiny.run_cli(["experiment", "tasks", "--collect", "--out", str(tmp_path)])
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "copy-nope-seed0.json was made with a different --steps (4)" in err
+    assert not (tmp_path / "results.md").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Summaries and tables from hand-made records
+
+
+def record(scheme: str, seed: int, size: int, hits: int | None, examples: int = 10) -> dict[str, Any]:
+    return {"task": "copy", "scheme": scheme, "seed": seed, "size": size, "depth": None, "examples": examples,
+            "hits": hits, "accuracy": None if hits is None else hits / examples,
+            "status": "ok" if hits is not None else "no rows"}  # fmt: skip
+
+
+RECORDS = [record("rope", 0, 8, 10), record("rope", 1, 8, 0), record("alibi", 0, 8, 9), record("alibi", 1, 8, 8),
+           record("rope", 0, 16, 3), record("rope", 1, 16, 1), record("learned", 0, 16, None),
+           record("learned", 1, 16, None), record("alibi", 0, 16, 0), record("alibi", 1, 16, 0)]  # fmt: skip
+
+
+def test_summaries_average_seeds_and_pool_their_examples() -> None:
+    summary = summarize(RECORDS)
+    rope = summary[("copy", "rope", 8, None)]
+    assert rope.accuracies == [1.0, 0.0] and rope.mean == 0.5 and (rope.hits, rope.examples) == (10, 20)
+    low, high = rope.interval
+    assert low == pytest.approx(0.2993, abs=1e-4) and high == pytest.approx(0.7007, abs=1e-4)  # Wilson, 10/20
+    learned = summary[("copy", "learned", 16, None)]
+    assert learned.mean is None and learned.interval is None and learned.examples == 0
+    assert Summary("copy", "x", 1, None).mean is None
+
+
+def test_the_table_bolds_the_best_row_per_size_and_says_no_rows() -> None:
+    table = task_table("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2])
+    assert table.headers == ["row", "8 (trained)", "16 (2x)"]
+    rope, alibi, learned = table.rows
+    assert rope[1:] == ["50 [30, 70]", Strong("20 [8, 42]")]
+    assert alibi[1:] == [Strong("85 [64, 95]"), "0 [0, 16]"]
+    assert learned[1:] == ["no rows", "no rows"]
+
+
+def test_nothing_is_bold_where_every_row_scores_zero() -> None:
+    zeros = [record("rope", 0, 8, 0), record("alibi", 0, 8, 0)]
+    table = task_table("copy", ["rope", "alibi"], summarize(zeros), [1])
+    assert [row[1] for row in table.rows] == ["0 [0, 28]", "0 [0, 28]"]
+
+
+def test_split_seeds_names_where_one_seed_learned_and_another_did_not() -> None:
+    assert split_seeds("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2]) == [
+        "rope at 16: 0-100 %"
+    ]
