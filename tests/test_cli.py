@@ -155,7 +155,9 @@ def test_the_cli_stdout_is_unbuffered_under_python_u_as_python_s_own_is(unbuffer
 # Command groups
 
 
-@pytest.mark.parametrize("group, subs", [("export", ["hf", "onnx", "fixtures"]), ("experiment", ["length"])])
+@pytest.mark.parametrize(
+    "group, subs", [("export", ["hf", "onnx", "fixtures"]), ("experiment", ["length", "tasks"])]
+)
 def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--help", "-h"):
         assert main([group, flag]) == 0

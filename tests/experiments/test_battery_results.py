@@ -205,5 +205,5 @@ def test_nothing_is_bold_where_every_row_scores_zero() -> None:
 
 def test_split_seeds_names_where_one_seed_learned_and_another_did_not() -> None:
     assert split_seeds("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2]) == [
-        "rope at 16: 0-100 %"
+        "rope at 8: 0-100 %"
     ]
