@@ -11,19 +11,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
+from octlm.commands import experiment
 from octlm.config import add_config_arguments, load_config, overrides_from_args
-from octlm.errors import THREADS_RANGE, UserError, check_output, int_in_range, writing
+from octlm.errors import UserError, check_output
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
-from octlm.files import write_atomic
 from octlm.positions import scheme_names, table_order
 
 # Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
-MAX_JOBS = 4096
 MAX_SEEDS = 1000
 
 
@@ -43,22 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
     parser.add_argument("--long", action="store_true",
                         help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)")  # fmt: skip
-    parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
-                        help="trainings run at once, in worker processes (default: one per CPU core)")  # fmt: skip
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
-                        help="torch threads per worker (default 1)")  # fmt: skip
     parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
-    parser.add_argument("--out", default=None, help="output folder (default runs/length-<YYYY-MM-DD>)")
-    parser.add_argument("--export-web", default=None, metavar="PATH",
-                        help="also copy length.json here, e.g. web/public/data/length.json")  # fmt: skip
-    parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
-    cells = parser.add_mutually_exclusive_group()
-    cells.add_argument("--only", action="append", default=[], metavar="SCHEME:SEED",
-                       help="train and score only this cell of the grid into OUT/cells/ (repeatable), "
-                            "e.g. rope:1337; then --collect")  # fmt: skip
-    cells.add_argument("--collect", action="store_true",
-                       help="build the tables, figure and web JSON from the cells in OUT/cells/ "
-                            "(the experiment's options are read from the cells)")  # fmt: skip
+    experiment.add_grid_arguments(
+        parser,
+        out_default="runs/length-<YYYY-MM-DD>",
+        web_file=length_results.WEB_FILE,
+        cell="SCHEME:SEED",
+        example="rope:1337",
+        collect_help="build the tables, figure and web JSON from the cells in OUT/cells/ "
+        "(the experiment's options are read from the cells)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -110,29 +102,19 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
     out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
     _check_args(args, out)
-    progress = not args.no_progress
-    if args.only:
-        ran = length.run_cells(
-            config, settings, out, command_line(args, settings, overrides), progress, args.only
-        )
-        if progress:
-            print(f"wrote {len(ran.names)} cell(s) to {out}/cells; once every cell is there: "
-                  f"octlm experiment length --collect --out {shlex.quote(str(out))}")  # fmt: skip
+    progress, command = not args.no_progress, command_line(args, settings, overrides)
+    result = experiment.run_grid(
+        args,
+        "octlm experiment length",
+        out,
+        length_results.WEB_FILE,
+        lambda only: length.run_cells(config, settings, out, command, progress, only),
+        length_results.collect,
+    )
+    if result is None:
         return 0
-    if args.collect:
-        result = length_results.collect(out, progress)
-    else:  # the whole grid: every cell, then the collection of those cells
-        ran = length.run_cells(config, settings, out, command_line(args, settings, overrides), progress)
-        result = length_results.collect(out, progress, ran)
-    if result.missing:
-        sys.stderr.write(f"octlm experiment length: {len(result.missing)} cell(s) of the grid missing, "
-                         f"collected without them: {' '.join(result.missing)}\n")  # fmt: skip
-    if args.export_web:
-        target = Path(args.export_web)
-        with writing(target):  # atomic: a failed copy leaves the old file, and a symlink is replaced
-            write_atomic(target, (out / length_results.WEB_FILE).read_bytes())
-        if progress:
-            print(f"copied {length_results.WEB_FILE} to {target}")
+    if args.export_web and progress:
+        print(f"copied {length_results.WEB_FILE} to {args.export_web}")
     if progress:
         print()
         print(result.markdown)

@@ -11,15 +11,14 @@ import argparse
 import dataclasses
 import datetime
 import shlex
-import sys
 from pathlib import Path
 
-from octlm.errors import SEED_RANGE, THREADS_RANGE, check_output, int_in_range, writing
+from octlm.commands import experiment
+from octlm.errors import SEED_RANGE, check_output, int_in_range
 from octlm.experiments import battery, battery_results
 from octlm.experiments.tasks import TASKS
-from octlm.files import write_atomic
 
-MAX_JOBS, MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 4096, 1000, 10**7, 10**6
+MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 1000, 10**7, 10**6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,20 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="test sizes: the largest training size times each (default 1 2 4 8)")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
                         help="a tiny model, a few steps, one seed: every task and row in a few minutes")  # fmt: skip
-    parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
-                        help="cells trained at once, in worker processes (default: one per CPU core)")  # fmt: skip
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
-                        help="torch threads per worker (default 1)")  # fmt: skip
-    parser.add_argument("--out", default=None, help="output folder (default runs/tasks-<YYYY-MM-DD>)")
-    parser.add_argument("--export-web", default=None, metavar="PATH",
-                        help="also copy tasks.json here, e.g. web/public/data/tasks.json")  # fmt: skip
-    parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")
-    cells = parser.add_mutually_exclusive_group()
-    cells.add_argument("--only", action="append", default=[], metavar="TASK:SCHEME:SEED",
-                       help="train and score only this cell into OUT/cells/ (repeatable), e.g. copy:rope:0; "
-                            "then --collect")  # fmt: skip
-    cells.add_argument("--collect", action="store_true",
-                       help="build the tables, figures and JSON from the cells in OUT/cells/")  # fmt: skip
+    experiment.add_grid_arguments(
+        parser,
+        out_default="runs/tasks-<YYYY-MM-DD>",
+        web_file=battery_results.WEB_FILE,
+        cell="TASK:SCHEME:SEED",
+        example="copy:rope:0",
+        collect_help="build the tables, figures and JSON from the cells in OUT/cells/",
+    )
 
 
 def _settings(args: argparse.Namespace) -> battery.Settings:
@@ -88,25 +81,16 @@ def run(args: argparse.Namespace) -> int:
     check_output(out, "--out", folder=True)
     if args.export_web is not None:
         check_output(args.export_web, "--export-web", folder=False)
-    progress = not args.no_progress
-    if args.only:
-        ran = battery.run_cells(settings, out, _command_line(args, settings), progress, args.only)
-        if progress:
-            print(f"wrote {len(ran.names)} cell(s) to {out}/cells; once every cell is there: "
-                  f"octlm experiment tasks --collect --out {shlex.quote(str(out))}")  # fmt: skip
-        return 0
-    if args.collect:
-        result = battery_results.collect(out, progress)
-    else:  # the whole grid: every cell, then the collection of those cells
-        ran = battery.run_cells(settings, out, _command_line(args, settings), progress)
-        result = battery_results.collect(out, progress, ran)
-    if result.missing:
-        sys.stderr.write(f"octlm experiment tasks: {len(result.missing)} cell(s) of the grid missing, collected "
-                         f"without them: {' '.join(result.missing)}\n")  # fmt: skip
-    if args.export_web:
-        with writing(args.export_web):
-            write_atomic(args.export_web, (out / battery_results.WEB_FILE).read_bytes())
-    if progress:
+    command = _command_line(args, settings)
+    result = experiment.run_grid(
+        args,
+        "octlm experiment tasks",
+        out,
+        battery_results.WEB_FILE,
+        lambda only: battery.run_cells(settings, out, command, not args.no_progress, only),
+        battery_results.collect,
+    )
+    if result is not None and not args.no_progress:
         print()
         print(result.markdown)
     return 0

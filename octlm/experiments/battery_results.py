@@ -1,6 +1,6 @@
 """The task battery's results, collected from its cells: results.jsonl, results.md (per task a table of rows x
-test sizes), tasks.png (accuracy against size, a panel per task), passkey.png (depth x size per row) and
-tasks.json for the site.
+test sizes), tasks.png (accuracy against size, a panel per task), `<task>.png` for each task scored by depth
+(passkey.png: depth x size per row) and tasks.json for the site.
 
 A table cell is the mean exact-match accuracy over seeds with the 95 % Wilson interval of all seeds' examples
 pooled; the best row of a column is bold. Sizes past the training range are marked, and a row whose learned
@@ -23,8 +23,16 @@ from octlm.inspect.figures import plot_accuracy, plot_heatmaps
 from octlm.inspect.render import Block, Code, Heading, Image, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 
-RECORDS_FILE, MD_FILE, FIGURE_FILE, HEATMAP_FILE, WEB_FILE = (
-    "results.jsonl", "results.md", "tasks.png", "passkey.png", "tasks.json")  # fmt: skip
+RECORDS_FILE, MD_FILE, FIGURE_FILE, WEB_FILE = "results.jsonl", "results.md", "tasks.png", "tasks.json"
+
+
+def heatmap_file(task: str) -> str:
+    """The depth x size heatmaps of a task scored by depth (`Task.depths`): passkey.png."""
+    return f"{task}.png"
+
+
+def _by_depth(tasks: list[str]) -> list[str]:
+    return [t for t in tasks if TASKS[t].depths]
 
 
 @dataclass
@@ -115,10 +123,8 @@ def results_blocks(
         Paragraph(facts["took"]),
         Image(folder / FIGURE_FILE, "Exact match against size, a panel per task, mean over seeds."),
     ]  # fmt: skip
-    if "passkey" in tasks:
-        blocks.append(
-            Image(folder / HEATMAP_FILE, "Passkey retrieval: key depth x filler size, a heatmap per row.")
-        )
+    blocks += [Image(folder / heatmap_file(t), f"{t}: answer depth x {TASKS[t].counts}, a heatmap per row.")
+               for t in _by_depth(tasks)]  # fmt: skip
     if facts["missing"]:
         blocks.append(Paragraph(f"Missing cells, left out: {' '.join(facts['missing'])}."))
     for task in tasks:
@@ -139,16 +145,19 @@ def results_blocks(
 def write_results(
     out_dir: Path, records: list[dict], tasks: list[str], rows: list[str], facts: dict[str, Any]
 ) -> str:
-    """results.md, tasks.png, passkey.png and tasks.json into `out_dir`; returns the Markdown."""
+    """results.md, tasks.png, the depth heatmaps and tasks.json into `out_dir`; returns the Markdown."""
     summary = summarize(records)
     sizes = {task: TASKS[task].test_sizes(tuple(facts["factors"])) for task in tasks}
     panels = {task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows})
               for task in tasks}  # fmt: skip
     plot_accuracy(panels, {t: TASKS[t].train_sizes[1] for t in tasks}, out_dir / FIGURE_FILE)
-    if "passkey" in tasks:
-        grids = {row: [[_mean(summary, "passkey", row, n, d) for n in sizes["passkey"]] for d in Passkey.depths]
-                 for row in rows}  # fmt: skip
-        plot_heatmaps(grids, list(Passkey.depths), sizes["passkey"], out_dir / HEATMAP_FILE)
+    for task in _by_depth(tasks):
+        depths = list(TASKS[task].depths)
+        grids = {
+            row: [[_mean(summary, task, row, n, d) for n in sizes[task]] for d in depths] for row in rows
+        }
+        title = f"{task}: answer depth (rows) x {TASKS[task].counts} (columns)"
+        plot_heatmaps(grids, depths, sizes[task], title, out_dir / heatmap_file(task))
     markdown = render_markdown(results_blocks(summary, tasks, rows, facts, out_dir), out_dir)
     write_atomic(out_dir / MD_FILE, markdown.encode())
     write_atomic(

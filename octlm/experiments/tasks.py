@@ -275,11 +275,14 @@ class Counting(Task):
         bounds = list(itertools.accumulate(cls.WEIGHTS.values()))
         words: list[str] = []
         values: dict[str, int] = {}
+
+        def draw() -> str:
+            return ops[bisect.bisect_right(bounds, rng.random() * bounds[-1])]
+
         for _ in range(size):
-            while (
-                op := ops[bisect.bisect_right(bounds, rng.random() * bounds[-1])]
-            ) == "increment" and not any(v < cls.MAX_VALUE for v in values.values()):
-                pass
+            op = draw()
+            while op == "increment" and not any(v < cls.MAX_VALUE for v in values.values()):
+                op = draw()
             if op == "set":
                 var = cls.variables[int(rng.integers(len(cls.variables)))]
                 values[var] = 0

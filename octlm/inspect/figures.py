@@ -323,9 +323,9 @@ def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None
 
 
 def plot_heatmaps(grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int],
-                  path: Path) -> Path:  # fmt: skip
+                  title: str, path: Path) -> Path:  # fmt: skip
     """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
-    grey where the row cannot run at that size."""
+    grey where the row cannot run at that size; `title` names the rows and columns."""
     from matplotlib import colormaps
 
     columns = min(5, len(grids))
@@ -348,7 +348,7 @@ def plot_heatmaps(grids: dict[str, list[list[float | None]]], depths: list[float
     if image is not None:
         fig.colorbar(image, cax=fig.add_axes((0.92, 0.15, 0.015, 0.7)), label="exact match (%)")
     fig.suptitle(
-        "Passkey: key depth (rows) x filler characters (columns); grey: the row cannot run there (no rows)",
+        f"{title}; grey: the row cannot run there (no rows)",
         fontsize=10,
     )
     return _save(fig, path)
