@@ -40,9 +40,10 @@ from measure import CONFIGS, MFU_FORMULA, THREADS, bench_peak, machine
 from measure_decode import bench_generation
 from measure_forward import bench_context, bench_embedding, bench_long, memory_worker
 from measure_tasks import bench_task_cells
+from measure_threads import bench_threads
 from measure_tokenizer import bench_tokenizer
 from measure_train import bench_compile, bench_precision, bench_training
-from render import generation_section, header, long_section, markdown, task_cells_section
+from render import generation_section, header, long_section, markdown, task_cells_section, threads_section
 
 from octlm.runtime import torch_threads
 
@@ -218,6 +219,19 @@ def run_tasks(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[st
     )
 
 
+def run_threads(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--only threads`: `octlm train` at octlm's default thread count, 1 thread and torch's choice, quiet and
+    beside a busy loop, written as `<device>-threads.json` and `.md`."""
+    steps = 20 if s["quick"] else 60
+
+    def measure(log: Callable) -> dict:
+        return bench_threads(s["reps"], steps, log)
+
+    s = {**s, "warmup": 1}  # one untimed run: the token cache and the file system's caches
+
+    return run_alone("threads", "threads", measure, threads_section, s, s["reps"], out_dir, flush_denormal)
+
+
 def gpu_slug() -> str:
     """The GPU's name as a file stem: "NVIDIA H200" -> "nvidia-h200"."""
     return "-".join("".join(c if c.isalnum() else " " for c in torch.cuda.get_device_name()).lower().split())
@@ -235,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
     parser.add_argument("--long", action="store_true",
                         help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
-    parser.add_argument("--only", choices=("decode", "tasks"), default=None,
+    parser.add_argument("--only", choices=("decode", "tasks", "threads"), default=None,
                         help="decode: only the generation section (octlm generate, the floor, HF generate); "
-                             "tasks: only a task-battery cell's training steps against HF GPT-2")  # fmt: skip
+                             "tasks: only a task-battery cell's training steps against HF GPT-2; threads: "
+                             "octlm train at its default thread count, 1 and torch's, quiet and busy")  # fmt: skip
     parser.add_argument("--reps", type=int, default=None,
                         help="timed repetitions of each training and generation measurement (default 5, --quick 3)")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
@@ -259,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.reps is not None:
             s["reps"] = args.reps
         if args.only:
-            r = {"decode": run_decode, "tasks": run_tasks}[args.only](s, Path(args.out), flush_denormal)
+            r = {"decode": run_decode, "tasks": run_tasks, "threads": run_threads}[args.only](
+                s, Path(args.out), flush_denormal
+            )
             print(r["markdown"])
             return 0
         if args.long:

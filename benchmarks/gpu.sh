@@ -46,7 +46,7 @@ RUNS=$(mktemp -d)
 for dtype in bf16 fp32; do  # the first one also tokenizes the corpus (the data folder is not carried)
     limit=$([ "$dtype" = bf16 ] && echo 150 || echo 110)
     step "$limit" "main job on CUDA, $dtype" "$PY" -m octlm train --device cuda --dtype "$dtype" --overwrite \
-        --out-dir "$RUNS" --name "main-$dtype" --no-progress --report false
+        --out "$RUNS/main-$dtype" --no-progress --report false
     sed -n "/=== main job on CUDA, $dtype (/,/=== main job on CUDA, $dtype:/p" "$LOG" >"$RESULTS/cuda-main-$dtype.txt"
 done
 rm -rf "$RUNS"

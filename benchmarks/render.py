@@ -360,6 +360,29 @@ def task_cells_section(tc: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def threads_section(th: dict[str, Any] | None) -> list[str]:
+    """`octlm train` tokens/s at octlm's default thread count, one thread and torch's choice, quiet and busy."""
+    if not th:
+        return []
+    lines = [
+        f"## Threads (`octlm train`, Day 1 model, {th['steps']} steps per run, a fresh process each)",
+        "",
+        "| machine | threads | used | tokens/s | against octlm's default |",
+        "|---|---|---|---|---|",
+    ]
+    for condition in ("quiet", "one competing process"):
+        rows = th[condition]
+        default = rows["octlm default"]["median"]
+        for name, row in rows.items():
+            used = "/".join(str(n) for n in sorted(set(row["threads"])))
+            lines.append(
+                f"| {condition} | {name} | {used} | {row['median']:,.0f} ({row['min']:,.0f}–{row['max']:,.0f}) "
+                f"| {row['median'] / default:.2f}× |"
+            )
+    lines.append("")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The whole report: header, then every section in the order the run measures them."""
     lines = header(r)

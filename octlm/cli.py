@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import io
 import os
 import signal
 import sys
 from collections.abc import Callable
 
+from octlm.commands.options import NOTES
 from octlm.errors import STDOUT, UserError, describe_memory_error, describe_os_error
 from octlm.signals import Stopped, raising_signals
 
@@ -49,6 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("octlm.commands.generate", "generate text from a trained run, streaming"),
     "inspect": ("octlm.commands.inspect", "report what the embedding and position tables learned"),
     "probe": ("octlm.commands.probe", "linear probes: what each layer knows of a token's absolute position"),
+    "score": ("octlm.commands.score", "bits per byte of a run at chosen lengths, on its data or a text"),
+    "compare": ("octlm.commands.compare", "runs side by side: losses, curves, attention by distance"),
     "export hf": ("octlm.commands.export_hf", "export a run as a Hugging Face transformers model folder"),
     "export onnx": (
         "octlm.commands.export_onnx",
@@ -87,6 +91,7 @@ def _overview(names: list[str], group: str = "") -> str:
     lines = [f"usage: octlm {word} [options]", "", f"{what}:"]
     lines += [f"  {name:<20} {COMMANDS[name][1]}" for name in names]
     lines += ["", f"Run `octlm {word} --help` for the options of one{'' if group else ' command'}."]
+    lines += [] if group else ["`octlm --version` prints the version."]
     return "\n".join(lines)
 
 
@@ -111,6 +116,9 @@ def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
         if not argv or argv[0] in ("-h", "--help", "help"):
             print(_overview(list(COMMANDS)))
             return 0
+        if argv[0] in ("-V", "--version"):
+            print(f"octlm {importlib.metadata.version('octlm')}")
+            return 0
         groups = sorted({name.split()[0] for name in COMMANDS if " " in name})
         if argv[0] in groups:
             subs = [name for name in COMMANDS if name.startswith(argv[0] + " ")]
@@ -131,6 +139,8 @@ def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
     except SystemExit as exit_:  # --help, or a usage mistake already on stderr
         sys.stdout.flush()  # so a full or closed stdout under --help is met inside the boundary too
         return exit_.code if isinstance(exit_.code, int) else 2
+    for line in getattr(args, NOTES, None) or ():  # an old spelling was used (commands/options.py)
+        sys.stderr.write(line + "\n")
     return int(module.run(args) or 0)
 
 

@@ -220,6 +220,23 @@ def check_text(text: str, flag: str) -> str:
     return text
 
 
+# The largest numbers torch and numpy hold (int64; uint64 for seeds). A range that ends at one ends there because
+# of the machine, not the value, so it is said in words ("at least 1"), not as a 19-digit number.
+MACHINE_LIMITS = {
+    2**63 - 1: "the largest signed 64-bit integer",
+    2**64 - 1: "the largest unsigned 64-bit integer",
+}
+
+
+def whole_range_words(value: int, low: int, high: int) -> str:
+    """What `value`, outside [low, high], must be: "between 1 and 4,096", or, where `high` is a machine limit,
+    "at least 1" (or "at most N (the largest ...)" for a value past it)."""
+    limit = MACHINE_LIMITS.get(high)
+    if limit is None:
+        return f"between {low:,} and {high:,}"
+    return f"at least {low:,}" if value < low else f"at most {high:,} ({limit})"
+
+
 def int_in_range(low: int, high: int) -> Callable[[str], int]:
     """An argparse `type` for an integer flag in [low, high]: a wider one is refused where it enters."""
 
@@ -229,6 +246,8 @@ def int_in_range(low: int, high: int) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
         if not low <= value <= high:
+            if high in MACHINE_LIMITS:
+                raise argparse.ArgumentTypeError(f"{text} must be {whole_range_words(value, low, high)}")
             raise argparse.ArgumentTypeError(f"{text} is outside [{low}, {high}]")
         return value
 

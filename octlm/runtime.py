@@ -11,7 +11,8 @@ generation, the length experiment and the benchmarks share one copy:
 - `seed_rank_streams`: after the model is built, each DDP rank draws its own dropout masks.
 - `rng_state` / `rank_rng_states` / `restore_rng`: the random state a checkpoint carries (every rank's), so a
   resume is bit-identical.
-- `torch_threads`: run with a given number of torch CPU threads, then restore the previous count.
+- `torch_threads`: run with a given number of torch CPU threads, then restore the previous count;
+  `cpu_share`: octlm's default, the cores of this process that other processes leave idle, measured.
 - `in_processes`: jobs in a pool of fresh worker processes, a stop signal to this one passed on to them;
   `process_alive`: whether a process id is in use (a temporary file's writer may be gone).
 """
@@ -23,6 +24,7 @@ import itertools
 import multiprocessing
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -231,14 +233,81 @@ def restore_rng(
         ) from None
 
 
+# How long `cpu_share` watches the processor: 25 clock ticks per core at Linux's 100 Hz, short beside any command
+# that computes, long enough that one busy process shows as most of a core.
+SAMPLE_SECONDS = 0.25
+PROC_STAT = Path("/proc/stat")
+# torch's own default (physical cores, or OMP_NUM_THREADS), read before octlm sets any count.
+TORCH_THREADS = torch.get_num_threads()
+
+
+@dataclass(frozen=True)
+class CpuShare:
+    """The cores this process may use (`cores`), how many of them other processes kept busy (`busy`, in cores,
+    measured), and the torch threads octlm uses by default (`threads`): the idle ones, at least one."""
+
+    cores: int
+    busy: float
+    threads: int
+
+    @property
+    def crowded(self) -> bool:
+        """Whether other processes left fewer cores than torch would have used."""
+        return self.threads < self.cores
+
+    def note(self, what: str) -> str:
+        return (f"note: the machine is busy (other processes keep {self.busy:.1f} of {self.cores} cores busy), "
+                f"so {what} uses {self.threads} thread{'s' * (self.threads > 1)}: more threads than idle cores "
+                "wait on each other; --threads N to choose")  # fmt: skip
+
+
+def _cpu_times(stat: Path, cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of the CPUs `cpus` since boot, from /proc/stat's `cpuN` lines."""
+    busy = total = 0
+    for line in stat.read_text().splitlines():
+        name, *ticks = line.split()
+        if not (name.startswith("cpu") and name[3:].isdecimal() and int(name[3:]) in cpus):
+            continue
+        values = [int(t) for t in ticks[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(values)
+        busy += sum(values) - values[3] - values[4]
+    return (busy, total) if total else None
+
+
+def cpu_share(
+    sample: float = SAMPLE_SECONDS, stat: Path = PROC_STAT, local_processes: int | None = None
+) -> CpuShare:
+    """How many torch threads fit beside what else runs: this process's cores (its affinity, at most torch's
+    own default) less the cores other processes kept busy over `sample` seconds (read from `stat` while this
+    process sleeps, so it counts only others), split among the `local_processes` of a torchrun launch on this
+    machine (default: LOCAL_WORLD_SIZE). Where /proc/stat cannot be read, the 1-minute load average stands in;
+    OMP_NUM_THREADS, where set, is the user's choice and is kept."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    cores = max(1, min(len(cpus), TORCH_THREADS))
+    if "OMP_NUM_THREADS" in os.environ:  # the user's choice, as torch itself reads it
+        return CpuShare(cores=cores, busy=0.0, threads=cores)
+    try:
+        first = _cpu_times(stat, cpus)
+        time.sleep(sample)
+        second = _cpu_times(stat, cpus)
+        if first is None or second is None or second[1] <= first[1]:
+            raise ValueError("no ticks")
+        busy = len(cpus) * (second[0] - first[0]) / (second[1] - first[1])
+    except (OSError, ValueError):
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    processes = local_processes or int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    idle = max(0, round(len(cpus) - busy))
+    threads = max(1, min(cores, idle) // max(1, processes))
+    return CpuShare(cores=max(1, cores // max(1, processes)), busy=round(busy, 2), threads=threads)
+
+
 @contextlib.contextmanager
 def torch_threads(count: int | None) -> Iterator[None]:
-    """Run with `count` torch CPU threads (None: torch's choice), then restore the previous count."""
+    """Run with `count` torch CPU threads (None: `cpu_share().threads`), then restore the previous count."""
     if count is not None and count < 1:
         raise UserError(f"--threads {count} must be at least 1")
     before = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
+    torch.set_num_threads(count if count is not None else cpu_share().threads)
     try:
         yield
     finally:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import tokenizers
 import torch
 import transformers
 
 from octlm.config import Config, ModelConfig
 from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
+from octlm.generation.generate import encode_prompt
 from octlm.model.decoder import Decoder
 from octlm.storage.checkpoint import save_checkpoint
 
@@ -74,11 +76,21 @@ def check_folder(out: Path, model: Decoder, tokenizer: Tokenizer) -> None:
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     ids = tokenizer.encode(TEXT)
-    assert hf_tokenizer(TEXT)["input_ids"] == ids
+    # EOT first, as octlm.generation.generate.encode_prompt does; without special tokens the bare ids.
+    assert hf_tokenizer(TEXT)["input_ids"] == [tokenizer.eot_id, *ids] == encode_prompt(tokenizer, TEXT)
+    assert hf_tokenizer(TEXT, add_special_tokens=False)["input_ids"] == ids
     assert tokenizer.eot_id not in ids
     assert hf_tokenizer.decode(ids) == TEXT == tokenizer.decode(ids)
+    assert hf_tokenizer.decode([tokenizer.eot_id, *ids], skip_special_tokens=True) == TEXT
+    assert hf_tokenizer.decode([tokenizer.eot_id, *ids]) == "<|endoftext|>" + TEXT
     assert hf_tokenizer.eos_token == "<|endoftext|>" and hf_tokenizer.eos_token_id == tokenizer.eot_id
+    assert hf_tokenizer.bos_token_id == tokenizer.eot_id
     assert hf_model.config.eos_token_id == tokenizer.eot_id
+    settings = hf_model.generation_config
+    assert settings.bos_token_id == settings.eos_token_id == settings.pad_token_id == tokenizer.eot_id
+    # The bare tokenizers library (what the site's @huggingface/tokenizers reads) adds the EOT too.
+    backend = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert backend.encode("class").ids == [tokenizer.eot_id, *tokenizer.encode("class")]
     batch = torch.tensor([ids[: model.config.context_length]])
     diff = logits_difference(model, hf_model, batch)
     print(f"exported {type(hf_model).__name__} max |logit difference| = {diff:.3g}")

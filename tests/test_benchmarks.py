@@ -250,3 +250,18 @@ def test_a_memory_worker_past_its_time_is_one_log_line_and_no_rows(benchmarks, m
     lines: list[str] = []
     assert measure_forward.memory_rows("a", [16], lines.append, ["rope"]) == {}
     assert lines == ["memory worker stopped after 0.05 s (lengths [16]); its rows are left out"]
+
+
+def test_the_threads_section_runs_octlm_train_and_reads_its_speed_and_threads(
+    benchmarks, tmp_path, monkeypatch
+):
+    measure_threads = importlib.import_module("measure_threads")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the default must be octlm's, as a user gets it
+    speed, used = measure_threads.train_speed(1, 2, str(tmp_path))
+    assert speed > 0 and used == 1
+    render = importlib.import_module("render")
+    row = {"median": 2000.0, "min": 1000.0, "max": 3000.0, "n": 1, "threads": [1, 2]}
+    rows = {name: row for name in measure_threads.CHOICES}
+    lines = render.threads_section({"steps": 5, "quiet": rows, "one competing process": rows})
+    assert lines[4] == "| quiet | octlm default | 1/2 | 2,000 (1,000–3,000) | 1.00× |"
+    assert len(lines) == 4 + 2 * len(measure_threads.CHOICES) + 1

@@ -114,11 +114,59 @@ def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_generate_into_head_ends_quietly_with_141(tiny_run: Path) -> None:
     # 100,000 tokens are more than a pipe holds (64 KiB), so generate must write after head has gone: EPIPE.
-    done = shell(f"{PYTHON} -m octlm generate --run runs/tiny --prompt def --max-new-tokens 100000 "
+    done = shell(f"{PYTHON} -m octlm generate runs/tiny --prompt def --max-new-tokens 100000 "
                  "--keep-going --temperature 1 | head -c 10", tiny_run)  # fmt: skip
     assert (done.returncode, done.stderr) == (CLOSED_PIPE, ""), done.stderr
     assert done.stdout.startswith("def") and len(done.stdout.encode()) == 10
     assert CLOSED_PIPE == 141
+
+
+def greedy_text(run_dir: Path, prompt: str, tokens: int) -> str:
+    """What `octlm generate RUN --temperature 0` should print, made in this process."""
+    import io
+
+    from octlm.generation.generate import stream_text
+    from octlm.generation.sampling import Sampling
+    from octlm.storage.checkpoint import load_model
+
+    model, _config, tokenizer = load_model(run_dir)
+    out = io.StringIO()
+    stream_text(model, tokenizer, prompt, tokens, Sampling(0.0), out, stop_at_eot=False, notice=None)
+    return out.getvalue()
+
+
+SLIDING = ("passed the learned position table's 16 rows: sliding the window, each new token now re-reads the last "
+           "16 tokens without the cache")  # fmt: skip
+GENERATE = f"{PYTHON} -m octlm generate runs/tiny --prompt class --max-new-tokens 40 --keep-going --temperature 0"  # fmt: skip
+
+
+def test_piped_generate_keeps_the_text_whole_on_stdout(tiny_run: Path) -> None:
+    """`| cat` with stderr to a file, and `2>&1 | cat`: stdout is the text alone; no progress line (\\r) is
+    drawn into a pipe or a file; the notice (40 tokens pass the 16-row table) and the timing come after it."""
+    expected = greedy_text(tiny_run / "runs" / "tiny", "class", 40)
+    assert expected.startswith("class") and expected.endswith("\n") and len(expected) > 40
+    done = shell(f"{GENERATE} 2> err.txt | cat", tiny_run)
+    err = (tiny_run / "err.txt").read_text()
+    assert done.returncode == 0 and done.stdout == expected, (done.stdout, err)
+    lines = err.split("\n")
+    assert lines[0] == SLIDING and lines[1].startswith("[40 tokens in ") and lines[2:] == [""], err
+    assert "\r" not in err
+    both = shell(f"{GENERATE} 2>&1 | cat", tiny_run).stdout  # one pipe: the text is not split by a notice
+    assert both.startswith(expected + SLIDING + "\n[40 tokens in ") and "\r" not in both, both
+
+
+def test_greedy_samples_are_printed_once_and_said_so(tiny_run: Path) -> None:
+    """`--num-samples 3 --temperature 0`: three identical texts would be printed; one is, with one note."""
+    done = shell(f"{GENERATE} --num-samples 3", tiny_run)
+    assert done.returncode == 0 and done.stdout == greedy_text(tiny_run / "runs" / "tiny", "class", 40)
+    assert done.stderr.split("\n")[:2] == [
+        "note: --temperature 0 is greedy, so the 3 samples would be identical: printed once; pass --temperature "
+        "> 0 (e.g. 0.8) for different samples",
+        SLIDING,
+    ], done.stderr
+    sampled = shell(f"{GENERATE} --num-samples 3 --temperature 1", tiny_run)  # sampling: three texts
+    assert sampled.returncode == 0 and sampled.stdout.count("--- sample ") == 3
+    assert "note:" not in sampled.stderr
 
 
 @pytest.mark.parametrize("argv", ["model --dry-run", "corpus --text text"])

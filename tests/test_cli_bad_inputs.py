@@ -167,7 +167,7 @@ class Case:
         return self.stdout is not None or self.limits is not None
 
 
-GEN = ["generate", "--run", RUN, "--prompt", "def ", "--max-new-tokens", "2"]
+GEN = ["generate", RUN, "--prompt", "def ", "--max-new-tokens", "2"]
 RESUME = ["train", "--resume", RUN, "--no-progress", "--steps", "12"]
 
 CASES: dict[str, Case] = {
@@ -181,7 +181,7 @@ CASES: dict[str, Case] = {
     "odd head size with rope": Case(
         ["model", "--position", "rope", "--d-model", "24", "--n-heads", "8"], "d_model / n_heads = 3"
     ),
-    "zero steps": Case(["model", "--steps", "0"], "train.steps = 0"),
+    "zero steps": Case(["train", "--steps", "0"], "train.steps = 0 must be at least 1"),
     "config file missing": Case(["model", "--config", "nope.toml"], "'nope.toml'"),
     "invalid toml": Case(
         ["model", "--config", "bad.toml"],
@@ -206,9 +206,7 @@ CASES: dict[str, Case] = {
     "vocabulary too small for BPE": Case(
         ["tokenizer", "--text", "text", "--vocab-size", "100"], "vocab_size = 100"
     ),
-    "prompt encodes to nothing": Case(
-        ["generate", "--run", RUN, "--prompt", ""], "prompt encodes to no tokens"
-    ),
+    "prompt encodes to nothing": Case(["generate", RUN, "--prompt", ""], "prompt encodes to no tokens"),
     "negative temperature": Case([*GEN, "--temperature", "-0.5"], "temperature = -0.5"),
     "nan temperature": Case([*GEN, "--temperature", "nan"], "temperature = nan"),
     "top-k zero": Case([*GEN, "--top-k", "0"], "top-k = 0"),
@@ -216,15 +214,13 @@ CASES: dict[str, Case] = {
     "top-p zero": Case([*GEN, "--top-p", "0"], "top-p = 0.0"),
     "top-p above one": Case([*GEN, "--top-p", "1.5"], "top-p = 1.5"),
     "negative max-new-tokens": Case([*GEN[:-1], "-3"], "max-new-tokens = -3"),
-    "generate without --run": Case(["generate", "--prompt", "hi"], "--run"),
-    "run folder missing": Case(
-        ["generate", "--run", "runs/nope", "--prompt", "x"], "'runs/nope' does not exist"
+    "generate without a run": Case(
+        ["generate", "--prompt", "hi"], "give the run folder to read first: octlm generate RUN"
     ),
-    "folder that is not a run": Case(
-        ["generate", "--run", "text", "--prompt", "x"], "'text' is not an octlm run"
-    ),
+    "run folder missing": Case(["generate", "runs/nope", "--prompt", "x"], "'runs/nope' does not exist"),
+    "folder that is not a run": Case(["generate", "text", "--prompt", "x"], "'text' is not an octlm run"),
     "run with no checkpoint yet": Case(
-        ["generate", "--run", "runs/early", "--prompt", "x"],
+        ["generate", "runs/early", "--prompt", "x"],
         "no checkpoint yet",
         _write("runs/early/metrics.jsonl", ""),
     ),
@@ -273,7 +269,7 @@ if not torch.cuda.is_available():
 
 # --- issue 14: output paths, standard output, resource limits, numbers where they enter --------------------
 INSPECT = ["inspect", RUN, "--out", "rep"]
-EXPORT = ["export", "hf", "--run", RUN]
+EXPORT = ["export", "hf", RUN, "--out"]
 LENGTH = ["experiment", "length", "--quick"]
 TASKS = ["experiment", "tasks", "--quick", "--out", "tk"]
 FSIZE = {resource.RLIMIT_FSIZE: 20 * 1024}  # bytes: the tiny export's weights are 71 KB, its config 1 KB
@@ -287,14 +283,14 @@ CASES.update({
     # generate: flags checked where they enter
     "generate unknown device": Case([*GEN, "--device", "gpu"], "unknown device 'gpu'; choose auto, cpu, cuda"),
     "generate malformed cuda index": Case([*GEN, "--device", "cuda:x"], "unknown device 'cuda:x'"),
-    "generate seed past 64 bits": Case([*GEN, "--seed", str(2**64)], "--seed: 18446744073709551616 is outside"),
-    "generate negative seed": Case([*GEN, "--seed", "-1"], "--seed: -1 is outside [0, 18446744073709551615]"),
+    "generate seed past 64 bits": Case([*GEN, "--seed", str(2**64)], "--seed: 18446744073709551616 must be at most 18,446,744,073,709,551,615 (the largest unsigned 64-bit integer)"),
+    "generate negative seed": Case([*GEN, "--seed", "-1"], "--seed: -1 must be at least 0 (see --help)"),
     "generate threads past 64 bits": Case([*GEN, "--threads", str(2**64)], "--threads: 18446744073709551616"),
     "generate zero threads": Case([*GEN, "--threads", "0"], "--threads: 0 is outside [1, 4096]"),
     "generate negative threads": Case([*GEN, "--threads", "-4"], "--threads: -4 is outside"),
     "max-new-tokens in float notation": Case([*GEN[:-1], "1e12"], "'1e12'"),
-    "prompt not utf-8": Case([*GEN[:4], "\udcff", *GEN[5:]], "--prompt is not valid UTF-8 text (byte 0xff at character 0)"),
-    "prompt with a bad byte inside": Case([*GEN[:4], "ab\udce9cd", *GEN[5:]], "(byte 0xe9 at character 2)"),
+    "prompt not utf-8": Case([*GEN[:3], "\udcff", *GEN[4:]], "--prompt is not valid UTF-8 text (byte 0xff at character 0)"),
+    "prompt with a bad byte inside": Case([*GEN[:3], "ab\udce9cd", *GEN[4:]], "(byte 0xe9 at character 2)"),
     "run tokenizer deleted": Case(GEN, "tokenizer.json' is missing; copy back the tokenizer the run was trained with", _remove(f"{RUN}/tokenizer.json")),
     # inspect: --out, --export-web and the default report folder, refused before the analysis
     "inspect --out is a file": Case([*INSPECT[:-1], "afile"], "--out 'afile' is a file, not a folder", FILE),
@@ -312,8 +308,8 @@ CASES.update({
     "inspect --export-web a FIFO": Case([*INSPECT, "--export-web", "fifo"], "'fifo' is not a regular file", _fifo("fifo")),
     "inspect --tokens not utf-8": Case([*INSPECT, "--tokens", "\udcff"], "--tokens is not valid UTF-8 text (byte 0xff"),
     # export hf: never into or over a run folder, never over what is not an earlier export
-    "export --force over its run": Case([*EXPORT, RUN, "--force"], f"OUT '{RUN}' is or holds the run folder"),
-    "export --force over the folder holding its run": Case([*EXPORT, "runs", "--force"], "OUT 'runs' is or holds the run"),
+    "export --force over its run": Case([*EXPORT, RUN, "--force"], f"--out '{RUN}' is or holds the run folder"),
+    "export --force over the folder holding its run": Case([*EXPORT, "runs", "--force"], "--out 'runs' is or holds the run"),
     "export into its run": Case([*EXPORT, f"{RUN}/hf"], "is inside the run folder"),
     "export --force over its checkpoint": Case([*EXPORT, str(CKPT), "--force"], "is inside the run folder"),
     "export into another run": Case([*EXPORT, "runs/other/hf"], "is inside the run folder",
@@ -322,12 +318,12 @@ CASES.update({
                                                        _steps(_write("keep/config.json", "{}"), _mkdir("keep/run/checkpoint"))),
     "export --force over a folder with folders": Case([*EXPORT, "keep", "--force"], "holds the folder 'keep/sub'",
                                                       _steps(_write("keep/config.json", "{}"), _mkdir("keep/sub"))),
-    "export --force over what is no export": Case([*EXPORT, "text", "--force"], "OUT 'text' is no earlier export"),
-    "export over a non-empty folder": Case([*EXPORT, "text"], "OUT 'text' already exists and is not empty"),
-    "export to a file": Case([*EXPORT, "afile"], "OUT 'afile' is a file, not a folder", FILE),
+    "export --force over what is no export": Case([*EXPORT, "text", "--force"], "--out 'text' is no earlier export"),
+    "export over a non-empty folder": Case([*EXPORT, "text"], "--out 'text' already exists and is not empty"),
+    "export to a file": Case([*EXPORT, "afile"], "--out 'afile' is a file, not a folder", FILE),
     "export through a file": Case([*EXPORT, "afile/hf"], "'afile' is a file, not a folder", FILE),
-    "export to a broken symlink": Case([*EXPORT, "hf"], "OUT 'hf' is a broken symbolic link", _symlink("hf", "gone")),
-    "export to a symlink to a folder": Case([*EXPORT, "hf"], "OUT 'hf' is a symbolic link (to 'text')", _symlink("hf", "text")),
+    "export to a broken symlink": Case([*EXPORT, "hf"], "--out 'hf' is a broken symbolic link", _symlink("hf", "gone")),
+    "export to a symlink to a folder": Case([*EXPORT, "hf"], "--out 'hf' is a symbolic link (to 'text')", _symlink("hf", "text")),
     "export into a read-only folder": Case([*EXPORT, "ro/hf"], "'ro' is not writable", _read_only("ro")),
     "export with a file-size limit": Case([*EXPORT, "hf"], "'hf': file too large for the file-size limit", limits=FSIZE, slow=True),
     "export --force with a file-size limit keeps the old export": Case(
@@ -368,6 +364,20 @@ CASES.update({
                                       slow=True),
     "corpus to a full device": Case(CORPUS, "standard output: no space left", stdout="full", changes=CORPUS_WRITES),
     "model too large to allocate": Case(HUGE_MODEL, "out of memory: tried to allocate 14.6 GiB at once", limits=AS),
+})  # fmt: skip
+# --- issue 31: one vocabulary of flags; a flag a command would ignore is refused ---------------------------------
+CASES.update({
+    "length --position": Case([*LENGTH, "--position", "rope"], "--position rope: octlm experiment length trains every scheme of --schemes; use --schemes rope"),
+    "length --set model.position": Case([*LENGTH, "--set", "model.position=t5"], "use --schemes t5"),
+    "length --context-length": Case([*LENGTH, "--context-length", "32"], "use --train-length 32"),
+    "length --sample-tokens": Case([*LENGTH, "--set", "train.sample_tokens=5"], "the experiment prints no samples"),
+    "model --set of a train field": Case(["model", "--set", "train.steps=5"], "this command does not read train.steps"),
+    "model given a train flag": Case(["model", "--steps", "5"], "unrecognized arguments: --steps 5"),
+    "export without --out": Case(["export", "hf", RUN], f"give the folder to write: octlm export hf {RUN} --out DIR"),
+    "export onnx without a run": Case(["export", "onnx", "--out", "o"], "give the run folder to read first"),
+    "train --out beside --name": Case(["train", "--out", "runs/a", "--name", "b"], "--out 'runs/a' names the run folder; leave out --name"),
+    "train --out of no folder name": Case(["train", "--out", "runs/.."], "must end in the run's own folder name"),
+    "train negative steps": Case(["train", "--steps", "-5"], "train.steps = -5 must be at least 1"),
 })  # fmt: skip
 if not torch.cuda.is_available():
     CASES["generate cuda without a GPU"] = Case(

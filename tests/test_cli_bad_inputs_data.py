@@ -158,19 +158,23 @@ def train(name: str, text: str = "text", **model: int) -> list[str]:
 DIGITS_5000 = "9" * 5000
 
 CASES: dict[str, Case] = {
-    # Numbers, range-checked where they enter (`octlm model` validates the whole config)
+    # Numbers, range-checked where they enter (`octlm model` and `octlm train` validate the whole config first)
     "nan rope base": Case(["model", "--rope-base", "nan"], "model.rope_base = nan"),
     "rope base of one": Case(["model", "--rope-base", "1"], "model.rope_base = 1.0 must be greater than 1"),
-    "infinite learning rate": Case(["model", "--lr", "inf"], "train.lr = inf must be a finite number"),
-    "learning rate overflowing to inf": Case(["model", "--lr", "1e400"], "train.lr = inf"),
+    "infinite learning rate": Case(["train", "--lr", "inf"], "train.lr = inf must be a finite number"),
+    "learning rate overflowing to inf": Case(["train", "--lr", "1e400"], "train.lr = inf"),
     "dropout of one": Case(["model", "--dropout", "1"], "model.dropout = 1.0 must be in [0, 1)"),
-    "validation fraction of one": Case(["model", "--val-fraction", "1"], "data.val_fraction = 1.0"),
+    "validation fraction of one": Case(["train", "--val-fraction", "1"], "data.val_fraction = 1.0"),
     "seed past 64 bits": Case(
-        ["model", "--seed", str(2**64)], "train.seed = 18446744073709551616 does not fit in 64 bits"
+        ["train", "--seed", str(2**64)], "train.seed = 18446744073709551616 does not fit in 64 bits"
     ),
-    "negative seed": Case(["model", "--seed", "-1"], "train.seed = -1 must be between 0 and"),
+    "negative seed": Case(
+        ["train", "--seed", "-1"],
+        "train.seed = -1 must be at least 0 (torch seeds are unsigned 64-bit numbers)",
+    ),
+    "negative steps, said in words": Case(["train", "--steps", "-5"], "train.steps = -5 must be at least 1"),
     "seed of 5,000 digits": Case(
-        ["model", "--seed", DIGITS_5000], "(5002 characters) must be a whole number"
+        ["train", "--seed", DIGITS_5000], "(5002 characters) must be a whole number"
     ),
     "width past 64 bits": Case(["model", "--d-model", str(2**70)], "model.d_model = 1180591620717411303424"),
     "vocabulary past uint32": Case(
@@ -184,29 +188,29 @@ CASES: dict[str, Case] = {
     "5,000 layers": Case(
         ["model", "--n-layers", "5000"], "model.n_layers = 5000 must be between 1 and 1,024"
     ),
-    "batch of zero": Case(["model", "--batch-size", "0"], "train.batch_size = 0"),
+    "batch of zero": Case(["train", "--batch-size", "0"], "train.batch_size = 0"),
     "sample of a million tokens": Case(
-        ["model", "--sample-tokens", "1000000"], "train.sample_tokens = 1000000 must be between 0 and 100,000"
+        ["train", "--sample-tokens", "1000000"], "train.sample_tokens = 1000000 must be between 0 and 100,000"
     ),
     "norm epsilon of zero": Case(["model", "--norm-eps", "0"], "model.norm_eps = 0.0 must be in (0, 1]"),
     "norm epsilon of two": Case(["model", "--norm-eps", "2"], "model.norm_eps = 2.0"),
-    "negative weight decay": Case(["model", "--weight-decay", "-0.1"], "train.weight_decay = -0.1"),
+    "negative weight decay": Case(["train", "--weight-decay", "-0.1"], "train.weight_decay = -0.1"),
     "decay that flips weights": Case(
-        ["model", "--lr", "2", "--weight-decay", "0.5"], "train.lr * train.weight_decay = 2 * 0.5"
+        ["train", "--lr", "2", "--weight-decay", "0.5"], "train.lr * train.weight_decay = 2 * 0.5"
     ),
     "more kv heads than heads": Case(
         ["model", "--n-kv-heads", "8"], "model.n_kv_heads = 8 must be at most model.n_heads = 4"
     ),
-    "beta2 of one": Case(["model", "--beta2", "1"], "train.beta2 = 1.0 must be in [0, 1)"),
+    "beta2 of one": Case(["train", "--beta2", "1"], "train.beta2 = 1.0 must be in [0, 1)"),
     "min lr above lr": Case(
-        ["model", "--min-lr", "0.01"], "train.min_lr = 0.01 must be at most train.lr = 0.003"
+        ["train", "--min-lr", "0.01"], "train.min_lr = 0.01 must be at most train.lr = 0.003"
     ),
-    "negative warmup": Case(["model", "--warmup-steps", "-5"], "train.warmup_steps = -5"),
+    "negative warmup": Case(["train", "--warmup-steps", "-5"], "train.warmup_steps = -5"),
     "one t5 bucket": Case(["model", "--t5-buckets", "1"], "model.t5_buckets = 1 must be between 2 and"),
-    "no hub documents": Case(["model", "--hub-max-documents", "0"], "data.hub_max_documents = 0"),
-    "empty data folder name": Case(["model", "--data-dir", ""], "data.data_dir is empty"),
+    "no hub documents": Case(["train", "--hub-max-documents", "0"], "data.hub_max_documents = 0"),
+    "empty data folder name": Case(["train", "--data-dir", ""], "data.data_dir is empty"),
     "run name climbing out of runs/": Case(
-        ["model", "--run-name", "../escape"], "train.run_name = '../escape' must be one folder name"
+        ["train", "--name", "../escape"], "train.run_name = '../escape' must be one folder name"
     ),
     "empty --text path": Case(["corpus", "--text", ""], "data.text[0] is empty"),
     "NUL in a TOML path": Case(
@@ -331,7 +335,7 @@ def test_bad_input(name: str, workspace: Path, alarm: None) -> None:
 
 
 def test_catalogue_size() -> None:
-    assert len(CASES) == 54
+    assert len(CASES) == 55  # issue 31 added "negative steps, said in words"
 
 
 # ---------------------------------------------------------------------------------------------------------------

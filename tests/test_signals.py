@@ -21,7 +21,7 @@ import tiny
 import torch
 from processes import signal_when, stop_when_asked
 from safetensors.torch import load_file
-from tiny import PYTHON, ForkServer, quiet_env, tiny_flags, write_corpus
+from tiny import PYTHON, ForkServer, quiet_env, tiny_data_flags, tiny_flags, write_corpus
 
 from octlm.runtime import in_processes
 from octlm.signals import Stopped, raising_signals
@@ -80,7 +80,7 @@ def siglab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigLab]:
     flags = tiny_flags(root, corpus, steps=STEPS)
     server = SignalServer()
     try:
-        assert server.run(["data", *flags], root, root / "data.log")["rc"] == 0
+        assert server.run(["data", *tiny_data_flags(root, corpus)], root, root / "data.log")["rc"] == 0
         reply = server.run(["train", *flags, "--name", "reference", "--no-progress"], root, root / "ref.log")
         assert reply["rc"] == 0, (root / "ref.log").read_text()
         yield SigLab(root, flags, server, root / "runs" / "reference")
@@ -167,6 +167,32 @@ def test_signal_stops_checkpoints_and_resumes_bit_identically(
     assert resume["rc"] == 0, log.read_text()
     assert_same_run(run_dir, siglab.reference)
     print(f"\n[signal] {name}: stopped at step {step} of {STEPS}, resumed bit-identically")
+
+
+@pytest.mark.slow
+def test_a_stop_before_the_first_evaluation_leaves_records(siglab: SigLab, tmp_path: Path) -> None:
+    """SIGTERM after a few steps of a run whose first scheduled evaluation is far off: metrics.jsonl holds the
+    untrained model's record (step 0) and the stop's own; the resume drops the stop's and adds no second step 0."""
+    run_dir = siglab.root / "runs" / "early-stop"
+    flags = tiny_flags(siglab.root, siglab.root / "text", steps=100000, eval_interval=50000)
+    argv = [PYTHON, "-m", "octlm", "train", *flags, "--name", "early-stop", "--no-progress"]
+    ready = (run_dir / "checkpoint" / "config.json").is_file
+    code, out, err = signal_when(argv, tmp_path, ready, signal.SIGTERM, "checkpoint")
+    assert code == 143 and "Traceback" not in err, (code, out, err)
+    step = load_checkpoint(run_dir).step
+    records = metrics(run_dir)
+    assert [(r["step"], r.get("stopped")) for r in records] == [(0, None), (step, True)] and step >= 3
+    # The same seed: the same untrained model, so the same figures at step 0 as the reference run's.
+    assert records[0] == metrics(siglab.reference)[0]
+    assert sorted(records[1]) == ["lr", "step", "stopped", "tokens", "train_loss", "val_bpb", "val_loss",
+                                  "val_perplexity"]  # fmt: skip
+    assert records[1]["tokens"] == step * 4 * 16 and records[1]["val_loss"] < records[0]["val_loss"]
+
+    log = tmp_path / "resume.log"
+    reply = siglab.server.run(["train", "--resume", str(run_dir), "--steps", str(step + 2), "--no-progress"],
+                              siglab.root, log)  # fmt: skip
+    assert reply["rc"] == 0, log.read_text()
+    assert [r["step"] for r in metrics(run_dir)] == [0, step + 2]
 
 
 def test_enough_signal_trials() -> None:
@@ -258,14 +284,14 @@ def test_a_second_writer_is_refused_and_readers_work(
             "writing it; wait for it to finish or stop it, or train under another --name"
         ], lines
     assert tiny.snapshot(run_dir) == before
-    reader = ["generate", "--run", str(run_dir), "--prompt", "def", "--max-new-tokens", "4"]
+    reader = ["generate", str(run_dir), "--prompt", "def", "--max-new-tokens", "4"]
     log.write_text("")
     assert siglab.server.run(reader, siglab.root, log)["rc"] == 0, log.read_text()
 
     hold.unlink()
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert [r["step"] for r in metrics(run_dir)] == list(range(10, STEPS + 1, 10))  # one run's records
+    assert [r["step"] for r in metrics(run_dir)] == list(range(0, STEPS + 1, 10))  # one run's records
     assert_same_run(run_dir, siglab.reference)
 
 

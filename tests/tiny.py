@@ -66,6 +66,12 @@ def tiny_flags(root: Path, corpus: Path, **train: Any) -> list[str]:
     return flags
 
 
+def tiny_data_flags(root: Path, corpus: Path) -> list[str]:
+    """The part of `tiny_flags` that `octlm data` reads ([data] and the vocabulary size): it refuses the rest."""
+    vocab = tiny_raw(root, corpus)["model"]["vocab_size"]
+    return ["--text", str(corpus), "--set", f"data.data_dir={root / 'data'}", "--set", f"model.vocab_size={vocab}"]  # fmt: skip
+
+
 def toml_text(raw: dict[str, Any]) -> str:
     """A TOML file for a nested dict of scalars and lists of strings."""
 

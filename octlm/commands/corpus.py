@@ -7,13 +7,13 @@ import json
 import time
 from pathlib import Path
 
-from octlm.config import add_config_arguments, config_from_args
+from octlm.config import add_config_arguments, config_fields, config_from_args
 from octlm.data.corpus import data_dir_error, load_corpus
 from octlm.files import write_atomic
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, config_fields("data"))
 
 
 def run(args: argparse.Namespace) -> int:

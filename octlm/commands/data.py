@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 import time
 
-from octlm.config import add_config_arguments, config_from_args
+from octlm.commands import options
+from octlm.config import add_config_arguments, config_fields, config_from_args
 from octlm.data.cache import prepare_data
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, config_fields("data", "model.vocab_size"))
+    options.add_threads(parser, what="threads that train the tokenizer and encode the corpus")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     start = time.perf_counter()
-    data = prepare_data(cfg.data, cfg.model.vocab_size)
+    with options.threads(args.threads, tokenizers=True):
+        data = prepare_data(cfg.data, cfg.model.vocab_size)
     seconds = time.perf_counter() - start
     documents, corpus_mb = data.manifest["documents"], data.manifest["bytes"] / 1e6
     print(f"corpus           {documents:,} documents, {corpus_mb:.2f} MB")

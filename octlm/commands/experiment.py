@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from octlm.errors import THREADS_RANGE, int_in_range, writing
+from octlm.commands import options
+from octlm.errors import int_in_range, writing
 from octlm.files import write_atomic
 
 MAX_JOBS = 4096
@@ -24,9 +25,10 @@ def add_grid_arguments(parser: argparse.ArgumentParser, *, out_default: str, web
     """--jobs, --threads, --out, --export-web, --no-progress, and --only CELL / --collect (one or the other)."""
     parser.add_argument("--jobs", type=int_in_range(0, MAX_JOBS), default=0,
                         help="cells trained at once, in worker processes (default: one per CPU core)")  # fmt: skip
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
-                        help="torch threads per worker (default 1)")  # fmt: skip
-    parser.add_argument("--out", default=None, help=f"output folder (default {out_default})")
+    # 1 per worker, not octlm's measured default: the workers start together, one per core, and each would
+    # see the others' cores idle and take them too.
+    options.add_threads(parser, default=1, what="torch threads per worker")
+    parser.add_argument("--out", default=None, metavar="DIR", help=f"output folder (default {out_default})")
     parser.add_argument("--export-web", default=None, metavar="PATH",
                         help=f"also copy {web_file} here, e.g. web/public/data/{web_file}")  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="print nothing but errors")

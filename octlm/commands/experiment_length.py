@@ -14,8 +14,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from octlm.commands import experiment
-from octlm.config import add_config_arguments, load_config, overrides_from_args
+from octlm.commands import experiment, options
+from octlm.config import add_config_arguments, config_fields, load_config, overrides_from_args
 from octlm.errors import UserError, check_output
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
@@ -25,14 +25,31 @@ from octlm.positions import scheme_names, table_order
 MAX_SEEDS = 1000
 
 
+# The config fields each cell sets itself, and what to give instead: a flag of theirs is refused, not ignored.
+SET_PER_CELL = {
+    "model.position": "octlm experiment length trains every scheme of --schemes; use --schemes {value}",
+    "model.context_length": "octlm experiment length trains at --train-length; use --train-length {value}",
+    "train.run_name": "each cell's run is named after its scheme and seed, in OUT/runs/",
+    "train.eval_interval": "each cell is evaluated once, after its last step",
+    "train.checkpoint_interval": "each cell keeps one checkpoint, after its last step",
+    "train.sample_tokens": "the experiment prints no samples; octlm generate RUN samples a cell's run",
+    "train.report": "the experiment writes no embedding reports; octlm inspect RUN reports on a cell's run",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)  # --steps, --d-model, --text, --data-dir, --seed (the first seed), ...
+    # --steps, --d-model, --text, --data-dir, --seed (the first seed), ...: the base config every cell shares
+    fields = tuple(key for key in config_fields() if key not in SET_PER_CELL)
+    add_config_arguments(parser, fields, refused=SET_PER_CELL, no_flag=("train.out_dir",))
+    options.add_deprecated(parser, "--out-dir", "cfg__train__out_dir",
+                           "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",
+                           metavar="DIR")  # fmt: skip
     parser.add_argument("--train-length", type=int, default=None, help="training context length (default 64)")
     parser.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="L",
                         help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
     parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
-                        help="position schemes (default: every registered one)")  # fmt: skip
+                        help=f"position schemes (default: every registered one: {' '.join(table_order(scheme_names()))})")  # fmt: skip
     parser.add_argument("--eval-windows", type=int, default=None,
                         help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
     parser.add_argument("--rope-factor", type=float, default=None,

@@ -6,7 +6,8 @@ import argparse
 import sys
 import time
 
-from octlm.errors import SEED_RANGE, THREADS_RANGE, check_text, int_in_range
+from octlm.commands.options import add_run, add_threads, run_folder
+from octlm.errors import SEED_RANGE, check_text, int_in_range
 from octlm.generation.generate import print_samples, stream_text
 from octlm.generation.sampling import Sampling, check_sampling
 from octlm.runtime import resolve_device, torch_threads
@@ -18,9 +19,7 @@ NUM_SAMPLES_RANGE = (1, 4096)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--run", required=True, metavar="RUN_DIR", help="a trained run folder, e.g. runs/day1-learned"
-    )
+    add_run(parser)
     parser.add_argument("--prompt", required=True, help="the text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
@@ -36,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continuations decoded together as one batch, printed when done (default 1: stream)")  # fmt: skip
     # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
     # 2-core machine two threads measured 15x slower), so one is the default.
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=1,
-                        help="torch CPU threads (default 1)")  # fmt: skip
+    add_threads(parser, default=1)
 
 
 def _device_name(text: str) -> str:
@@ -49,6 +47,7 @@ def _device_name(text: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.run = run_folder(args, "octlm generate")
     check_sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens)
     check_text(args.prompt, "--prompt")
     with torch_threads(args.threads):
@@ -58,9 +57,20 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     model, _config, tokenizer = load_model(args.run, device=resolve_device(args.device, "--device"))
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.seed)
-    options = {"use_cache": not args.no_cache, "stop_at_eot": not args.keep_going}
+    # stdout carries the text alone; notices wait until it is written, so that even `2>&1` or a terminal
+    # showing both streams never splits the text with a line of stderr.
+    notices: list[str] = []
+    options = {"use_cache": not args.no_cache, "stop_at_eot": not args.keep_going, "notice": notices.append}
+    # Greedy decoding makes every row of a batch the same text: decode it once and say so, rather than print
+    # N copies (or refuse, when the text itself is what was asked for).
+    greedy = args.num_samples > 1 and sampling.temperature == 0
+    if greedy:
+        notices.append(
+            f"note: --temperature 0 is greedy, so the {args.num_samples} samples would be identical: printed "
+            "once; pass --temperature > 0 (e.g. 0.8) for different samples"
+        )
     start = time.perf_counter()
-    if args.num_samples == 1:
+    if args.num_samples == 1 or greedy:
         count = stream_text(
             model, tokenizer, args.prompt, args.max_new_tokens, sampling, sys.stdout, **options
         )
@@ -68,5 +78,8 @@ def _run(args: argparse.Namespace) -> int:
         count = print_samples(model, tokenizer, args.prompt, args.num_samples, args.max_new_tokens, sampling,
                               sys.stdout, **options)  # fmt: skip
     seconds = time.perf_counter() - start
+    sys.stdout.flush()
+    for line in dict.fromkeys(notices):  # each once, in order
+        sys.stderr.write(line + "\n")
     sys.stderr.write(f"[{count} tokens in {seconds:.2f} s, {count / max(seconds, 1e-9):.1f} tokens/s]\n")
     return 0

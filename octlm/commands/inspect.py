@@ -8,6 +8,7 @@ import json
 from functools import partial
 from pathlib import Path
 
+from octlm.commands import options
 from octlm.errors import UserError, check_output, check_text
 from octlm.inspect.analysis import DEFAULT_FREQUENT, DEFAULT_TOP
 from octlm.inspect.report import write_pretrained_report, write_report
@@ -15,7 +16,8 @@ from octlm.storage.run import Run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", nargs="?", help="a run folder made by `octlm train`, e.g. runs/day1-learned")
+    parser.add_argument("run", nargs="?", metavar="RUN",
+                        help="a run folder made by `octlm train`, e.g. runs/day1-learned")  # fmt: skip
     parser.add_argument("--hf", metavar="NAME_OR_PATH",
                         help="instead of RUN: a pretrained GPT-2, Llama or GPT-NeoX model of Hugging Face "
                         "transformers, a local folder or a Hub name (e.g. gpt2); safetensors weights only")  # fmt: skip
@@ -31,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export-web", metavar="PATH",
                         help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
     parser.add_argument("--no-probe", action="store_true", help="skip the position probe (octlm probe)")
+    options.add_threads(parser)
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -56,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
         check_text(text, "--tokens")
     _check_outputs(args)
     write = partial(write_report, probe=not args.no_probe) if args.hf is None else write_pretrained_report
-    folder = write(
-        args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
-    )
+    with options.threads(args.threads):
+        folder = write(
+            args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
+        )
     numbers = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     labels = numbers["labels"]
     what = f"trained; run {numbers['run']}" if args.hf is None else f"pretrained; model {numbers['run']}"

@@ -6,13 +6,15 @@ import argparse
 
 import torch
 
-from octlm.config import add_config_arguments, config_from_args
+from octlm.commands import options
+from octlm.config import add_config_arguments, config_fields, config_from_args
 from octlm.model.decoder import Decoder
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, config_fields("model"))
     parser.add_argument("--dry-run", action="store_true", help="also run one forward pass on random ids")
+    options.add_threads(parser, what="torch CPU threads of --dry-run")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -26,6 +28,6 @@ def run(args: argparse.Namespace) -> None:
     print(f"parameters: {model.num_parameters():,} (token table {mc.vocab_size} x {mc.d_model} = {table:,})")
     if args.dry_run:
         ids = torch.randint(0, mc.vocab_size, (2, mc.context_length))
-        with torch.inference_mode():
+        with options.threads(args.threads), torch.inference_mode():
             logits, _ = model(ids)
         print(f"ids {list(ids.shape)} -> logits {list(logits.shape)}")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from octlm.commands import options
 from octlm.errors import SEED_RANGE, check_output, int_in_range
 from octlm.inspect.probe import BUCKETS, DEFAULT_WINDOWS, MIN_WINDOWS, probe_run, write_probe
 from octlm.storage.run import PROBE_FILES, Run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", help="a run folder made by `octlm train`, e.g. runs/day1-nope")
+    parser.add_argument("run", metavar="RUN", help="a run folder made by `octlm train`, e.g. runs/day1-nope")
     parser.add_argument("--text", metavar="FILE", help="probe on this UTF-8 text (default: the run's validation stream)")  # fmt: skip
     parser.add_argument("--windows", type=int_in_range(MIN_WINDOWS, 100_000), default=DEFAULT_WINDOWS, metavar="N",
                         help=f"windows of the context length to probe on (default {DEFAULT_WINDOWS})")  # fmt: skip
@@ -18,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"position buckets of the classifier (default {BUCKETS})")  # fmt: skip
     parser.add_argument("--seed", type=int_in_range(*SEED_RANGE), default=0, help="window split and control")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: RUN/report/probe)")
+    options.add_threads(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         Run.of(args.run).find_checkpoint()  # a clear one-line refusal for a folder that is not a run
         out = check_output(Run.of(args.run).probe_dir, "the probe folder", folder=True)
-    result = probe_run(args.run, args.text, args.windows, args.buckets, args.seed)
+    with options.threads(args.threads):
+        result = probe_run(args.run, args.text, args.windows, args.buckets, args.seed)
     folder = write_probe(result, out)
     print(
         f"position probe of {result['run']} ({result['position']}), {result['tokens']['test']:,} test tokens:"

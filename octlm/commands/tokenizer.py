@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from octlm.config import add_config_arguments, config_from_args
+from octlm.commands import options
+from octlm.config import add_config_arguments, config_fields, config_from_args
 from octlm.data.cache import TOKENIZER_FILE, cache_folder, write_tokenizer_meta
 from octlm.data.corpus import load_corpus
 from octlm.data.tokenizer import stream_tokens, train_tokenizer
@@ -14,7 +15,8 @@ from octlm.errors import check_output, writing
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, config_fields("data", "model.vocab_size"))
+    options.add_threads(parser, what="threads of the tokenizer's training")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     path = cache_folder(cfg.data, corpus, cfg.model.vocab_size) / TOKENIZER_FILE
     check_output(path, "the tokenizer file", folder=False)  # before the training, not after it
     start = time.perf_counter()
-    tokenizer = train_tokenizer(corpus.train, cfg.model.vocab_size)
+    with options.threads(args.threads, tokenizers=True):
+        tokenizer = train_tokenizer(corpus.train, cfg.model.vocab_size)
     seconds = time.perf_counter() - start
     with writing(path.parent):
         tokenizer.save(path)

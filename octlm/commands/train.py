@@ -17,16 +17,17 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from octlm.commands import options
 from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
-from octlm.errors import THREADS_RANGE, int_in_range
-from octlm.runtime import BF16Support, cpu_bf16_support, resolve_device, torch_threads
+from octlm.errors import UserError
+from octlm.runtime import BF16Support, cpu_bf16_support, cpu_share, resolve_device, torch_threads
 from octlm.storage.run import Run
 from octlm.training.loop import TrainResult, train
 from octlm.training.resume import config_for_resume
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    add_config_arguments(parser, no_flag=("train.run_name", "train.out_dir"))  # --name and --out give them
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR",
@@ -34,21 +35,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in RUN_DIR (e.g. runs/day1-learned) from its last checkpoint; "
         "its config is reused, and only bookkeeping such as --steps may change",
     )
-    parser.add_argument("--name", default=None, help="run name: the run lives in <out_dir>/<name>/")
+    parser.add_argument("--name", default=None, help="run name: the run lives in runs/<name>/ (see --out)")
+    parser.add_argument("--out", metavar="RUN_DIR", default=None,
+                        help="the run folder to write, e.g. runs/my-run (default: runs/<name>, or "
+                        "runs/<config>-<position> without --name)")  # fmt: skip
+    options.add_deprecated(parser, "--run-name", "name", "give the run name with --name NAME", metavar="NAME")
+    options.add_deprecated(parser, "--out-dir", "cfg__train__out_dir",
+                           "give the run folder: octlm train --out DIR/NAME", metavar="DIR")  # fmt: skip
     parser.add_argument(
         "--overwrite", action="store_true", help="start again in a run folder that holds a run"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--threads",
-        type=int_in_range(*THREADS_RANGE),
-        default=None,
-        help="torch CPU threads (default: torch's choice; 1 is often fastest on a busy machine)",
-    )
+    options.add_threads(parser)
 
 
 def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
     """The config to train and its run folder: from the flags, or for `--resume` the run's own config."""
+    if args.out is not None:
+        given = {"--name": args.name, "--out-dir": args.cfg__train__out_dir, "--resume": args.resume}
+        for flag in (flag for flag, value in given.items() if value):
+            raise UserError(f"--out {args.out!r} names the run folder; leave out {flag}")
+        folder = Path(args.out)
+        if folder.name in ("", ".", ".."):
+            raise UserError(f"--out {args.out!r} must end in the run's own folder name, e.g. runs/my-run")
+        args.name = folder.name
+        args.set.append(f"train.out_dir={folder.parent}")
     if args.name:
         args.set.append(f"train.run_name={args.name}")
     if args.resume:
@@ -76,11 +87,14 @@ def bf16_notice(config: Config, support: BF16Support | None = None, stream: Text
 
 def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
     """`octlm train`; `bf16`: the processor's bf16 support (detected when None; tests pass one)."""
-    with torch_threads(args.threads):
+    share = cpu_share() if args.threads is None else None
+    with torch_threads(args.threads if share is None else share.threads):
         started = time.perf_counter()
         config, folder = config_and_run(args)
         if int(os.environ.get("RANK", "0")) == 0:  # one notice per command, not one per DDP rank
             bf16_notice(config, bf16)
+            if share is not None and share.crowded and resolve_device(config.train.device).type == "cpu":
+                print(share.note("training"), file=sys.stderr)
         result = train(
             config,
             folder.path,
@@ -133,8 +147,6 @@ def report_figures(result: TrainResult, seconds: float, sample: str, report: Pat
     print(f"speed        {result.tokens_per_second:,.0f} tokens/s, {seconds:.1f} s in all")
     if sample:
         print("sample       " + sample.replace("\n", "\n             "))
-    print(
-        f'run          {result.run_dir}  (generate: octlm generate --run {result.run_dir} --prompt "class")'
-    )
+    print(f'run          {result.run_dir}  (generate: octlm generate {result.run_dir} --prompt "class")')
     if report is not None:
         print(f"report       {report}")

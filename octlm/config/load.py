@@ -10,6 +10,7 @@ any folder.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import tomllib
 from importlib.resources import files
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config.fields import coerce, field_types, is_list, printable
+from octlm.config.registry import SCHEMES, SOURCES
 from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
 from octlm.errors import UserError
 
@@ -107,27 +109,61 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
 
 
-def add_config_arguments(parser: Any) -> None:
-    """Add `--config` and one `--<field>` flag per config field (e.g. `--position rope`, `--steps 200`).
+# The help of a field that picks a plug-in lists the registered names (asked of the registry when the flag is added).
+CHOICES = {"model.position": SCHEMES, "data.source": SOURCES}
 
+
+def config_fields(*wanted: str) -> tuple[str, ...]:
+    """`section.field` keys of the config: every field of a section named alone (`"data"`), and each
+    `section.field` given; every field when none is given. A name that is neither is a programming mistake."""
+    every = [f"{section}.{f.name}" for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    if not wanted:
+        return tuple(every)
+    chosen = [key for key in every if key in wanted or key.partition(".")[0] in wanted]
+    unknown = set(wanted) - set(chosen) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"no config field {sorted(unknown)}")
+    return tuple(chosen)
+
+
+def add_config_arguments(parser: Any, fields: tuple[str, ...] | None = None, refused: dict[str, str] | None = None,
+                         no_flag: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Add `--config`, `--set` and one `--<field>` flag per config field in `fields` (`config_fields`; default:
+    every one), e.g. `--position rope`, `--steps 200`. A command lists only the fields it reads, so its --help
+    shows no flag it would ignore, and `--set` refuses the others (`overrides_from_args`).
+
+    `refused`: `section.field` -> why the command sets that field itself (e.g. "use --schemes rope"); its flag
+    is accepted by the parser, hidden from --help, and refused with that reason rather than ignored (`{value}` in
+    the reason is the value given). `no_flag`: fields the command reads but gives flags of its own for (train's
+    `--name` and `--out`); `--set` still reaches them.
     A field name that appears in two sections is only reachable with `--set section.field=value`.
     """
+    fields = config_fields() if fields is None else fields
+    refused = refused or {}
+    example = "train.lr=1e-3" if "train.lr" in fields else f"{fields[0]}=VALUE"
     parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override any config field, e.g. --set train.lr=1e-3")  # fmt: skip
+                        help=f"override a config field this command reads, e.g. --set {example}")  # fmt: skip
+    parser.set_defaults(config_fields=fields, config_refused=refused)
     seen: dict[str, str] = {}
     for section, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
             seen[f.name] = section if f.name not in seen else ""
     for name, section in seen.items():
-        if section:
-            flag = "--" + name.replace("_", "-")
+        key = f"{section}.{name}"
+        if section and (key in fields or key in refused) and key not in no_flag:
+            kind = field_types(SECTIONS[section])[name]
             # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
-            is_bool = field_types(SECTIONS[section])[name] is bool
-            nargs = "+" if is_list(field_types(SECTIONS[section])[name]) else "?" if is_bool else None
-            parser.add_argument(flag, dest=f"cfg__{section}__{name}", default=None, nargs=nargs,
-                                const="true" if is_bool else None, metavar=name.upper(),
-                                help=f"override {section}.{name}")  # fmt: skip
+            nargs = "+" if is_list(kind) else "?" if kind is bool else None
+            parser.add_argument("--" + name.replace("_", "-"), dest=f"cfg__{section}__{name}", default=None,
+                                nargs=nargs, const="true" if kind is bool else None, metavar=name.upper(),
+                                help=argparse.SUPPRESS if key in refused else _field_help(key))  # fmt: skip
+
+
+def _field_help(key: str) -> str:
+    """`override model.position (learned, rope, ...)`: the choices of a plug-in field listed."""
+    registry = CHOICES.get(key)
+    return f"override {key}" + (f" (one of: {', '.join(registry)})" if registry is not None else "")
 
 
 def overrides_from_args(args: Any) -> dict[str, Any]:
@@ -142,6 +178,7 @@ def overrides_from_args(args: Any) -> dict[str, Any]:
         if not eq:
             raise UserError(f"--set {item!r} must look like section.field=value")
         overrides[key.strip()] = value.strip()
+    _check_fields(args, overrides)
     if "data.text" in overrides and "data.source" not in overrides:
         overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
     return overrides
@@ -150,3 +187,25 @@ def overrides_from_args(args: Any) -> dict[str, Any]:
 def config_from_args(args: Any) -> Config:
     """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
     return load_config(args.config, overrides_from_args(args))
+
+
+def _check_fields(args: Any, overrides: dict[str, Any]) -> None:
+    """Refuse an override of a field the command sets itself (its reason) or never reads: never ignore it."""
+    refused: dict[str, str] = getattr(args, "config_refused", {})
+    fields: tuple[str, ...] = getattr(args, "config_fields", ())
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        shown = " ".join(value) if isinstance(value, list) else str(value)
+        by_flag = getattr(args, f"cfg__{section}__{name}", None) is not None
+        given = f"--{name.replace('_', '-')} {shown}" if by_flag else f"--set {key}={shown}"
+        if key in refused:
+            raise UserError(f"{given}: {refused[key].format(value=shown)}")
+        if fields and key not in fields and key in config_fields():
+            raise UserError(f"{given}: this command does not read {key}; it reads {_sections(fields)}")
+
+
+def _sections(fields: tuple[str, ...]) -> str:
+    """`[model], data.text and ...`: the fields a command reads, whole sections by name."""
+    whole = [s for s in SECTIONS if set(config_fields(s)) <= set(fields)]
+    rest = [key for key in fields if key.partition(".")[0] not in whole]
+    return ", ".join([f"[{s}]" for s in whole] + rest)

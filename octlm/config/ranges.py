@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
-from octlm.errors import SEED_RANGE
+from octlm.errors import SEED_RANGE, whole_range_words
 
 INT64_MAX = 2**63 - 1  # counts past this fit no int64 tensor, and no plausible run needs them
 
@@ -34,8 +34,8 @@ class Span(NamedTuple):
         low, high = (f"{x:,}" if whole else f"{x:g}" for x in (self.low, self.high))
         if self.high == math.inf:
             wanted = f"{'greater than' if self.low_open else 'at least'} {low}"
-        elif whole:  # whole-number spans are closed
-            wanted = f"between {low} and {high}"
+        elif whole:  # whole-number spans are closed; one that ends at a machine limit is said in words
+            wanted = whole_range_words(value, int(self.low), int(self.high))
         else:  # interval notation: [0, 1) holds 0 but not 1
             wanted = f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
         return f"{where} = {show(value)} must be {wanted}" + (f" ({self.why})" if self.why else "")

@@ -196,7 +196,7 @@ class TrainConfig:
         if self.run_name in (".", "..") or "/" in self.run_name or "\\" in self.run_name:
             p.append(
                 f"train.run_name = {show(self.run_name)} must be one folder name (no '/'); "
-                "use --out-dir for the folder that holds runs"
+                "use --out DIR/NAME for a run folder elsewhere"
             )
         p += _path_problems("train.out_dir", self.out_dir)
         if not re.fullmatch(r"auto|cpu|cuda(:\d{1,4})?", self.device):

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from octlm.config import DataConfig
 from octlm.config.registry import SOURCES
+from octlm.data.hub import is_hub_id, quiet_hub, require_hub
 from octlm.errors import UserError, first_line
 
 SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"})
@@ -308,25 +309,13 @@ def hub_documents(name: str, split: str, text_field: str, max_documents: int) ->
         args: dict[str, Any] = {"path": builder, "data_files": str(local), "split": "train"}
     else:
         args = {"path": name, "split": split}
-    docs: list[Document] = []
+        if not local.exists() and is_hub_id(name):  # streamed from the Hub: refused at once if it is gone
+            require_hub(f"data set {name!r} is streamed from the Hugging Face Hub",
+                        "set data.hub_dataset to a local file or folder of the data")  # fmt: skip
     try:
-        rows = datasets.load_dataset(**args, streaming=True)
-        for index, row in enumerate(rows):
-            if index >= max_documents:
-                break
-            if text_field not in row:
-                fields = ", ".join(sorted(row))
-                raise UserError(
-                    f"data set {name!r} has no field {text_field!r}; its fields are {fields} "
-                    "(set data.hub_text_field)"
-                )
-            text = row[text_field]
-            if not isinstance(text, str):
-                raise UserError(
-                    f"data set {name!r} field {text_field!r} holds {type(text).__name__}, not text "
-                    f"(row {index}); set data.hub_text_field to a text column"
-                )
-            docs.append(Document(f"{label}/{split}/{index:07d}", text))
+        with quiet_hub():
+            rows = datasets.load_dataset(**args, streaming=True)
+            docs = _rows_as_documents(rows, name, label, split, text_field, max_documents)
     except UserError:
         raise
     except Exception as error:  # datasets raises many types for "not found", offline, bad split, ...
@@ -334,4 +323,29 @@ def hub_documents(name: str, split: str, text_field: str, max_documents: int) ->
             f"could not load data set {name!r} split {split!r} ({type(error).__name__}: {first_line(error, 300)}); "
             "check the name, the split and your internet connection"
         ) from None
+    return docs
+
+
+def _rows_as_documents(
+    rows: Any, name: str, label: str, split: str, text_field: str, max_documents: int
+) -> list[Document]:
+    """The first `max_documents` rows' `text_field`, each as a document; a UserError for a missing or
+    non-text field."""
+    docs: list[Document] = []
+    for index, row in enumerate(rows):
+        if index >= max_documents:
+            break
+        if text_field not in row:
+            fields = ", ".join(sorted(row))
+            raise UserError(
+                f"data set {name!r} has no field {text_field!r}; its fields are {fields} "
+                "(set data.hub_text_field)"
+            )
+        text = row[text_field]
+        if not isinstance(text, str):
+            raise UserError(
+                f"data set {name!r} field {text_field!r} holds {type(text).__name__}, not text "
+                f"(row {index}); set data.hub_text_field to a text column"
+            )
+        docs.append(Document(f"{label}/{split}/{index:07d}", text))
     return docs

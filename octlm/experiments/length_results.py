@@ -21,7 +21,7 @@ from octlm.config import Config, config_from_dict
 from octlm.experiments import cells
 from octlm.experiments.length import AXES, CellsRun, Settings
 from octlm.inspect import probe
-from octlm.inspect.figures import Curve, plot_length
+from octlm.inspect.figures import VARIANT_STYLES, Curve, plot_length, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
@@ -256,8 +256,9 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
     cap = off_scale * min(s["bpb_mean"] for s in ok)
     left_out: dict[str, float] = {}
     rows = row_order(settings)
-    # Top: every scheme as trained, a colour each. Below (when there are any): RoPE and its variants, its
-    # inference-time extensions dashed, with ALiBi for reference: 14 lines in one panel were unreadable.
+    # Top: every scheme as trained, a colour each. Below (when there are any): RoPE and its variants, in RoPE's
+    # colour with a line style each, with ALiBi for reference: 14 lines in one panel were unreadable. A scheme
+    # has the same colour in every panel and figure (`scheme_colour`).
     groups = [("every scheme", [r for r in rows if r[1] in ("", "plain")])]
     rope = [r for r in rows if family_of(r[0]) == "rope"]
     if len(rope) > 1:
@@ -267,7 +268,7 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
         row = []
         for mode in settings.modes:
             curves = []
-            for i, (scheme, variant) in enumerate(members):
+            for scheme, variant in members:
                 pts = [s for s in ok if (s["scheme"], s["variant"], s["mode"]) == (scheme, variant, mode)]
                 label = row_label(scheme, variant, settings)
                 if pts and min(p["bpb_mean"] for p in pts) > cap:
@@ -276,7 +277,7 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
                     curves.append(Curve(label, np.array([p["length"] for p in pts]),
                                         np.array([p["bpb_mean"] for p in pts]),
                                         np.array([p["bpb_std"] or 0.0 for p in pts]),
-                                        dashed=variant not in ("", "plain"), color=i))  # fmt: skip
+                                        color=scheme_colour(scheme), style=VARIANT_STYLES[variant]))  # fmt: skip
             title = "non-overlapping windows" if mode == "windows" else "sliding windows (last L/2 scored)"
             row.append((f"{group}: {title}; trained at {settings.train_length}", curves))
         panels.append(row)

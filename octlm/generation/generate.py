@@ -265,17 +265,19 @@ def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
 
 
 def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, sampling: Sampling,
-                out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+                out: TextIO, use_cache: bool = True, stop_at_eot: bool = True,
+                notice: Callable[[str], None] | None = _stderr) -> int:  # fmt: skip
     """What `octlm generate` prints: `prompt`, then each new piece of text as soon as it is whole, flushed.
 
-    Returns the number of tokens made (a final EOT counts, and is not printed).
+    Returns the number of tokens made (a final EOT counts, and is not printed). A notice (the window sliding
+    past a learned table) goes to `notice`, never to `out`.
     """
     out.write(prompt)
     out.flush()
     stream, count = StreamDecoder(tokenizer), 0
     for token in generate(model, tokenizer, encode_prompt(tokenizer, prompt), max_new_tokens,
                           sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed,
-                          use_cache=use_cache, stop_at_eot=stop_at_eot):  # fmt: skip
+                          use_cache=use_cache, stop_at_eot=stop_at_eot, notice=notice):  # fmt: skip
         count += 1
         if token == tokenizer.eot_id and stop_at_eot:
             break  # the end of a document: nothing to print
@@ -289,11 +291,12 @@ def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
 
 
 def print_samples(model: nn.Module, tokenizer: Any, prompt: str, num_samples: int, max_new_tokens: int,
-                  sampling: Sampling, out: TextIO, use_cache: bool = True, stop_at_eot: bool = True) -> int:  # fmt: skip
+                  sampling: Sampling, out: TextIO, use_cache: bool = True, stop_at_eot: bool = True,
+                  notice: Callable[[str], None] | None = _stderr) -> int:  # fmt: skip
     """`octlm generate --num-samples N`: N continuations decoded as one batch, printed whole when done, each
     as `prompt` + text after a `--- sample i ---` line. Returns the number of tokens made, all samples."""
     samples = generate_batch(model, tokenizer, encode_prompt(tokenizer, prompt), num_samples, max_new_tokens,
-                             sampling, use_cache=use_cache, stop_at_eot=stop_at_eot)  # fmt: skip
+                             sampling, use_cache=use_cache, stop_at_eot=stop_at_eot, notice=notice)  # fmt: skip
     for i, ids in enumerate(samples):
         text = tokenizer.decode(ids[:-1] if stop_at_eot and ids and ids[-1] == tokenizer.eot_id else ids)
         out.write(f"--- sample {i + 1} ---\n{prompt}{text}\n")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from octlm.inspect.analysis import INIT_STD, Tables, most_frequent, tables_of, to_json
+from octlm.positions import scheme_names
 
 if TYPE_CHECKING:
     from octlm.data.tokenizer import Tokenizer
@@ -40,8 +41,10 @@ def _save(fig: Any, path: Path) -> Path:
 
 def plot_similarity_maps(maps: list[tuple[str, np.ndarray]], path: Path) -> Path:
     """One panel per (title, `[T, T]` cosine similarity); diverging colours fixed to [-1, 1], a colour bar."""
-    fig = _figure(3.4 * len(maps) + 1.0, 3.5)
-    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=0.97, bottom=0.14, top=0.91, wspace=0.35)
+    two_lines = any("\n" in title for title, _ in maps)  # a reference's title says what it stands in for
+    fig = _figure(3.4 * len(maps) + 1.0, 3.5 + 0.2 * two_lines)
+    top = 0.87 if two_lines else 0.91
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=0.97, bottom=0.14, top=top, wspace=0.35)
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     image = None
     for ax, (title, sim) in zip(axes, maps, strict=True):
@@ -151,7 +154,12 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
     figures: dict[str, Path] = {}
     pos = report["positions"]
     scheme, width = pos["scheme"], report["model"]["d_model"]
-    sinusoidal = (f"sinusoidal (fixed, C = {width})", pos["sinusoidal_reference"]["similarity"])
+    # The sinusoidal table beside a run's own maps, or alone for a run without position vectors, is a
+    # reference, not the run's: its title says so (a RoPE run's positions.png once read as "sinusoidal").
+    sinusoidal = (
+        f"reference: the sinusoidal table\n(fixed, C = {width})",
+        pos["sinusoidal_reference"]["similarity"],
+    )
     if "untrained" in pos:  # position vectors that training changed
         maps = [
             (f"{scheme}, trained", pos["trained"]["similarity"]),
@@ -160,12 +168,17 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
         ]
     elif pos["has_vectors"] and not np.allclose(pos["trained"]["similarity"], sinusoidal[1], atol=1e-6):
         maps = [(f"{scheme} (fixed)", pos["trained"]["similarity"]), sinusoidal]
-    else:  # no vectors, or fixed ones with the sinusoidal table's map (the sinusoidal scheme itself)
-        maps = [sinusoidal]
+    elif pos["has_vectors"]:  # fixed vectors with the sinusoidal table's map: the sinusoidal scheme itself
+        maps = [(f"{scheme} (fixed, C = {width})", sinusoidal[1])]
+    else:
+        reference = f"reference: the sinusoidal table, C = {width}\n({scheme} has no position vectors)"
+        maps = [(reference, sinusoidal[1])]
     figures["positions"] = plot_similarity_maps(maps, folder / "positions.png")
     extra = plot_scheme(pos, folder / "position_scheme.png")
     if extra is not None:
         figures["position_scheme"] = extra
+    if "mean" in (report.get("attention") or {}):  # octlm/inspect/attention.py
+        figures["attention"] = plot_attention_distance(report["attention"]["mean"], folder / "attention.png")
 
     labels = report["labels"]
     figures["tokens_pca"] = plot_pca(
@@ -231,6 +244,42 @@ def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
     return tokenizer.token_str(token_id)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# One colour per scheme, in every figure
+
+# How a variant of a scheme is drawn: in its scheme's colour, with a (line style, marker) of its own. RoPE's
+# inference-time extensions (octlm.positions.rope_scaling.VARIANTS) and the battery's row options (+random,
+# +nopeK); "" and "plain" are the scheme as trained.
+VARIANT_STYLES: dict[str, tuple[str, str]] = {
+    "": ("-", "o"), "plain": ("-", "o"), "pi": ("--", "s"), "ntk": ("-.", "^"), "dynamic": (":", "v"),
+    "yarn": ("--", "D"), "random": ("--", "s"), "nope": ("-.", "^"), "random+nope": (":", "v"),
+}  # fmt: skip
+STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
+
+
+def scheme_colour(scheme: str) -> str:
+    """The colour of `scheme` in every figure (hex): tab10's in registration order, which the ten built-in
+    schemes fill; tab20's lighter shades for the next ten; black for a name no scheme has."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    names = scheme_names()
+    if scheme not in names:
+        return "#000000"
+    i = names.index(scheme)
+    if i < 10:
+        return to_hex(colormaps["tab10"](i))
+    return to_hex(colormaps["tab20"](2 * (i % 10) + 1))  # a plugin: the light shade of a built-in's hue
+
+
+def row_style(row: str) -> tuple[str, tuple[str, str]]:
+    """(colour, (line style, marker)) of a figure row: a scheme, or a battery row `scheme+random`,
+    `scheme+nopeK`."""
+    scheme, *extras = row.split("+")
+    kinds = ["nope" if e.startswith("nope") else e for e in extras]
+    return scheme_colour(scheme), VARIANT_STYLES.get("+".join(sorted(kinds, reverse=True)), ("--", "x"))
+
+
 @dataclass
 class Curve:
     """One line of `plot_length`: `mean` `[n]` at `lengths` `[n]`, a band of ± `spread` `[n]` around it."""
@@ -239,8 +288,8 @@ class Curve:
     lengths: np.ndarray
     mean: np.ndarray
     spread: np.ndarray
-    dashed: bool = False
-    color: int = 0  # index into tab10: a row keeps its colour when another row is left out
+    color: str = "#000000"  # `scheme_colour` of its scheme: the same in every panel and figure
+    style: tuple[str, str] = ("-", "o")  # its variant's (line style, marker): VARIANT_STYLES
 
 
 def plot_length(
@@ -251,9 +300,6 @@ def plot_length(
     A dotted line marks the training length; each row has its legend on the right; `note` (e.g. the rows left
     off the scale) goes under the panels.
     """
-    from matplotlib import colormaps
-
-    colors = colormaps["tab10"]
     n_rows, n_cols = len(panels), max(len(row) for row in panels)
     fig = _figure(14.0, 1.0 + 4.5 * n_rows)
     fig.subplots_adjust(
@@ -261,19 +307,18 @@ def plot_length(
     )
     grid = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
     for row, axes in zip(panels, grid, strict=True):
-        _length_row(row, axes, colors, train_length, lengths)
+        _length_row(row, axes, train_length, lengths)
     if note:
         fig.text(0.01, 0.01, note, fontsize=8)
     fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
     return _save(fig, path)
 
 
-def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, colors: Any, train_length: int,
-                lengths: list[int]) -> None:  # fmt: skip
+def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int, lengths: list[int]) -> None:
     for ax, (title, curves) in zip(axes, row, strict=False):
         for c in curves:
-            line = ax.plot(c.lengths, c.mean, "--" if c.dashed else "-", marker="o", ms=3,
-                           color=colors(c.color % 10), label=c.label)[0]  # fmt: skip
+            line = ax.plot(c.lengths, c.mean, linestyle=c.style[0], marker=c.style[1], ms=3, color=c.color,
+                           label=c.label)[0]  # fmt: skip
             ax.fill_between(c.lengths, c.mean - c.spread, c.mean + c.spread, color=line.get_color(),
                             alpha=0.15, linewidth=0)  # fmt: skip
         ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
@@ -283,18 +328,16 @@ def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, colors: Any, trai
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("bits per byte (the same tokens at every length)")
-    axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=STYLE_KEY,
+                              title_fontsize=7)  # fmt: skip
 
 
 def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int],
                   path: Path) -> Path:  # fmt: skip
     """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
     where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
-    line marks the largest training size."""
-    from matplotlib import colormaps
-
-    rows = list(dict.fromkeys(row for _, lines in panels.values() for row in lines))
-    colors, styles = colormaps["tab10"], ("-", "--", ":", "-.")
+    line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line style its
+    options' (`row_style`)."""
     columns = min(4, len(panels))
     n_rows = math.ceil(len(panels) / columns)
     fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
@@ -303,9 +346,9 @@ def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None
     axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
     for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
         for row, values in lines.items():
-            i = rows.index(row)
+            color, (style, marker) = row_style(row)
             y = [np.nan if v is None else 100 * v for v in values]
-            ax.plot(sizes, y, styles[i // 10 % 4], marker="o", ms=3, color=colors(i % 10), label=row)
+            ax.plot(sizes, y, linestyle=style, marker=marker, ms=3, color=color, label=row)
         ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(n) for n in sizes])
@@ -315,7 +358,8 @@ def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="upper right", bbox_to_anchor=(0.995, 1 - 0.2 / n_rows))
+    fig.legend(handles, labels, fontsize=7, loc="upper right", bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
+               title=STYLE_KEY, title_fontsize=7)  # fmt: skip
     fig.suptitle(
         "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
     )
@@ -376,4 +420,52 @@ def plot_probe(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("What each layer knows of a token's absolute position (held-out windows)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Path:
+    """Mean attention probability `[L, H, T]` against distance 0..T-1: one panel per layer, a line per head.
+
+    Both axes are logarithmic (distance symlog, so distance 0 shows). The dashed grey line is uniform attention
+    over each query's visible keys, mean over queries i >= d of 1 / (i + 1): falling with distance by itself,
+    so a head is local where it falls faster (octlm/inspect/attention.py).
+    """
+    mean = np.asarray(mean, dtype=np.float64)  # report.json's nested lists too
+    layers, heads, length = mean.shape
+    fig = _figure(3.6 * layers + 0.6, 3.4)
+    fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.98, bottom=0.16, top=0.86, wspace=0.2)
+    axes = fig.subplots(1, layers, squeeze=False, sharey=True)[0]
+    distance = np.arange(length)
+    uniform = np.cumsum((1.0 / np.arange(1, length + 1))[::-1])[::-1] / (length - distance)
+    for layer, ax in enumerate(axes):
+        for head in range(heads):
+            ax.plot(distance, np.maximum(mean[layer, head], 1e-12), linewidth=1.2, label=f"head {head}")
+        ax.plot(distance, uniform, color="grey", linestyle="--", linewidth=1, label="uniform")
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_yscale("log")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_xlabel("distance i - j")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean attention probability")
+    axes[-1].legend(fontsize=7, loc="best", ncol=1 + heads // 8)
+    fig.suptitle(title or "Attention against distance (held-out windows)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_learning_curves(curves: list[tuple[str, str, list[int], list[float]]], path: Path) -> Path:
+    """Validation bits per byte against training step, a line per (label, scheme, steps, bits per byte), one
+    axes: the scheme's colour (`scheme_colour`), and runs of one scheme (seeds) told apart by line style."""
+    fig = _figure(6.4, 4.0)
+    fig.subplots_adjust(left=0.11, right=0.98, bottom=0.13, top=0.92)
+    ax = fig.subplots()
+    seen: dict[str, int] = {}
+    for label, scheme, steps, bpb in curves:
+        nth = seen[scheme] = seen.get(scheme, -1) + 1
+        ax.plot(steps, bpb, color=scheme_colour(scheme), linestyle=("-", "--", ":", "-.")[nth % 4],
+                marker="o", markersize=3, linewidth=1.3, label=label)  # fmt: skip
+    ax.set_xlabel("training step")
+    ax.set_ylabel("validation bits per byte")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title("Learning curves", fontsize=10)
     return _save(fig, path)

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from octlm.data.hub import quiet_hub, require_hub
 from octlm.data.tokenizer import byte_of_char
 from octlm.errors import UserError
 from octlm.inspect.analysis import MAP_POSITIONS, MODEL_FIELDS, Tables, about
@@ -85,6 +87,23 @@ def default_out(name: str) -> Path:
     return REPORTS / (re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-") or "model")
 
 
+HUB_FIX = "pass a local folder with the model (--hf path/to/folder, saved by transformers' save_pretrained)"
+
+
+def _cached_or_hub(load: Callable[..., Any], name: str, **kwargs: Any) -> Any:
+    """`load(name, ...)` from a local folder, else from the Hugging Face cache alone, else, once one quick try
+    finds the Hub there (`octlm.data.hub`), from the Hub; its retry lines held back either way."""
+    local = Path(name).expanduser()
+    with quiet_hub():
+        if local.exists():
+            return load(str(local), **kwargs)
+        try:
+            return load(name, local_files_only=True, **kwargs)
+        except OSError:  # not (all) in the cache
+            require_hub(f"--hf {name!r} is not in the local Hugging Face cache", HUB_FIX)
+        return load(name, **kwargs)
+
+
 def load_config(name: str) -> Any:
     """The model's transformers config, refused unless it is a GPT-2, Llama or GPT-NeoX model."""
     transformers = _transformers()
@@ -94,8 +113,9 @@ def load_config(name: str) -> Any:
     if not local.exists() and _looks_like_a_path(name):
         raise UserError(f"--hf {name!r}: there is no such folder")
     try:
-        config = transformers.AutoConfig.from_pretrained(str(local) if local.exists() else name,
-                                                         trust_remote_code=False)  # fmt: skip
+        config = _cached_or_hub(transformers.AutoConfig.from_pretrained, name, trust_remote_code=False)
+    except UserError:  # the Hub cannot be reached: already one line
+        raise
     except (OSError, ValueError) as error:  # missing, offline, not a model, custom code refused
         where = "" if local.exists() else " (not a local folder; from the Hub)"
         raise UserError(f"--hf {name!r}: cannot load its config{where}: {_one_line(error)}") from None
@@ -129,10 +149,12 @@ def load_model(name: str, config: Any) -> PreTrainedModel:
     local = Path(name).expanduser()
     refuse_pickles(local)
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(local) if local.exists() else name, config=config, use_safetensors=True,
+        model = _cached_or_hub(
+            transformers.AutoModelForCausalLM.from_pretrained, name, config=config, use_safetensors=True,
             trust_remote_code=False, **_dtype(transformers),
         )  # fmt: skip
+    except UserError:  # the Hub cannot be reached: already one line
+        raise
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # missing, corrupt, wrong shapes
         raise UserError(
             f"--hf {name!r}: cannot load safetensors weights ({_one_line(error)}); octlm reads no other format"
@@ -244,8 +266,8 @@ def load_tokenizer(name: str) -> tuple[PretrainedTokenizer | None, str | None]:
     if local.is_dir() and not (local / "tokenizer.json").is_file():
         return None, f"{name} has no tokenizer.json: tokens are labelled by id."
     try:
-        tokenizer = _transformers().AutoTokenizer.from_pretrained(
-            str(local) if local.exists() else name, trust_remote_code=False
+        tokenizer = _cached_or_hub(
+            _transformers().AutoTokenizer.from_pretrained, name, trust_remote_code=False
         )
         return PretrainedTokenizer(tokenizer), None
     except Exception as error:  # any tokenizer trouble costs the labels, not the report

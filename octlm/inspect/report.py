@@ -19,7 +19,7 @@ the report's text, the files (`write_report`, `write_pretrained_report`) and the
 
     runs/<name>/report/ (--hf: reports/<name>/)
         report.md  report.html  report.json  embeddings.json  positions.png  tokens_pca.png  norms.png
-        [position_scheme.png for RoPE, ALiBi and T5]
+        [position_scheme.png for RoPE, ALiBi and T5]  [attention.png: attention by distance, octlm/inspect/attention.py]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from octlm.inspect.analysis import (
     to_json,
     token_counts,
 )
+from octlm.inspect.attention import attention_blocks, report_attention
 from octlm.inspect.figures import draw_figures, web_export
 from octlm.inspect.probe import inspect_probe, report_probe_blocks
 from octlm.inspect.render import (
@@ -114,7 +115,7 @@ def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Bloc
     blocks.append(Image(figures["norms"], f"{norms}, trained and untrained."))
     if "unseen" in report:
         blocks += _unseen_blocks(report["unseen"], m)
-    return blocks
+    return blocks + attention_blocks(report.get("attention"), figures.get("attention"))
 
 
 def _token_blocks(report: dict[str, Any]) -> list[Block]:
@@ -313,6 +314,7 @@ def write_report(
         )
     report["step"] = meta.get("step")
     report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
+    report["attention"] = report_attention(model, config, tokenizer)  # octlm/inspect/attention.py
     folder = Path(out) if out is not None else Run.of(run_dir).report_dir
     return write_files(report, model, tokenizer, folder, export_web)
 

@@ -27,8 +27,8 @@ def check_out(out: Path, force: bool, run_dir: Path | None, suffix: str,
     `suffix` names the suggested new folder (`run_dir` + suffix); `not_an_export(out)` says why a non-empty
     `out` is no earlier export (the middle of the message), or None when it is one that `force` may replace.
     """
-    check_output(out, "OUT", folder=True)
-    shown = f"OUT {str(out)!r}"
+    check_output(out, "--out", folder=True)
+    shown = f"--out {str(out)!r}"
     if out.is_symlink():
         raise UserError(f"{shown} is a symbolic link (to {os.readlink(out)!r}); give the folder itself")
     where = out.resolve()

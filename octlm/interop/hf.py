@@ -1,9 +1,13 @@
 """octlm <-> Hugging Face `transformers`: convert models both ways and export a trained run as a model folder.
 
 Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, GPT-NeoX for
-RoPE on a fraction of the channels with LayerNorm and GELU) and the weight names on both sides live in
-`octlm.interop.hf_arch`; any other mix (sinusoidal, ALiBi, T5, interleaved RoPE, LayerNorm with SwiGLU, ...) has no
-standard architecture to load into, so `to_hf` raises a `UserError` that names every setting that differs.
+RoPE on a fraction of the channels with LayerNorm and GELU, MPT for ALiBi without biases) and the weight names
+on both sides live in `octlm.interop.hf_arch`; any other mix (sinusoidal, T5, interleaved RoPE, LayerNorm with
+SwiGLU, ALiBi with biases, ...) has no standard architecture to load into, so `to_hf` raises a `UserError` that
+names every setting that differs.
+
+An exported folder generates what `octlm generate` generates: its tokenizer puts `<|endoftext|>` before the
+prompt as octlm does (`prompt_tokenizer`), and its generation config starts and stops at it (`set_generation`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from octlm.errors import writing
+from octlm.files import give_plain_modes
 from octlm.interop.export_folder import check_out, sibling, swap_in
 from octlm.interop.hf_arch import (
     CLASSES,
@@ -30,6 +35,7 @@ from octlm.model.decoder import Decoder
 from octlm.storage.run import Run
 
 if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
     from transformers import PreTrainedModel
 
     from octlm.data.tokenizer import Tokenizer
@@ -40,8 +46,8 @@ EOT = "<|endoftext|>"  # the same string as octlm.data.tokenizer.EOT (not import
 def to_hf(
     model: Decoder, eos_token_id: int | None = None, attn_implementation: str = "sdpa"
 ) -> PreTrainedModel:
-    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM` or
-    `GPTNeoXForCausalLM` computing the same logits as `model`.
+    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM`, `GPTNeoXForCausalLM`
+    or `MptForCausalLM` (eager attention, its only kind) computing the same logits as `model`.
 
     `eos_token_id` (the tokenizer's `<|endoftext|>` id) is recorded as bos/eos for `generate`. Raises
     UserError when the model's architecture has no counterpart in `transformers` (see `hf_architecture`).
@@ -50,9 +56,11 @@ def to_hf(
 
     config = model.config
     arch = hf_architecture(config)
-    if arch != "gpt2":
+    if arch not in ("gpt2", "mpt"):
         check_rope_untouched(model)
     cls = getattr(transformers, CLASSES[arch])
+    if arch == "mpt":
+        attn_implementation = "eager"  # MPT's attention has no other path (transformers refuses "sdpa")
     # Random init is wasted work (every weight is overwritten) but keeps us on the public constructor.
     hf_model = cls._from_config(
         hf_config(config, arch, eos_token_id), attn_implementation=attn_implementation
@@ -125,6 +133,7 @@ def export_hf_model(model: Decoder, tokenizer: Tokenizer, out: str | Path, force
     out = Path(out)
     _check_out(out, force)
     hf_model = to_hf(model, eos_token_id=tokenizer.eot_id)
+    set_generation(hf_model, tokenizer)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = sibling(out, "tmp")
     tmp.mkdir()  # mkdir, not mkdtemp: the folder gets the usual permissions, not 0700
@@ -154,18 +163,54 @@ def _write_export(
     finally:
         if bars:
             logging.enable_progress_bar()
-    tokenizer.save(tmp / "octlm_tokenizer.json")
-    # A learned table has no row past context_length; other schemes have no maximum.
-    learned = model.config.position == "learned"
-    max_length = {"model_max_length": model.config.context_length} if learned else {}
+    prompt_tokenizer(tokenizer).save(str(tmp / "octlm_tokenizer.json"))
+    # A learned table has no row past context_length, MPT attends to no more than max_seq_len keys; the other
+    # schemes have no maximum.
+    limits = {"learned": model.config.context_length, "alibi": getattr(hf_model.config, "max_seq_len", None)}
+    limit = limits.get(model.config.position)
+    max_length = {"model_max_length": limit} if limit else {}
     hf_tokenizer = PreTrainedTokenizerFast(
         tokenizer_file=str(tmp / "octlm_tokenizer.json"), bos_token=EOT, eos_token=EOT,
+        add_bos_token=True, add_eos_token=False,  # the same template as prompt_tokenizer's, in its own words
         clean_up_tokenization_spaces=False,  # else decode drops spaces before punctuation (tokenizer.py)
         split_special_tokens=True,  # literal "<|endoftext|>" in text is plain text, as in octlm's encode
         **max_length,
     )  # fmt: skip
     hf_tokenizer.save_pretrained(tmp)
     (tmp / "octlm_tokenizer.json").unlink()
+    give_plain_modes(tmp)  # safetensors writes model.safetensors 0600; the files beside it follow the umask
+
+
+def prompt_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
+    """The `tokenizers` tokenizer of an export: octlm's, plus a post-processor that puts EOT first.
+
+    `octlm generate` starts every prompt with EOT (`octlm.generation.generate.encode_prompt`: training streams
+    put EOT before every document, so it marks a start); without it a model continues "class" as if from the
+    middle of a document. With it `tokenizer("class")` is [EOT, ...], `add_special_tokens=False` gives the bare
+    ids, and `decode(..., skip_special_tokens=True)` gives the text back. A pair is two documents, each after
+    its EOT, as in the training stream.
+    """
+    from tokenizers import Tokenizer as Backend
+    from tokenizers.processors import TemplateProcessing
+
+    backend = Backend.from_str(tokenizer.to_json())
+    backend.post_processor = TemplateProcessing(
+        single=f"{EOT}:0 $A:0", pair=f"{EOT}:0 $A:0 {EOT}:1 $B:1", special_tokens=[(EOT, tokenizer.eot_id)]
+    )
+    return backend
+
+
+def set_generation(hf_model: PreTrainedModel, tokenizer: Tokenizer) -> None:
+    """`hf_model.generate` decodes as `octlm generate` does: it starts from EOT when given no prompt, stops at
+    EOT, and never picks an id the tokenizer lacks (a model vocabulary larger than the tokenizer's).
+
+    pad is EOT too, GPT-2's convention: transformers infers an attention mask from pad ids only when pad
+    differs from eos, so the prompt's leading EOT is attended to, as in octlm.
+    """
+    settings = hf_model.generation_config
+    settings.bos_token_id = settings.eos_token_id = settings.pad_token_id = tokenizer.eot_id
+    missing = list(range(tokenizer.vocab_size, hf_model.config.vocab_size))
+    settings.suppress_tokens = missing or None
 
 
 def export_hf(run_dir: str | Path, out: str | Path, force: bool = False) -> Path:

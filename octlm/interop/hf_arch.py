@@ -1,6 +1,6 @@
 """Which `transformers` architecture holds an octlm config exactly, and the weight names on both sides.
 
-Four octlm stacks have an exact counterpart (the names are `transformers`' `model_type`s):
+Five octlm stacks have an exact counterpart (the names are `transformers`' `model_type`s):
 
 - `gpt2` (`GPT2LMHeadModel`): learned positions, LayerNorm, GELU MLP, biases everywhere, no grouped KV heads.
 - `llama` (`LlamaForCausalLM`): RoPE in the `half` layout on every channel, RMSNorm, SwiGLU MLP, no biases
@@ -8,6 +8,11 @@ Four octlm stacks have an exact counterpart (the names are `transformers`' `mode
 - `smollm3` (`SmolLM3ForCausalLM`): the Llama stack with `model.nope_layers`, SmolLM3's `no_rope_layers`.
 - `gpt_neox` (`GPTNeoXForCausalLM`, e.g. Pythia): RoPE in the `half` layout on the first `rope_fraction` of
   each head's channels (`rotary_pct`), LayerNorm, GELU MLP, biases, sequential (not parallel) residuals.
+- `mpt` (`MptForCausalLM`): ALiBi in every layer, LayerNorm without bias, GELU MLP of width 4 x d_model, no
+  biases, no grouped KV heads. Its slopes are octlm's (1/2^(8i/n), the paper's fill for other head counts) and
+  its bias is slope x (j - T + 1) for key j of T, which differs from octlm's -slope x (i - j) by a constant per
+  query row: softmax is the same. Falcon (its ALiBi is added before the 1/sqrt(d) scale) and BLOOM (a
+  LayerNorm after the token table) compute something else, so ALiBi maps only to MPT.
 
 The mapping is renaming plus three layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the
 transpose of `nn.Linear`), Llama fuses nothing that octlm fuses (q/k/v and gate/up are split), and GPT-NeoX
@@ -46,12 +51,17 @@ _NEOX_NEEDS = (
     ("mlp", "gelu"),
     ("bias", True),
 )
+_MPT_NEEDS = (("position", "alibi"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", False))
+# MPT builds its ALiBi row for max_seq_len keys on every forward and attends to no more; octlm's ALiBi has no
+# maximum, so the export allows the length experiment's farthest reach, 16 x the trained context.
+MPT_LENGTH_FACTOR = 16
 # The transformers class each architecture loads into.
 CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "smollm3": "SmolLM3ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
+    "mpt": "MptForCausalLM",
 }
 
 
@@ -63,9 +73,21 @@ def _differences(config: ModelConfig, needs: tuple[tuple[str, Any], ...]) -> lis
     ]
 
 
+def _mpt_differences(config: ModelConfig, full_heads: bool) -> list[str]:
+    """What keeps `config` from MPT's shape: its MLP is 4 x d_model wide, every layer has ALiBi, no GQA."""
+    mpt = _differences(config, _MPT_NEEDS)
+    if config.d_ff != 4 * config.d_model:
+        mpt.append(f"d_ff={config.d_ff} (MPT's MLP is 4 x d_model; needs {4 * config.d_model})")
+    if not full_heads:
+        mpt.append(f"n_kv_heads={config.n_kv_heads} (MPT has no grouped-query attention; needs 0)")
+    if config.nope_layers:
+        mpt.append(f"nope_layers={config.nope_layers} (MPT has ALiBi in every layer; needs [])")
+    return mpt
+
+
 def hf_architecture(config: ModelConfig) -> str:
     """The `transformers` architecture that holds this config exactly: "gpt2", "llama", "smollm3" (Llama with
-    `nope_layers`) or "gpt_neox".
+    `nope_layers`), "gpt_neox" or "mpt" (ALiBi).
 
     Raises UserError "not representable in transformers: ..." naming what differs from each target.
     """
@@ -85,11 +107,15 @@ def hf_architecture(config: ModelConfig) -> str:
         return "smollm3" if config.nope_layers else "llama"
     if not neox:
         return "gpt_neox"
+    mpt = _mpt_differences(config, full_heads)
+    if not mpt:
+        return "mpt"
     raise UserError(
         "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in " + ", ".join(gpt2)
         + "; as Llama (LlamaForCausalLM, or SmolLM3ForCausalLM with nope_layers) it differs in "
         + ", ".join(llama)
         + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in " + ", ".join(neox)
+        + "; as MPT (MptForCausalLM, ALiBi) it differs in " + ", ".join(mpt)
     )  # fmt: skip
 
 
@@ -154,6 +180,18 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
             n_positions=config.context_length, n_inner=config.d_ff,
             activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
             layer_norm_epsilon=config.norm_eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
+        )  # fmt: skip
+    if arch == "mpt":
+        # softmax_scale None is 1/sqrt(head_dim), as SDPA's; the slopes' 8 is ALiBi's (alibi_slopes).
+        attn = dict(
+            alibi=True, alibi_bias_max=8, softmax_scale=None, clip_qkv=None, qk_ln=False, attn_pdrop=0
+        )
+        return transformers.MptConfig(
+            d_model=config.d_model, n_heads=config.n_heads, n_layers=config.n_layers, expansion_ratio=4,
+            max_seq_len=MPT_LENGTH_FACTOR * config.context_length, layer_norm_epsilon=config.norm_eps,
+            attn_config=attn, no_bias=True, logit_scale=None, resid_pdrop=0.0, emb_pdrop=0.0,
+            use_cache=True,  # MptConfig's default is False: generate would re-read the whole sequence per token
+            **common,
         )  # fmt: skip
     if arch == "gpt_neox":
         cls = transformers.GPTNeoXConfig
@@ -261,7 +299,25 @@ def neox_state(model: Decoder) -> dict[str, Tensor]:
     return s
 
 
-STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "gpt_neox": neox_state}
+def mpt_state(model: Decoder) -> dict[str, Tensor]:
+    """MPT's names. Its fused Wqkv is [q | k | v] like octlm's qkv (it chunks the output in three)."""
+    s: dict[str, Tensor] = {
+        "transformer.wte.weight": model.token_embedding.weight,
+        "transformer.norm_f.weight": model.norm.weight,
+        "lm_head.weight": model.head.weight,
+    }
+    for i, b in enumerate(model.blocks):
+        p = f"transformer.blocks.{i}."
+        s |= {
+            p + "norm_1.weight": b.norm1.weight, p + "attn.Wqkv.weight": b.attn.qkv.weight,
+            p + "attn.out_proj.weight": b.attn.proj.weight, p + "norm_2.weight": b.norm2.weight,
+            p + "ffn.up_proj.weight": b.mlp.fc.weight, p + "ffn.down_proj.weight": b.mlp.proj.weight,
+        }  # fmt: skip
+    return s
+
+
+STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "gpt_neox": neox_state,
+          "mpt": mpt_state}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -347,7 +403,31 @@ def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     return config, problems
 
 
-_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config, "gpt_neox": _neox_config}
+def _mpt_config(hc: Any) -> tuple[ModelConfig, list[str]]:
+    """MPT as transformers runs it: ALiBi, bias-free LayerNorm and Linear, a 4 x d_model GELU MLP (the modeling
+    code ignores `expansion_ratio`, `no_bias` and `attn_type`, so they are not read). The context length is
+    max_seq_len / MPT_LENGTH_FACTOR, the inverse of the export: octlm's ALiBi has no maximum, so it is only the
+    training block length a further run would use."""
+    attn, head_dim = hc.attn_config, hc.d_model // hc.n_heads
+    problems = _problems((
+        ("alibi", attn.alibi, attn.alibi),
+        ("alibi_bias_max", attn.alibi_bias_max, attn.alibi_bias_max == 8),
+        ("softmax_scale", attn.softmax_scale,
+         attn.softmax_scale is None or math.isclose(attn.softmax_scale, head_dim**-0.5, rel_tol=1e-6)),
+        ("clip_qkv", attn.clip_qkv, not attn.clip_qkv),
+        ("qk_ln", attn.qk_ln, not attn.qk_ln),
+        ("logit_scale", hc.logit_scale, hc.logit_scale is None),
+    ))  # fmt: skip
+    config = ModelConfig(
+        vocab_size=hc.vocab_size, d_model=hc.d_model, context_length=max(1, hc.max_seq_len // MPT_LENGTH_FACTOR),
+        n_layers=hc.n_layers, n_heads=hc.n_heads, d_ff=4 * hc.d_model, position="alibi", norm="layernorm",
+        mlp="gelu", bias=False, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.layer_norm_epsilon,
+    )  # fmt: skip
+    return config, problems
+
+
+_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config, "gpt_neox": _neox_config,
+            "mpt": _mpt_config}  # fmt: skip
 
 
 def config_from_hf(hc: Any) -> ModelConfig:
@@ -355,7 +435,7 @@ def config_from_hf(hc: Any) -> ModelConfig:
     does not have (GPT-2's tanh GELU, biased Llama projections, scaled RoPE, parallel residuals, ...)."""
     reader = _READERS.get(hc.model_type)
     if reader is None:
-        raise UserError("octlm reads only gpt2, llama, smollm3 and gpt_neox models from transformers, "
+        raise UserError("octlm reads only gpt2, llama, smollm3, gpt_neox and mpt models from transformers, "
                         f"not model_type {hc.model_type!r}")  # fmt: skip
     config, problems = reader(hc)
     if problems:

@@ -5,9 +5,10 @@
 The explainer site runs it in the browser (onnxruntime-web) to show bits per token along a text and the
 attention pattern of any layer and head, so the probabilities must be the very ones that made the logits.
 The model attends through `scaled_dot_product_attention`, which never materialises them. For export only,
-`octlm.model.decoder.attention`, the one function every layer calls, is swapped for `explicit_attention`:
-softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it computed. Everything else in the
-graph is the model's own code: its blocks, norms and MLPs, and the scheme's embed / rotate / bias hooks.
+`octlm.model.decoder.attention`, the one function every layer calls, is swapped for `explicit_attention`
+(octlm/model/attention_record.py): softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it
+computed. Everything else in the graph is the model's own code: its blocks, norms and MLPs, and the scheme's
+embed / rotate / bias hooks.
 
 Two schemes grow their tables on demand, from the value of the last position: the sinusoidal table and RoPE's
 cos/sin. A data-dependent branch cannot live in a graph, so `FixedTables` grows them once to the export's
@@ -18,13 +19,14 @@ hold, so it is refused.
 The exporter is torch's default one (`torch.onnx.export(dynamo=True)`: torch.export, then onnxscript): batch
 and length are declared dynamic with their ranges and checked symbolically, where the deprecated TorchScript
 exporter traces one example and silently freezes what depends on its shape. The folder holds model.onnx (one
-file, weights inside), the run's tokenizer.json byte for byte, and model.json (what a page needs to know).
+file, weights inside), the run's tokenizer.json with a post-processor that puts `<|endoftext|>` first (as
+`octlm generate` starts every prompt; `octlm.interop.hf.prompt_tokenizer`), and model.json (what a page needs
+to know, `eot_id` among it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import json
 import logging
@@ -38,16 +40,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import octlm.model.decoder
 from octlm.errors import UserError, writing
 from octlm.interop.export_folder import check_out, sibling, swap_in
+from octlm.interop.hf import prompt_tokenizer
+from octlm.model.attention_record import recording_attention
 from octlm.model.decoder import Decoder
 from octlm.positions import PositionScheme
 from octlm.positions.absolute import SinusoidalPositions
 from octlm.positions.formulas import add_positions
 from octlm.positions.rope_scaling import METHODS, scaled_frequencies
 from octlm.positions.rotary import RotaryPositions
-from octlm.storage.run import Run
 
 ONNX_FILE, TOKENIZER_FILE, INFO_FILE = "model.onnx", "tokenizer.json", "model.json"
 FORMAT = "octlm-onnx"  # model.json's mark: --force replaces only a folder that carries it
@@ -62,40 +64,6 @@ CHECK_TOLERANCE = 1e-3  # |logit| difference past which the written graph is wro
 
 # ---------------------------------------------------------------------------------------------------------------
 # The graph
-
-
-def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                       dropout: float, record: list[Tensor]) -> Tensor:  # fmt: skip
-    """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to `record`.
-
-    q `[B, H, Tq, D]`, k and v `[B, Hkv, Tk, D]`, `mask` additive float (ALiBi, T5: causal -inf included) or
-    bool (True: may attend) over `[.., Tq, Tk]`. Returns `[B, H, Tq, D]`; records probabilities `[B, H, Tq, Tk]`.
-    """
-    if dropout:
-        raise ValueError("explicit_attention is for export: the model must be in eval mode (no dropout)")
-    group = q.shape[1] // k.shape[1]
-    if group > 1:  # grouped KV heads: query head h reads KV head h // group, as SDPA's enable_gqa does
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, Tq, Tk]
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    if is_causal:  # queries and keys are the same positions: key j is hidden from query i when j > i
-        rows, cols = torch.arange(q.shape[2], device=q.device), torch.arange(k.shape[2], device=q.device)
-        scores = scores.masked_fill(cols.unsqueeze(0) > rows.unsqueeze(1), float("-inf"))
-    probs = scores.softmax(dim=-1)
-    record.append(probs)
-    return probs @ v
-
-
-@contextlib.contextmanager
-def recording_attention(record: list[Tensor]) -> Iterator[None]:
-    """Inside: every attention layer of every Decoder runs `explicit_attention`, appending to `record`."""
-    original = octlm.model.decoder.attention
-    octlm.model.decoder.attention = functools.partial(explicit_attention, record=record)
-    try:
-        yield
-    finally:
-        octlm.model.decoder.attention = original
 
 
 class FixedTables(PositionScheme):
@@ -343,7 +311,8 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
     try:
         with writing(out):
             write_onnx(model, tmp / ONNX_FILE, length)
-            shutil.copyfile(Run.of(run_dir).tokenizer_path, tmp / TOKENIZER_FILE)
+            # The run's tokenizer with the post-processor that puts EOT first, as octlm's prompts have it.
+            (tmp / TOKENIZER_FILE).write_text(prompt_tokenizer(tokenizer).to_str(), encoding="utf-8")
             checked = min(length, 64)
             error = check_onnx(tmp / ONNX_FILE, model, checked)
             if not error <= CHECK_TOLERANCE:  # an exporter or runtime bug, not rounding: keep no such file

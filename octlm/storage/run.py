@@ -42,7 +42,7 @@ from typing import Any
 
 from octlm.config import Config
 from octlm.errors import UserError
-from octlm.files import fsync_dir
+from octlm.files import FILE_MODE, fsync_dir
 
 CHECKPOINT = "checkpoint"
 OLD_CHECKPOINT = ".checkpoint-old"
@@ -207,10 +207,11 @@ class Run:
         return records[-1] if records else {}
 
     def truncate_metrics(self, up_to_step: int) -> None:
-        """Keep the records of steps <= up_to_step: evaluations after a checkpoint are redone by the resume."""
+        """Keep the records of steps <= up_to_step: evaluations after a checkpoint are redone by the resume. A
+        stop's own record (`"stopped": true`) goes too: the resumed run goes on past it, as if never stopped."""
         if not self.metrics_path.is_file():
             return
-        kept = [r for r in self.read_metrics() if _step_of(r) <= up_to_step]
+        kept = [r for r in self.read_metrics() if _step_of(r) <= up_to_step and r.get("stopped") is not True]
         tmp = self.metrics_path.with_name(f".{METRICS_FILE}.tmp")
         with _open_inside(tmp, os.O_TRUNC) as f:
             f.write("".join(json.dumps(r) + "\n" for r in kept))
@@ -261,7 +262,7 @@ class Run:
             self.path.mkdir(parents=True, exist_ok=True)
             for _ in range(100):
                 flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                fd = os.open(self.lock_path, flags, 0o644)
+                fd = os.open(self.lock_path, flags, FILE_MODE)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -282,7 +283,7 @@ class Run:
                 self.refuse_links()
             raise UserError(
                 f"cannot write in run folder {str(self.path)!r}: {error.strerror or error}; make it a writable "
-                "folder, or choose another --out-dir or --name"
+                "folder, or choose another --out or --name"
             ) from None
 
     # --- the checkpoint folders: a new one swapped in whole --------------------------------------------
@@ -373,7 +374,7 @@ class Run:
 def _open_inside(path: Path, mode: int) -> Any:
     """`path` opened for writing text without following a symlink (refused in one line instead)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | mode, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | mode, FILE_MODE)
     except OSError as error:
         if error.errno != errno.ELOOP:
             raise

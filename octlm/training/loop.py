@@ -68,7 +68,8 @@ from octlm.training.tracking import make_tracker
 
 @dataclass
 class TrainResult:
-    """What one call of `train` did. Validation figures are NaN when no evaluation ran (early interrupt)."""
+    """What one call of `train` did. Validation figures are the last evaluation's: every call evaluates at
+    least once (step 0 of a new run, every eval_interval steps, the last step, and a stop)."""
 
     run_dir: Path
     step: int  # steps done in total (a resumed run counts the steps before the resume)
@@ -251,25 +252,34 @@ def train_step(state: TrainState, config: Config, device: torch.device, dist: Di
 
 
 def evaluate_and_record(
-    state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run, started: float
-) -> dict[str, Any]:
-    """Score the validation blocks, append one record to the run's metrics (rank 0) and return it."""
+    state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run, started: float,
+    stopped: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    """Score the validation blocks, append one record to the run's metrics (rank 0) and return it.
+
+    Step 0 (before the first update) has no training loss, learning rate or speed yet: its record holds the
+    validation figures alone. A record at a stop (`stopped`) is marked `"stopped": true` and leaves the
+    evaluation window open, so the next scheduled record after a resume averages the same steps as an
+    uninterrupted run's; the resume drops it (`Run.truncate_metrics`).
+    """
     tc, B, T = config.train, config.train.batch_size, config.model.context_length
     # The same blocks whatever the world size: eval_batches global batches, split over the ranks.
     blocks = eval_blocks(state.data.val, T, tc.eval_batches * B * dist.world, B)
     score = evaluate(state.model, blocks, device, state.data.val_bytes_per_token, dist, tc.dtype)
     state.last_eval = {"val_loss": score.loss, "val_perplexity": score.perplexity, "val_bpb": score.bpb}
     tokens_per_step = B * T * dist.world
-    record = {
-        "step": state.step,
-        "tokens": state.step * tokens_per_step,
-        "lr": lr_at(state.step - 1, tc),
-        "train_loss": sum(state.since_eval) / len(state.since_eval),
-        **state.last_eval,
-        "tokens_per_second": _tokens_per_second(state, tokens_per_step),
-        "elapsed_seconds": round(time.perf_counter() - started, 3),
-    }
-    state.since_eval = []
+    record: dict[str, Any] = {"step": state.step, "tokens": state.step * tokens_per_step}
+    if state.since_eval:  # some update since the last record (none at step 0)
+        record["lr"] = lr_at(state.step - 1, tc)
+        record["train_loss"] = sum(state.since_eval) / len(state.since_eval)
+    record.update(state.last_eval)
+    if state.step > state.start_step:
+        record["tokens_per_second"] = _tokens_per_second(state, tokens_per_step)
+    record["elapsed_seconds"] = round(time.perf_counter() - started, 3)
+    if stopped:
+        record["stopped"] = True
+    else:
+        state.since_eval = []
     state.records.append(record)
     if dist.main:
         try:
@@ -303,6 +313,16 @@ def save(state: TrainState, config: Config, device: torch.device, dist: Dist, ru
     dist.barrier()
 
 
+def _record_line(record: dict[str, Any]) -> str:
+    """The line `train` prints for a metrics record."""
+    if "train_loss" not in record:
+        head = f"step {record['step']} (before training):"
+    else:
+        stopped = " (stopped)" if record.get("stopped") else ""
+        head = f"step {record['step']}{stopped}: train loss {record['train_loss']:.4f},"
+    return f"{head} val loss {record['val_loss']:.4f}, bits/byte {record['val_bpb']:.4f}"
+
+
 def _tokens_per_second(state: TrainState, tokens_per_step: int) -> float:
     return (state.step - state.start_step) * tokens_per_step / max(state.train_seconds, 1e-9)
 
@@ -325,6 +345,7 @@ def _describe(config: Config, run: Run, state: TrainState, device: torch.device,
         f"training {run.name} on {device}{f' x {world} processes' if world > 1 else ''}: "
         f"{state.model.num_parameters():,} parameters, position={config.model.position}, batch {B * world} x "
         f"{T} tokens, steps {state.start_step} -> {config.train.steps}, dtype {config.train.dtype}"
+        + (f", {torch.get_num_threads()} CPU thread(s)" if device.type == "cpu" else "")
     )
 
 
@@ -382,6 +403,10 @@ def _train(
             prepare_folder(run, ckpt, data)
         say(_describe(config, run, state, device, dist))
         with _progress_bar(config, run, state, show) as bar, tracker.writing(state.start_step) as track:
+            if state.step == 0:  # the untrained model's figures, so that no run has an empty record
+                record = evaluate_and_record(state, config, device, dist, run, started)
+                track.record(record, state.model)
+                say(_record_line(record))
             while state.step < tc.steps:
                 t0 = time.perf_counter()
                 loss = train_step(state, config, device, dist, run)
@@ -390,13 +415,11 @@ def _train(
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", refresh=False)
                 bar.update(1)
                 signum = _agreed_stop(stop, stop_after, state, device, dist)
-                if state.step % tc.eval_interval == 0 or state.step == tc.steps:
-                    record = evaluate_and_record(state, config, device, dist, run, started)
+                scheduled = state.step % tc.eval_interval == 0 or state.step == tc.steps
+                if scheduled or signum:  # a stop records where it stopped, however early
+                    record = evaluate_and_record(state, config, device, dist, run, started, not scheduled)
                     track.record(record, state.model)
-                    say(
-                        f"step {state.step}: train loss {record['train_loss']:.4f}, "
-                        f"val loss {record['val_loss']:.4f}, bits/byte {record['val_bpb']:.4f}"
-                    )
+                    say(_record_line(record))
                 if state.step % tc.checkpoint_interval == 0 or state.step == tc.steps or signum:
                     save(state, config, device, dist, run)
                 if signum and state.step < tc.steps:

@@ -12,7 +12,8 @@ metrics.jsonl (`octlm.storage.run`) stays the source of truth; a tracker mirrors
   have no image.
 
 A resume continues the events: events after the checkpoint's step are hidden (`purge_step`), as metrics.jsonl's
-records after it are cut. Tracking reads the weights and never draws a random number, so it cannot change a run.
+records after it are cut. Step 0's record has validation scalars only; a stop's record (`"stopped": true`, which
+a resume drops) is not mirrored. Tracking reads the weights and never draws a random number, so it cannot change a run.
 """
 
 from __future__ import annotations
@@ -81,10 +82,13 @@ class TensorBoardTracker(Tracker):
                 writer.close()
 
     def record(self, record: dict[str, Any], model: torch.nn.Module) -> None:
+        if record.get("stopped"):  # a stop's record: a resume drops it from metrics.jsonl, and purge_step
+            return  # would keep its events (the checkpoint's step), so TensorBoard never gets it
         step = int(record["step"])
         try:
             for key, tag in SCALARS.items():
-                self.writer.add_scalar(tag, float(record[key]), step)
+                if key in record:  # step 0's record has no training loss, learning rate or speed
+                    self.writer.add_scalar(tag, float(record[key]), step)
             image = self._similarity_image(model)
             if image is not None:
                 self.writer.add_image(SIMILARITY_TAG, image, step, dataformats="HWC")

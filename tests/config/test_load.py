@@ -188,3 +188,37 @@ def test_toml_integer_past_the_digit_limit_is_a_user_error(tmp_path: Path) -> No
     path.write_text("[train]\nsteps = " + "9" * 5000 + "\n", encoding="utf-8")
     with pytest.raises(UserError, match="'.*huge.toml' is not valid TOML: Exceeds the limit"):
         load_config(path)
+
+
+def test_config_fields_picks_sections_and_fields() -> None:
+    from octlm.config import config_fields
+
+    assert config_fields("data", "model.vocab_size") == (
+        "model.vocab_size", "data.source", "data.text", "data.hub_dataset", "data.hub_split", "data.hub_text_field",
+        "data.hub_max_documents", "data.val_fraction", "data.data_dir",
+    )  # fmt: skip
+    assert len(config_fields()) == 56 and config_fields()[0] == "model.vocab_size"
+    with pytest.raises(ValueError, match="model.widht"):
+        config_fields("model.widht")
+
+
+def test_a_command_gets_flags_for_its_fields_and_refuses_the_rest() -> None:
+    import argparse
+
+    from octlm.config import add_config_arguments, config_fields, overrides_from_args
+
+    parser = argparse.ArgumentParser(prog="octlm x")
+    add_config_arguments(parser, config_fields("model"), refused={"train.steps": "use --rounds {value}"},
+                         no_flag=("model.dropout",))  # fmt: skip
+    args = parser.parse_args(["--d-model", "64", "--set", "model.dropout=0.1"])
+    assert overrides_from_args(args) == {"model.d_model": "64", "model.dropout": "0.1"}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--dropout", "0.1"])  # read through --set only
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--lr", "1"])  # never read: no flag
+    with pytest.raises(UserError, match=r"^--steps 9: use --rounds 9$"):
+        overrides_from_args(parser.parse_args(["--steps", "9"]))
+    with pytest.raises(
+        UserError, match=r"^--set train\.lr=1: this command does not read train\.lr; it reads \[model\]$"
+    ):
+        overrides_from_args(parser.parse_args(["--set", "train.lr=1"]))

@@ -193,7 +193,7 @@ def test_commands_load_and_hash_the_corpus_once(
     calls = count_corpus_work(monkeypatch)
     for command in ("tokenizer", "data", "corpus"):
         calls.update(load=0, hash=0)
-        assert main([command, *args]) == 0
+        assert main([command, *(args[:-2] if command == "corpus" else args)]) == 0  # corpus has no vocabulary
         assert calls == {"load": 1, "hash": 1}, command
     capsys.readouterr()
 

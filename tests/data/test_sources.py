@@ -142,6 +142,8 @@ def test_hub_loader_errors_are_user_errors(tmp_path: Path, monkeypatch: pytest.M
         raise ConnectionError("Couldn't reach the Hub")
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    # The Hub answers the quick try (tests/data/test_hub.py has it refuse) and then the load fails.
+    monkeypatch.setattr(sources, "require_hub", lambda what, fix: None)
     with pytest.raises(UserError, match="could not load data set 'someone/stories'.*internet"):
         hub_documents("someone/stories", "train", "text", 10)
 

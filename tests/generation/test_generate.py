@@ -151,6 +151,34 @@ def test_sliding_window_reads_exactly_the_last_context_length_ids() -> None:
         assert window == ids[: CONTEXT + 1 + n][-CONTEXT:]
 
 
+def test_streamed_and_batched_text_leave_notices_to_the_caller(tokenizer: Tokenizer) -> None:
+    """`stream_text` and `print_samples` hand the sliding-window notice to `notice` (octlm generate prints it
+    after the text, so a pipe or a terminal never sees it split the text); `out` gets the text alone."""
+    import io
+
+    from octlm.generation.generate import print_samples, stream_text
+    from octlm.generation.sampling import Sampling
+
+    model, said = model_for("learned", vocab=300), []
+    sliding = (f"passed the learned position table's {CONTEXT} rows: sliding the window, each new token now "
+               f"re-reads the last {CONTEXT} tokens without the cache")  # fmt: skip
+    ids = list(
+        generate(model, tokenizer, encode_prompt(tokenizer, "déf"), 20, stop_at_eot=False, notice=None)
+    )
+    out = io.StringIO()
+    assert (
+        stream_text(model, tokenizer, "déf", 20, Sampling(), out, stop_at_eot=False, notice=said.append) == 20
+    )
+    assert out.getvalue() == "déf" + tokenizer.decode(ids) + "\n" and said == [sliding]
+    out, said = io.StringIO(), []
+    count = print_samples(
+        model, tokenizer, "déf", 2, 20, Sampling(), out, stop_at_eot=False, notice=said.append
+    )
+    text = "déf" + tokenizer.decode(ids)
+    assert count == 40 and out.getvalue() == f"--- sample 1 ---\n{text}\n--- sample 2 ---\n{text}\n"
+    assert said == [sliding]
+
+
 def test_eot_stops_and_ids_past_the_tokenizer_are_never_chosen() -> None:
     class Small(FakeTokenizer):
         vocab_size = 10
@@ -318,8 +346,8 @@ def test_train_then_generate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
         str(corpus),
         "--data-dir",
         str(tmp_path / "data"),
-        "--out-dir",
-        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "runs" / "day1-rope"),
         "--vocab-size",
         "300",
         "--d-model",
@@ -356,7 +384,6 @@ def test_train_then_generate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert "bits per byte" in out and str(run_dir) in out and "sample" in out
     args = [
         "generate",
-        "--run",
         str(run_dir),
         "--prompt",
         "def ",
@@ -372,5 +399,5 @@ def test_train_then_generate_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert capsys.readouterr().out == first.out  # greedy: the cache changes nothing
     assert main([*args, "--top-p", "2"]) == 2
     assert "top-p" in capsys.readouterr().err
-    assert main(["generate", "--run", str(tmp_path), "--prompt", "x"]) == 2
+    assert main(["generate", str(tmp_path), "--prompt", "x"]) == 2
     assert "not an octlm run" in capsys.readouterr().err

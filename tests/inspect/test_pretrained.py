@@ -259,7 +259,8 @@ def test_other_architectures_and_missing_folders_are_refused(tmp_path: Path) -> 
     assert_refused(run_cli(["inspect", "--hf", str(tmp_path / "nothing")], tmp_path), "no such folder")
     # A Hub name with no network (HF_HUB_OFFLINE here, so that no request is tried): one line too.
     assert_refused(
-        run_cli(["inspect", "--hf", "octlm-test/absent"], tmp_path), "not a local folder; from the Hub"
+        run_cli(["inspect", "--hf", "octlm-test/absent"], tmp_path),
+        "--hf 'octlm-test/absent' is not in the local Hugging Face cache, and offline mode is on",
     )
     assert not (tmp_path / "reports").exists()
 

@@ -177,7 +177,9 @@ def test_inspect_report_holds_the_probe_section(run_dir: Path, tmp_path: Path) -
         == "block 1"
     )
     plain = write_report(run_dir, out=tmp_path / "plain")  # the library default (and `--no-probe`): none
-    assert "position" not in (plain / "report.md").read_text(encoding="utf-8").split("## The token table")[1]
+    plain_md = (plain / "report.md").read_text(encoding="utf-8")
+    assert "## What each layer knows of position" not in plain_md and "probe" not in plain_md.lower()
+    assert not (plain / "probe").exists()
 
 
 @pytest.mark.parametrize(

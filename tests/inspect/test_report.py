@@ -287,7 +287,13 @@ def test_train_writes_the_report(run_dir: Path) -> None:
     assert "(positions.png)" in markdown
     assert f"| `'<\\|endoftext\\|>'` | 0 | {counts[0]} |" in markdown
     page = (folder / "report.html").read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 3 and 'src="positions.png"' not in page
+    # positions, tokens_pca, norms and attention.png (octlm/inspect/attention.py)
+    assert page.count("data:image/png;base64,") == 4 and 'src="positions.png"' not in page
+    attention = numbers["attention"]  # 16 validation windows of the context length, one layer, two heads
+    assert (attention["windows"], attention["length"]) == (16, 16)
+    assert numbers["figures"]["attention"] == "attention.png"
+    assert np.array(attention["lift"]).shape == (1, 2, 16) and np.array(attention["entropy"]).shape == (1, 2)
+    assert "## Attention by distance" in markdown
 
 
 def test_embeddings_json_matches_web_data_md(run_dir: Path) -> None:

@@ -78,7 +78,7 @@ def test_check_out_asks_the_exporter_whether_out_is_an_earlier_export(tmp_path: 
     (out / "x").write_text("2")
     with pytest.raises(UserError) as refused:
         check_out(out, True, None, "-x", not_an_export)
-    assert str(refused.value) == f"OUT {str(out)!r} is no earlier test export; {ONLY_AN_EXPORT}"
+    assert str(refused.value) == f"--out {str(out)!r} is no earlier test export; {ONLY_AN_EXPORT}"
     with pytest.raises(UserError, match="already exists and is not empty; pass --force to replace it"):
         check_out(out, False, None, "-x", not_an_export)
     assert asked == [out, out]  # not asked without --force, nor for an empty or new folder
@@ -90,7 +90,7 @@ def test_check_out_never_writes_into_or_over_a_run(tmp_path: Path) -> None:
     with pytest.raises(UserError) as over:
         check_out(tmp_path, True, run, "-x", lambda p: None)
     assert str(over.value) == (
-        f"OUT {str(tmp_path)!r} is or holds the run folder {str(run)!r}; an export never replaces a run: "
+        f"--out {str(tmp_path)!r} is or holds the run folder {str(run)!r}; an export never replaces a run: "
         f"choose a new folder, e.g. {str(run) + '-x'!r}"
     )
     with pytest.raises(UserError, match="is inside the run folder"):

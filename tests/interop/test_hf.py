@@ -137,7 +137,7 @@ def test_from_hf_refuses_other_models() -> None:
         hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=20
     )
     bert = transformers.BertForMaskedLM(bert_config)
-    with pytest.raises(UserError, match="only gpt2, llama, smollm3 and gpt_neox models"):
+    with pytest.raises(UserError, match="only gpt2, llama, smollm3, gpt_neox and mpt models"):
         from_hf(bert)
 
 
@@ -322,12 +322,12 @@ def test_export_run_folder(config: ModelConfig, tokenizer: Tokenizer, tmp_path: 
 def test_cli_export(tokenizer: Tokenizer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir, model = tiny_run(tmp_path, tokenizer, SMALL_GPT2)
     out = tmp_path / "hf"
-    assert main(["export", "hf", "--run", str(run_dir), str(out)]) == 0
+    assert main(["export", "hf", str(run_dir), "--out", str(out)]) == 0
     assert str(out) in capsys.readouterr().out
     check_folder(out, model, tokenizer)
-    assert main(["export", "hf", "--run", str(run_dir), str(out)]) == 2
+    assert main(["export", "hf", str(run_dir), "--out", str(out)]) == 2
     assert "pass --force" in capsys.readouterr().err
-    assert main(["export", "hf", "--run", str(run_dir), str(out), "--force"]) == 0
-    assert main(["export", "hf", "--run", str(tmp_path / "missing"), str(tmp_path / "other")]) == 2
+    assert main(["export", "hf", str(run_dir), "--out", str(out), "--force"]) == 0
+    assert main(["export", "hf", str(tmp_path / "missing"), "--out", str(tmp_path / "other")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()

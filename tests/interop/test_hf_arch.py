@@ -1,6 +1,6 @@
 """The newer export targets against transformers' own code: a Llama-shaped run with `model.nope_layers` as
-SmolLM3 (`no_rope_layers`), and a RoPE + LayerNorm + GELU + bias run, with any `rope_fraction`, as GPT-NeoX
-(`rotary_pct`, per-head fused q/k/v, sequential residuals).
+SmolLM3 (`no_rope_layers`), a RoPE + LayerNorm + GELU + bias run, with any `rope_fraction`, as GPT-NeoX
+(`rotary_pct`, per-head fused q/k/v, sequential residuals), and an ALiBi run without biases as MPT.
 
 Each gives the same logits (both attention kernels), converts back to identical weights, and decodes greedily
 with transformers' KV cache to the tokens octlm's own cached decoding gives. The models and helpers are
@@ -34,11 +34,13 @@ from octlm.config import ModelConfig  # noqa: E402
 from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
+from octlm.positions.formulas import alibi_bias, alibi_slopes  # noqa: E402
 from octlm.positions.rotary import rotary_dims  # noqa: E402
 
 # Largest |logit difference| measured on this machine (float32, sdpa and eager): SmolLM3 3.1e-6, GPT-NeoX
 # 2.4e-6 at rope_fraction 1 and 1.9e-6 below it, exported folders 1.7e-6, generate's per-step logits 2.7e-6.
 # TOL (1e-5) leaves about 3x.
+# MPT (ALiBi): 1.7e-6 at every head count below, non-powers of two included.
 SMOL = dataclasses.replace(SMALL_LLAMA, n_layers=3, nope_layers=[1])
 SMOL_CASES = {
     "nope1": SMOL,
@@ -53,7 +55,19 @@ NEOX_CASES = {
     "quarter-untied": dataclasses.replace(NEOX, rope_fraction=0.25, tie_embeddings=False),  # 4 channels
     "odd": dataclasses.replace(NEOX, rope_fraction=0.35),  # int(16 × 0.35) = 5, rounded down to 4
 }
-CASES = {f"smollm3-{k}": v for k, v in SMOL_CASES.items()} | {f"neox-{k}": v for k, v in NEOX_CASES.items()}
+MPT = dataclasses.replace(SMALL_GPT2, position="alibi", bias=False)  # d_ff 256 = 4 x d_model, 4 heads
+MPT_CASES = {
+    "h4": MPT,
+    # 6, 3 and 5 heads: the slopes of the next power of two fill the heads past the lower one
+    "h6-untied": dataclasses.replace(MPT, d_model=48, n_heads=6, d_ff=192, tie_embeddings=False),
+    "h3": dataclasses.replace(MPT, d_model=48, n_heads=3, d_ff=192, n_layers=3, norm_eps=1e-6),
+    "h5": dataclasses.replace(MPT, d_model=40, n_heads=5, d_ff=160),
+}
+CASES = (
+    {f"smollm3-{k}": v for k, v in SMOL_CASES.items()}
+    | {f"neox-{k}": v for k, v in NEOX_CASES.items()}
+    | {f"mpt-{k}": v for k, v in MPT_CASES.items()}
+)
 
 
 def test_each_shape_maps_to_its_architecture() -> None:
@@ -61,6 +75,7 @@ def test_each_shape_maps_to_its_architecture() -> None:
     assert [hf_architecture(c) for c in SMOL_CASES.values()] == ["smollm3"] * 3
     assert [hf_architecture(c) for c in NEOX_CASES.values()] == ["gpt_neox"] * 5
     assert hf_architecture(SMALL_GPT2) == "gpt2"
+    assert [hf_architecture(c) for c in MPT_CASES.values()] == ["mpt"] * 4
     assert [rotary_dims(c.head_dim, c.rope_fraction) for c in NEOX_CASES.values()] == [16, 16, 8, 4, 4]
 
 
@@ -125,6 +140,67 @@ def test_neox_parity_would_catch_a_mapping_mistake(mistake: str) -> None:
     assert logits_difference(model, hf_model, random_ids(NEOX)) > 1000 * TOL
 
 
+@pytest.mark.parametrize("config", MPT_CASES.values(), ids=MPT_CASES.keys())
+def test_mpt_logits_match(config: ModelConfig) -> None:
+    """MPT has one attention kernel (eager; transformers refuses sdpa for it), so there is one case each."""
+    model = random_model(config)
+    hf_model = to_hf(model, attn_implementation="sdpa")  # asked for sdpa: to_hf picks eager, MPT's only one
+    assert type(hf_model).__name__ == "MptForCausalLM" and not hf_model.training
+    assert hf_model.config._attn_implementation == "eager"
+    assert hf_model.config.tie_word_embeddings == config.tie_embeddings
+    assert hf_model.config.max_seq_len == 16 * config.context_length
+    diff = logits_difference(model, hf_model, random_ids(config))
+    print(f"MPT {config.n_heads} heads max |logit difference| = {diff:.3g}")
+    assert diff <= TOL
+
+
+@pytest.mark.parametrize("n_heads", range(1, 21))
+def test_mpt_alibi_is_octlms_up_to_a_constant_per_row(n_heads: int) -> None:
+    """MPT's bias for T keys is slope x (j - T + 1): octlm's -slope x (i - j) plus slope x (i - T + 1), the same
+    for every key j of query i, which softmax ignores. Its slopes are octlm's for every head count."""
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    T = 12
+    theirs = build_mpt_alibi_tensor(n_heads, T)  # [H, 1, T]
+    ours = alibi_bias(alibi_slopes(n_heads), torch.arange(T), torch.arange(T))  # [H, T, T], -inf above
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    shift = (theirs - ours).masked_fill(~causal, 0.0)  # [H, T, T]: row i constant over j <= i
+    row_constant = shift[:, :, :1].expand(-1, -1, T).masked_fill(~causal, 0.0)
+    assert float((shift - row_constant).abs().max()) <= 1e-5
+    assert float((theirs[:, 0, -2] + alibi_slopes(n_heads)).abs().max()) <= 1e-7  # one key back: -slope
+
+
+def test_mpt_parity_would_catch_reordered_heads() -> None:
+    """Six heads in power-of-two order (1/2, 1/4, ...: a plausible slip for non-powers of two) move the logits."""
+    config = MPT_CASES["h6-untied"]
+    model = random_model(config)
+    hf_model = to_hf(model)
+    with torch.no_grad():
+        hf_model.transformer.build_mpt_alibi_tensor = lambda heads, length, *_, device=None: (
+            torch.arange(1 - length, 1, dtype=torch.float32).view(1, 1, length)
+            * torch.tensor([2.0 ** -(8 * (h + 1) / 8) for h in range(heads)]).view(heads, 1, 1)
+        )
+    assert logits_difference(model, hf_model, random_ids(config)) > 100 * TOL
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"bias": True}, "bias=True (needs False)"),
+        ({"d_ff": 200}, "d_ff=200 (MPT's MLP is 4 x d_model; needs 256)"),
+        ({"n_kv_heads": 2}, "n_kv_heads=2 (MPT has no grouped-query attention"),
+        ({"nope_layers": [1]}, "nope_layers=[1] (MPT has ALiBi in every layer"),
+        ({"norm": "rmsnorm"}, "norm='rmsnorm' (needs 'layernorm')"),
+        ({"mlp": "swiglu", "d_ff": 256}, "mlp='swiglu' (needs 'gelu')"),
+    ],
+)
+def test_alibi_shapes_mpt_lacks_are_refused(changes: dict, named: str) -> None:
+    with pytest.raises(UserError, match=r"^not representable in transformers: .*; as MPT \(MptForCausalLM, "
+                       r"ALiBi\) it differs in ") as error:  # fmt: skip
+        hf_architecture(dataclasses.replace(MPT, **changes))
+    assert named in str(error.value).split("; as MPT")[1]
+
+
 @pytest.mark.parametrize("config", CASES.values(), ids=CASES.keys())
 def test_round_trip(config: ModelConfig) -> None:
     model = random_model(config)
@@ -137,8 +213,9 @@ def test_round_trip(config: ModelConfig) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["smollm3-nope1", "smollm3-nope02-gqa2-untied", "neox-full", "neox-half", "neox-odd"]
-)
+    "name", ["smollm3-nope1", "smollm3-nope02-gqa2-untied", "neox-full", "neox-half", "neox-odd", "mpt-h4",
+             "mpt-h6-untied"]
+)  # fmt: skip
 def test_kv_cache_generation_matches(name: str) -> None:
     """transformers' `generate` (greedy, its own KV cache) gives octlm's cached greedy tokens, 20 of them, and
     each step's logits (tiny random models repeat tokens; the logits still differ at every position)."""
@@ -180,13 +257,21 @@ def test_from_hf_refuses_what_octlm_lacks() -> None:
         UserError, match=r"^not representable in octlm: this smollm3 model has sliding_window=4"
     ):
         from_hf(transformers.SmolLM3ForCausalLM(sliding))
+    mpt = dict(d_model=32, n_heads=2, n_layers=1, vocab_size=20, max_seq_len=64)
+    assert from_hf(transformers.MptForCausalLM(transformers.MptConfig(**mpt))).config.position == "alibi"
+    clipped = transformers.MptConfig(**mpt, attn_config={"clip_qkv": 6.0, "qk_ln": True}, logit_scale=0.5)
+    with pytest.raises(
+        UserError,
+        match=r"^not representable in octlm: this mpt model has clip_qkv=6\.0, qk_ln=True, logit_scale=0\.5$",
+    ):
+        from_hf(transformers.MptForCausalLM(clipped))
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Export to a folder, and the command
 
 
-@pytest.mark.parametrize("name", ["smollm3-nope02-gqa2-untied", "neox-half"])
+@pytest.mark.parametrize("name", ["smollm3-nope02-gqa2-untied", "neox-half", "mpt-h6-untied"])
 def test_export_model_folder(name: str, tokenizer: Tokenizer, tmp_path: Path) -> None:  # noqa: F811
     config = dataclasses.replace(CASES[name], vocab_size=tokenizer.vocab_size)
     model = random_model(config)
@@ -201,16 +286,18 @@ def test_cli_exports_and_refuses(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     run_dir, model = tiny_run(tmp_path, tokenizer, dataclasses.replace(SMOL, vocab_size=tokenizer.vocab_size))
-    assert main(["export", "hf", "--run", str(run_dir), str(tmp_path / "hf")]) == 0
+    assert main(["export", "hf", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
     check_folder(tmp_path / "hf", model, tokenizer)
     alibi = dataclasses.replace(SMOL, position="alibi", vocab_size=tokenizer.vocab_size)
     run_dir, _ = tiny_run(tmp_path / "second", tokenizer, alibi)
     capsys.readouterr()
-    assert main(["export", "hf", "--run", str(run_dir), str(tmp_path / "no")]) == 2
+    assert main(["export", "hf", str(run_dir), "--out", str(tmp_path / "no")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith("octlm export hf: error: not representable in transformers: as GPT-2")
     assert "as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in position='alibi'" in err
     assert not (tmp_path / "no").exists()
     assert main(["export", "hf", "--help"]) == 0
-    assert "or SmolLM3 when it also has nope_layers; GPT-NeoX" in " ".join(capsys.readouterr().out.split())
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "or SmolLM3 when it also has nope_layers; GPT-NeoX" in shown
+    assert "MPT (alibi, layernorm, gelu, no bias, d_ff = 4 x d_model" in shown

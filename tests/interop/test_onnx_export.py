@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tokenizers
 import torch
 
 ort = pytest.importorskip("onnxruntime")
@@ -301,9 +302,13 @@ def test_first_layer_attention_matches_numpy(exported: Exported, tokenizer: Toke
 def test_folder_holds_the_graph_the_tokenizer_and_model_json(exported: Exported) -> None:
     files = sorted(p.name for p in exported.out.iterdir())
     assert files == sorted([ONNX_FILE, TOKENIZER_FILE, INFO_FILE])
-    assert (exported.out / TOKENIZER_FILE).read_bytes() == Run.of(
-        exported.run_dir
-    ).tokenizer_path.read_bytes()
+    # The run's tokenizer, plus the post-processor that puts EOT first as octlm's prompts have it.
+    shipped = tokenizers.Tokenizer.from_file(str(exported.out / TOKENIZER_FILE))
+    shipped.encode_special_tokens = True  # as octlm's Tokenizer (a literal "<|endoftext|>" is plain text)
+    run_tokenizer = Tokenizer.load(Run.of(exported.run_dir).tokenizer_path)
+    text = "class Codec(codecs.Codec): <|endoftext|>"
+    assert shipped.encode(text).ids == [run_tokenizer.eot_id, *run_tokenizer.encode(text)]
+    assert shipped.encode(text, add_special_tokens=False).ids == run_tokenizer.encode(text)
     info = json.loads((exported.out / INFO_FILE).read_text(encoding="utf-8"))
     assert info == exported.info
     c = exported.model.config
@@ -385,12 +390,12 @@ def test_force_replaces_an_export_and_a_full_disk_keeps_it(
         json.dumps({"format": "octlm-onnx"})
     )  # an earlier export, as far as it shows
     (out / "stale.bin").write_bytes(b"old")
-    run(parser.parse_args(["--run", str(learned_run), str(out), "--force"]))
+    run(parser.parse_args([str(learned_run), "--out", str(out), "--force"]))
     assert f"wrote {out}: {ONNX_FILE}" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == sorted([ONNX_FILE, TOKENIZER_FILE, INFO_FILE])
     assert [p.name for p in tmp_path.iterdir()] == ["onnx"], "a temporary or set-aside folder was left"
     with pytest.raises(SystemExit):
-        parser.parse_args(["--run", str(learned_run), str(out), "--max-length", "1"])
+        parser.parse_args([str(learned_run), "--out", str(out), "--max-length", "1"])
 
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     limit, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -136,7 +136,7 @@ def test_overwrite_keeps_nothing_of_the_old_run_once_it_checkpoints(workspace: P
     code, _out, err = run_cli(argv)
     assert code == 0, err
     assert sorted(os.listdir(run_dir)) == RUN_FILES  # old report gone with the old run
-    assert [r["step"] for r in Run.of(run_dir).read_metrics()] == [2, 4]  # the new run's records only
+    assert [r["step"] for r in Run.of(run_dir).read_metrics()] == [0, 2, 4]  # the new run's records only
     assert load_checkpoint(run_dir).step == 4
 
 

@@ -24,6 +24,7 @@ from octlm.commands.train import finish
 from octlm.errors import UserError
 from octlm.model.decoder import Decoder
 from octlm.storage.checkpoint import load_checkpoint
+from octlm.storage.run import Run
 from octlm.training.loop import train
 
 
@@ -53,7 +54,10 @@ def test_train_writes_the_run_folder(tmp_path: Path, corpus: Path) -> None:
     assert result.run_dir == run_dir and result.step == 20 and not result.interrupted
     assert {p.name for p in run_dir.iterdir()} == {"checkpoint", "metrics.jsonl", "tokenizer.json"}
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [10, 20] and records == result.metrics
+    assert [r["step"] for r in records] == [0, 10, 20] and records == result.metrics
+    # Step 0 scores the untrained model: no update yet, so no training loss, learning rate or speed.
+    assert sorted(records[0]) == ["elapsed_seconds", "step", "tokens", "val_bpb", "val_loss", "val_perplexity"]  # fmt: skip
+    assert records[0]["tokens"] == 0 and records[0]["val_loss"] > records[-1]["val_loss"]
     data = octlm.data.cache.prepare_data(config.data, 300, progress=False)
     last = records[-1]
     assert last["val_bpb"] == pytest.approx(last["val_loss"] / math.log(2) / data.val_bytes_per_token)
@@ -98,8 +102,13 @@ def test_resume_after_stop_is_bit_identical(tmp_path: Path, corpus: Path) -> Non
         timing = ("tokens_per_second", "elapsed_seconds")
         return [{k: v for k, v in json.loads(line).items() if k not in timing} for line in lines]
 
-    # The record after the resume averages steps 21-30, as the uninterrupted run's does.
-    assert [r["step"] for r in records(second.run_dir)] == [10, 20, 30, 40]
+    # The stop at step 25 recorded its evaluation, marked, without closing the evaluation window.
+    stopped = first.metrics[-1]
+    assert [r["step"] for r in first.metrics] == [0, 10, 20, 25] and stopped["stopped"] is True
+    assert stopped["train_loss"] == pytest.approx(sum(full.train_losses[20:25]) / 5, rel=1e-12)
+    # The resume drops the stop's record and writes no second step 0; the record after it averages steps
+    # 21-30, as the uninterrupted run's does.
+    assert [r["step"] for r in records(second.run_dir)] == [0, 10, 20, 30, 40]
     assert records(second.run_dir) == records(full.run_dir)
 
 
@@ -228,10 +237,13 @@ def test_sigint_finishes_the_step_and_checkpoints(
     assert "stopped at step 7" in out and f"octlm train --resume {run_dir}" in out
     assert load_checkpoint(run_dir).step == 7
     assert signal.getsignal(signal.SIGINT) is before
+    steps = [(r["step"], r.get("stopped", False)) for r in Run.of(run_dir).read_metrics()]
+    assert steps == [(0, False), (7, True)]  # stopped before the first scheduled evaluation (step 10)
 
     monkeypatch.setattr(octlm.training.loop, "random_blocks", real)
     assert main(["train", "--resume", str(run_dir), "--steps", "12", "--no-progress"]) == 0
     assert load_checkpoint(run_dir).step == 12
+    assert [r["step"] for r in Run.of(run_dir).read_metrics()] == [0, 10, 12]  # the stop's record is dropped
     assert "bits per byte" in capsys.readouterr().out
     assert main(["train", "--resume", str(run_dir), "--steps", "14", "--position", "rope"]) == 2
     assert "model.position rope != learned" in capsys.readouterr().err
@@ -296,7 +308,7 @@ def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.
     from octlm.data.corpus import corpus_sha256, describe_source
     from octlm.data.sources import stdlib_documents
 
-    argv = ["train", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "runs"),
+    argv = ["train", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "runs" / "day1-learned"),
             "--vocab-size", "300", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",
             "--context-length", "16", "--steps", "6", "--batch-size", "4", "--eval-interval", "3",
             "--checkpoint-interval", "6", "--warmup-steps", "2", "--report", "false", "--sample-tokens", "4",
@@ -305,7 +317,7 @@ def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out
     run_dir = tmp_path / "runs" / "day1-learned"
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [3, 6] and all(math.isfinite(r["val_bpb"]) for r in records)
+    assert [r["step"] for r in records] == [0, 3, 6] and all(math.isfinite(r["val_bpb"]) for r in records)
     assert "bits per byte" in out and "class" in out  # the stdlib's sample prompt is code
     ckpt = load_checkpoint(run_dir)
     assert ckpt.step == 6 and ckpt.config.data.source == "stdlib" and ckpt.config.data.text == []

@@ -59,12 +59,10 @@ def test_two_processes_match_one_with_the_global_batch(tmp_path: Path) -> None:
         str(corpus),
         "--data-dir",
         str(tmp_path / "data"),
-        "--out-dir",
-        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "runs" / "ddp"),
         "--set",
         "train.batch_size=4",
-        "--name",
-        "ddp",
         "--no-progress",
     ]
     for key, value in {**model, **settings}.items():
@@ -90,8 +88,8 @@ def test_two_processes_match_one_with_the_global_batch(tmp_path: Path) -> None:
     records = [
         json.loads(line) for line in (tmp_path / "runs" / "ddp" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    losses = [r["train_loss"] for r in records]  # eval_interval 1: each record is one step's loss
+    assert [r["step"] for r in records] == list(range(0, STEPS + 1))  # step 0: the untrained model
+    losses = [r["train_loss"] for r in records[1:]]  # eval_interval 1: each record is one step's loss
     assert losses == pytest.approx(reference.train_losses, abs=1e-5)
     assert [r["val_loss"] for r in records] == pytest.approx(
         [r["val_loss"] for r in reference.metrics], abs=1e-5
@@ -193,3 +191,56 @@ def test_ranks_draw_their_own_dropout_masks_and_resume_exactly(tmp_path: Path) -
     drop = ("tokens_per_second", "elapsed_seconds")
     clean = [[{k: v for k, v in json.loads(r).items() if k not in drop} for r in rs] for rs in records]
     assert clean[0] == clean[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A run trained by one process, resumed by two: the checkpoint holds one dropout stream, and rank 1 must not
+# simply continue it (its masks would repeat rank 0's)
+
+RESUME_WORKER = """
+import json, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+import octlm.training.loop as train_module
+from octlm.config import config_from_dict
+
+dist.init_process_group("gloo")
+rank, out = dist.get_rank(), Path(sys.argv[2])
+config = config_from_dict(json.loads(sys.argv[1]), name="ddp")
+first = []
+real_step = train_module.train_step
+def step(state, *args, **kwargs):
+    if not first:
+        first.append(torch.get_rng_state())  # the dropout stream the first resumed step draws from
+    return real_step(state, *args, **kwargs)
+train_module.train_step = step
+train_module.train(config, out / "run", resume=True, progress=False)
+parts = [torch.empty_like(first[0]) for _ in range(2)]
+dist.all_gather(parts, first[0])
+(out / f"resumed{rank}.json").write_text(json.dumps({"streams_differ": not torch.equal(parts[0], parts[1])}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="needs torch.distributed with gloo",
+)
+def test_a_one_process_run_resumed_by_two_draws_two_dropout_streams(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "text")
+    raw = {
+        "model": {"vocab_size": 300, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16,
+                  "dropout": 0.1},
+        "data": {"source": "text", "text": [str(corpus)], "data_dir": str(tmp_path / "data")},
+        "train": {"steps": 6, "batch_size": 4, "eval_interval": 3, "eval_batches": 1, "checkpoint_interval": 100,
+                  "warmup_steps": 2, "report": False, "sample_tokens": 0, "device": "cpu", "seed": 11},
+    }  # fmt: skip
+    stopped = train(config_from_dict(raw, name="ddp"), tmp_path / "run", progress=False, stop_after=3)
+    assert stopped.interrupted and stopped.step == 3
+    script = tmp_path / "worker.py"
+    script.write_text(RESUME_WORKER, encoding="utf-8")
+    done = _torchrun(script, json.dumps(raw), str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"resumed{rank}.json").read_text()) == {"streams_differ": True}

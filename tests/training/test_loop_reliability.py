@@ -32,7 +32,17 @@ import pytest
 import torch
 from processes import signal_when
 from safetensors.torch import load_file
-from tiny import PYTHON, ForkServer, run_cli, sha256_file, snapshot, tiny_flags, tiny_raw, write_corpus
+from tiny import (
+    PYTHON,
+    ForkServer,
+    run_cli,
+    sha256_file,
+    snapshot,
+    tiny_data_flags,
+    tiny_flags,
+    tiny_raw,
+    write_corpus,
+)
 
 from octlm.config import config_from_dict
 from octlm.errors import UserError
@@ -61,7 +71,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     flags = tiny_flags(root, corpus)
     server = ForkServer()
     try:
-        assert server.run(["data", *flags], root, root / "data.log")["rc"] == 0  # the cache, made once
+        data = server.run(["data", *tiny_data_flags(root, corpus)], root, root / "data.log")
+        assert data["rc"] == 0  # the cache, made once
         snapshots = root / "snapshots"
         snapshots.mkdir()
         reply = server.run(["train", *flags, "--name", "reference", "--no-progress"], root, root / "reference.log",
@@ -227,7 +238,7 @@ def test_resumed_metrics_match_an_uninterrupted_run(tmp_path: Path) -> None:
 
     def losses(run_dir: Path) -> list[tuple[int, float]]:
         lines = (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-        return [(r["step"], r["train_loss"]) for r in map(json.loads, lines)]
+        return [(r["step"], r.get("train_loss")) for r in map(json.loads, lines)]  # none at step 0
 
     assert losses(resumed.run_dir) == losses(full.run_dir)
 
@@ -384,7 +395,7 @@ def test_pickle_planted_as_weights_never_runs(
         torch.save({"token_embedding.weight": Planted(marker)}, path)
     if vouched:
         _set_hash(planted_run, "model.safetensors")
-    for argv in (["generate", "--run", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"],
+    for argv in (["generate", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"],
                  ["train", "--resume", str(planted_run), "--steps", "40", "--no-progress"]):  # fmt: skip
         code, _out, err = run_cli(argv)
         assert code == 2 and len(err.splitlines()) == 1 and "model.safetensors" in err, err
@@ -411,7 +422,7 @@ def test_pickle_planted_as_optimizer_never_runs(planted_run: Path, tmp_path: Pat
 
 def test_pickle_planted_as_tokenizer_or_config_never_runs(planted_run: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    argv = ["generate", "--run", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"]
+    argv = ["generate", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"]
     for name in ("tokenizer.json", "checkpoint/config.json"):
         original = (planted_run / name).read_bytes()
         (planted_run / name).write_bytes(pickle.dumps(Planted(marker)))

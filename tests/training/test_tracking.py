@@ -57,8 +57,10 @@ def assert_scalars_match_metrics(run_dir: Path) -> list[dict[str, Any]]:
     assert set(SCALARS.values()) <= set(acc.Tags()["scalars"])
     for key, tag in SCALARS.items():
         scalars = acc.Scalars(tag)
-        assert [e.step for e in scalars] == [r["step"] for r in records], tag
-        assert [e.value for e in scalars] == [float(np.float32(r[key])) for r in records], tag
+        having = [r for r in records if key in r]  # step 0 has validation figures only
+        assert [e.step for e in scalars] == [r["step"] for r in having], tag
+        assert [e.value for e in scalars] == [float(np.float32(r[key])) for r in having], tag
+    assert [e.step for e in acc.Scalars("loss/val")] == [r["step"] for r in records]
     return records
 
 
@@ -69,9 +71,10 @@ def decoded(image_event: Any) -> np.ndarray:
 def test_scalars_and_learned_table_images_match_metrics(tmp_path: Path, corpus: Path) -> None:
     result = train(config(tmp_path, corpus), progress=False)
     records = assert_scalars_match_metrics(result.run_dir)
-    assert [r["step"] for r in records] == [10, 20, 30]
+    assert [r["step"] for r in records] == [0, 10, 20, 30]
+    assert [e.step for e in events(result.run_dir).Scalars("loss/train")] == [10, 20, 30]
     images = events(result.run_dir).Images(SIMILARITY_TAG)
-    assert [e.step for e in images] == [10, 20, 30]
+    assert [e.step for e in images] == [0, 10, 20, 30]
     assert all((e.height, e.width) == (T, T) for e in images)
     pictures = [decoded(e) for e in images]
     assert all(p.shape == (T, T, 3) and p.dtype == np.uint8 for p in pictures)
@@ -99,11 +102,12 @@ def test_resume_continues_the_events(tmp_path: Path, corpus: Path) -> None:
     cfg = config(tmp_path, corpus, run_name="split")
     first = train(cfg, progress=False, stop_after=15)
     assert first.interrupted
-    assert [e.step for e in events(first.run_dir).Scalars("loss/val")] == [10]
+    assert [r["step"] for r in Run.of(first.run_dir).read_metrics()] == [0, 10, 15]
+    assert [e.step for e in events(first.run_dir).Scalars("loss/val")] == [0, 10]  # not the stop's record
     second = train(cfg, first.run_dir, resume=True, progress=False)
     assert second.start_step == 15
-    assert [r["step"] for r in assert_scalars_match_metrics(second.run_dir)] == [10, 20, 30]
-    assert [e.step for e in events(second.run_dir).Images(SIMILARITY_TAG)] == [10, 20, 30]
+    assert [r["step"] for r in assert_scalars_match_metrics(second.run_dir)] == [0, 10, 20, 30]
+    assert [e.step for e in events(second.run_dir).Images(SIMILARITY_TAG)] == [0, 10, 20, 30]
     # Logging never touches a random generator: the weights equal the unlogged run's.
     a, b = (load_file(str(Run.of(r.run_dir).checkpoint_dir / "model.safetensors")) for r in (plain, second))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -128,14 +132,14 @@ def test_resume_after_a_crash_hides_the_events_after_the_checkpoint(
         train(cfg, progress=False)
     monkeypatch.setattr(octlm.training.loop, "random_blocks", real)
     run_dir = Run.default(cfg).path
-    assert [e.step for e in events(run_dir).Scalars("loss/val")] == [5, 10, 15, 20, 25]  # closed on error
+    assert [e.step for e in events(run_dir).Scalars("loss/val")] == [0, 5, 10, 15, 20, 25]  # closed on error
     before = {e.step: e.value for e in events(run_dir).Scalars("tokens_per_second")}
     train(cfg, run_dir, resume=True, progress=False)
     records = assert_scalars_match_metrics(run_dir)
-    assert [r["step"] for r in records] == [5, 10, 15, 20, 25, 30]
+    assert [r["step"] for r in records] == [0, 5, 10, 15, 20, 25, 30]
     after = {e.step: e.value for e in events(run_dir).Scalars("tokens_per_second")}
     assert after[20] == before[20]  # kept from the first process (timings differ between processes)
-    assert after[25] == float(np.float32(records[4]["tokens_per_second"]))  # the redone record's
+    assert after[25] == float(np.float32(records[5]["tokens_per_second"]))  # the redone record's
 
 
 def test_a_new_run_starts_new_events(tmp_path: Path, corpus: Path) -> None:
@@ -143,7 +147,7 @@ def test_a_new_run_starts_new_events(tmp_path: Path, corpus: Path) -> None:
     train(cfg, progress=False)
     result = train(cfg, progress=False, overwrite=True)
     records = assert_scalars_match_metrics(result.run_dir)
-    assert [r["step"] for r in records] == [10, 20]
+    assert [r["step"] for r in records] == [0, 10, 20]
     assert len(list(Run.of(result.run_dir).tensorboard_dir.iterdir())) == 1  # the old event file is gone
 
 

@@ -5,6 +5,7 @@
  * by Vite from node_modules (the `?url` import) and served by this site: nothing is fetched from elsewhere.
  */
 import type { InferenceSession } from "onnxruntime-web";
+import { promptTokenizerJson } from "./lm";
 
 const BASE = import.meta.env.BASE_URL;
 
@@ -75,10 +76,9 @@ interface Tok {
 let tokenizerPromise: Promise<Tok> | null = null;
 
 /**
- * The tokenizer every shipped model shares (scripts/site-models checks that they do), read from `scheme`'s folder.
- * octlm encodes with `encode_special_tokens`: a literal "<|endoftext|>" in a text is plain text, tokenised byte
- * by byte like any other. @huggingface/tokenizers would match it as the special token, so its added-token entry
- * is dropped here; the vocabulary keeps id 0 for it.
+ * The tokenizer every shipped model shares (scripts/site-models checks that they do), read from `scheme`'s folder,
+ * made to encode as `octlm generate` does (`promptTokenizerJson`): EOT first, then the text, a literal
+ * "<|endoftext|>" in the text tokenised byte by byte like any other.
  */
 export function tokenizer(scheme: string): Promise<Tok> {
   tokenizerPromise ??= (async () => {
@@ -89,14 +89,14 @@ export function tokenizer(scheme: string): Promise<Tok> {
         return r.json();
       }),
     ]);
-    json.added_tokens = [];
-    return new Tokenizer(json, {}) as unknown as Tok;
+    return new Tokenizer(promptTokenizerJson(json), {}) as unknown as Tok;
   })();
   return tokenizerPromise;
 }
 
+/** The ids the models read for `text`: EOT, then the text's tokens (octlm.generation.generate.encode_prompt). */
 export async function encode(scheme: string, text: string): Promise<Encoded> {
-  const { ids, tokens } = (await tokenizer(scheme)).encode(text, { add_special_tokens: false });
+  const { ids, tokens } = (await tokenizer(scheme)).encode(text, { add_special_tokens: true });
   return { ids: Array.from(ids), tokens: Array.from(tokens) };
 }
 

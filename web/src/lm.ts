@@ -94,6 +94,37 @@ export function byteOfChar(): Map<string, number> {
   return map;
 }
 
+/** The token octlm puts before every text: training streams put it before each document, so it marks a start. */
+export const EOT = "<|endoftext|>";
+
+// tokenizer.json's parts this page reads or writes (the file is tokenizers' own format).
+interface TokenizerJson {
+  model: { vocab: Record<string, number> };
+  added_tokens: unknown[];
+  post_processor: unknown;
+  [key: string]: unknown;
+}
+
+/**
+ * The tokenizer.json the page encodes with: octlm's, with the post-processor octlm's exports carry
+ * (octlm/interop/hf.py, prompt_tokenizer), which puts EOT before the text as `octlm generate` does, and without
+ * its added-token entry. octlm encodes a literal "<|endoftext|>" in a text as plain text, byte by byte;
+ * @huggingface/tokenizers would match it as the special token, so the entry goes (the vocabulary keeps EOT's id).
+ * Encode with `add_special_tokens: true` to get EOT first, `false` for the text's ids alone.
+ */
+export function promptTokenizerJson<T extends TokenizerJson>(json: T): T {
+  const id = json.model.vocab[EOT];
+  if (id === undefined) throw new Error(`tokenizer.json has no ${EOT} token`);
+  const special = { SpecialToken: { id: EOT, type_id: 0 } };
+  const template = {
+    type: "TemplateProcessing",
+    single: [special, { Sequence: { id: "A", type_id: 0 } }],
+    pair: [special, { Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: EOT, type_id: 1 } }, { Sequence: { id: "B", type_id: 1 } }],
+    special_tokens: { [EOT]: { id: EOT, ids: [id], tokens: [EOT] } },
+  };
+  return { ...json, added_tokens: [], post_processor: template };
+}
+
 /** The bytes a byte-level token string stands for (a token not in the alphabet, e.g. `<|endoftext|>`, as UTF-8). */
 export function tokenBytes(token: string): Uint8Array {
   const map = byteOfChar();

@@ -2,7 +2,7 @@ import "../site";
 import { heatmap } from "../charts";
 import { linePlot, type Series } from "../charts";
 import { encode, forward, isLoaded, load, loadManifest, type Encoded, type Forward, type Manifest } from "../engine";
-import { bitsPerToken, meanOf, movingMean, mulberry32, nextTokenDistribution, sampleFrom, showBytes, tokenBytes } from "../lm";
+import { EOT, bitsPerToken, meanOf, movingMean, mulberry32, nextTokenDistribution, sampleFrom, showBytes, tokenBytes } from "../lm";
 import { scaleFor } from "../scale";
 import { $, el, fmt, labelled, numberSlider, select } from "../ui";
 import { PALETTE } from "./results-palette";
@@ -81,7 +81,7 @@ function engineSize(): string {
 
 function tokensView(): void {
   const max = Math.max(...Object.values(manifest.models).map((m) => m.max_length));
-  $("#lm-token-count").textContent = `${encoded.ids.length} tokens from ${new TextEncoder().encode(textArea.value).length} bytes.` + (encoded.ids.length > max ? ` The models read the first ${max} (the learned one only its first ${maxLength("learned")}).` : "");
+  $("#lm-token-count").textContent = `${encoded.ids.length} tokens from ${new TextEncoder().encode(textArea.value).length} bytes, ${EOT} first.` + (encoded.ids.length > max ? ` The models read the first ${max} (the learned one only its first ${maxLength("learned")}).` : "");
   $("#lm-tokens").replaceChildren(
     ...encoded.tokens.map((t, i) => el("span", { class: "token", "data-id": String(encoded.ids[i]), title: `position ${i}, id ${encoded.ids[i]}` }, el("span", { class: "token-text", text: showBytes(tokenBytes(t)) }), el("span", { class: "token-id", text: String(encoded.ids[i]) }))),
   );

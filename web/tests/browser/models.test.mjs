@@ -56,11 +56,13 @@ describe("models page", () => {
     await page.close();
   });
 
-  test("the browser tokenizer gives Python's ids (Unicode, tabs, CRLF, a literal <|endoftext|>), and the page shows them", async () => {
+  test("the browser tokenizer gives EOT then Python's ids (Unicode, tabs, CRLF, a literal <|endoftext|>), and the page shows them", async () => {
     const { page, errors } = await open("models");
     await loaded(page);
+    // octlm generate puts EOT before every prompt (octlm.generation.generate.encode_prompt); so does the page
+    const EOT_ID = JSON.parse(readFileSync(join(WEB, "public/models/learned/model.json"), "utf-8")).eot_id;
     for (const [text, want] of [[REF.text, REF.ids], ...REF.extra_texts.map((e) => [e.text, e.ids])]) {
-      assert.deepEqual(await page.evaluate(async (t) => (await window.octlmModels.encode(t)).ids, text), want, JSON.stringify(text));
+      assert.deepEqual(await page.evaluate(async (t) => (await window.octlmModels.encode(t)).ids, text), [EOT_ID, ...want], JSON.stringify(text));
     }
     assert.match(REF.text, /\r\n/);
     assert.match(REF.text, /\t/);
@@ -70,9 +72,9 @@ describe("models page", () => {
     const lf = REF.extra_texts.find((e) => e.text === REF.text.replace(/\r\n/g, "\n"));
     assert.ok(lf, "the fixture holds the LF form of the test text");
     await page.fill("#lm-text", REF.text);
-    await page.waitForFunction((n) => document.querySelectorAll("#lm-tokens .token").length === n, lf.ids.length);
+    await page.waitForFunction((n) => document.querySelectorAll("#lm-tokens .token").length === n, lf.ids.length + 1);
     const shown = await page.locator("#lm-tokens .token").evaluateAll((ts) => ts.map((t) => Number(t.dataset.id)));
-    assert.deepEqual(shown, lf.ids);
+    assert.deepEqual(shown, [EOT_ID, ...lf.ids]);
     assert.match(await page.locator("#lm-tokens").innerText(), /→/); // the tab, made visible
     assert.deepEqual(errors, []);
     await page.close();

@@ -2,7 +2,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { expect, test } from "vitest";
-import { bitsPerToken, byteOfChar, logSoftmax, meanOf, movingMean, mulberry32, nextTokenDistribution, sampleFrom, showBytes, tokenBytes } from "../../src/lm";
+import { Tokenizer } from "@huggingface/tokenizers";
+import { EOT, bitsPerToken, byteOfChar, logSoftmax, meanOf, movingMean, mulberry32, nextTokenDistribution, promptTokenizerJson, sampleFrom, showBytes, tokenBytes } from "../../src/lm";
 
 // Closed-form answers computed in float64; the code is float64 too, so only the last bit or two may differ.
 const TOL = 1e-15;
@@ -96,4 +97,24 @@ test("byteOfChar equals octlm's byte_of_char, entry for entry", () => {
   expect(existsSync(REFERENCE)).toBe(true);
   const python = JSON.parse(readFileSync(REFERENCE, "utf-8")).byte_of_char as Record<string, number>;
   expect(Object.fromEntries(byteOfChar())).toEqual(python);
+});
+
+// The page's tokenizer (src/engine.ts) on the shipped tokenizer.json against octlm's Python ids for the same texts.
+const SHIPPED = resolve(import.meta.dirname, "../../public/models/learned/tokenizer.json");
+test("the page encodes as octlm generate does: EOT first, then Python's ids; a literal <|endoftext|> stays text", () => {
+  const json = JSON.parse(readFileSync(SHIPPED, "utf-8"));
+  const eot = json.model.vocab[EOT] as number;
+  expect(eot).toBe(0);
+  const tokenizer = new Tokenizer(promptTokenizerJson(json), {});
+  const ref = JSON.parse(readFileSync(REFERENCE, "utf-8"));
+  const cases: [string, number[]][] = [[ref.text, ref.ids], ...ref.extra_texts.map((e: { text: string; ids: number[] }) => [e.text, e.ids])];
+  expect(cases.some(([text]) => text.includes(EOT))).toBe(true);
+  for (const [text, ids] of cases) {
+    const encoded = tokenizer.encode(text, { add_special_tokens: true });
+    expect(Array.from(encoded.ids)).toEqual([eot, ...ids]);
+    expect(encoded.tokens[0]).toBe(EOT);
+    expect(Array.from(tokenizer.encode(text, { add_special_tokens: false }).ids)).toEqual(ids);
+  }
+  expect(() => promptTokenizerJson({ ...json, model: { ...json.model, vocab: {} } })).toThrow(/no <\|endoftext\|> token/);
+  expect(json.added_tokens.length).toBe(1); // the shipped file itself is left as it is
 });

@@ -1,0 +1,56 @@
+"""Every layer's attention probabilities, from the model's own forward pass.
+
+The decoder attends through `scaled_dot_product_attention`, which never materialises the probabilities. Inside
+`recording_attention`, `octlm.model.decoder.attention` (the one function every layer calls) is swapped for
+`explicit_attention`: softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it computed, so
+the recorded probabilities are the very ones that made the logits. The ONNX export
+(octlm/interop/onnx_export.py) and the attention-by-distance numbers (octlm/inspect/attention.py) both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+import octlm.model.decoder
+
+
+def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                       dropout: float, record: list[Tensor]) -> Tensor:  # fmt: skip
+    """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to `record`.
+
+    q `[B, H, Tq, D]`, k and v `[B, Hkv, Tk, D]`, `mask` additive float (ALiBi, T5: causal -inf included) or
+    bool (True: may attend) over `[.., Tq, Tk]`. Returns `[B, H, Tq, D]`; records probabilities `[B, H, Tq, Tk]`.
+    """
+    if dropout:
+        raise ValueError("explicit_attention records what a model computes: put it in eval mode (no dropout)")
+    if isinstance(mask, octlm.model.decoder.ChunkedBias):  # past WHOLE_BIAS_PAIRS: [B, H, T, T] would not fit
+        raise ValueError("explicit_attention needs the whole bias: at most WHOLE_BIAS_PAIRS query-key pairs")
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # grouped KV heads: query head h reads KV head h // group, as SDPA's enable_gqa does
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # [B, H, Tq, Tk]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    if is_causal:  # queries and keys are the same positions: key j is hidden from query i when j > i
+        rows, cols = torch.arange(q.shape[2], device=q.device), torch.arange(k.shape[2], device=q.device)
+        scores = scores.masked_fill(cols.unsqueeze(0) > rows.unsqueeze(1), float("-inf"))
+    probs = scores.softmax(dim=-1)
+    record.append(probs)
+    return probs @ v
+
+
+@contextlib.contextmanager
+def recording_attention(record: list[Tensor]) -> Iterator[None]:
+    """Inside: every attention layer of every Decoder runs `explicit_attention`, appending to `record`."""
+    original = octlm.model.decoder.attention
+    octlm.model.decoder.attention = functools.partial(explicit_attention, record=record)
+    try:
+        yield
+    finally:
+        octlm.model.decoder.attention = original
