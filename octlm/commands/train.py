@@ -93,14 +93,14 @@ def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
         config, folder = config_and_run(args)
         if int(os.environ.get("RANK", "0")) == 0:  # one notice per command, not one per DDP rank
             bf16_notice(config, bf16)
-            if share is not None and share.crowded and resolve_device(config.train.device).type == "cpu":
-                print(share.note("training"), file=sys.stderr)
+        crowded = share is not None and share.crowded and resolve_device(config.train.device).type == "cpu"
         result = train(
             config,
             folder.path,
             resume=bool(args.resume),
             progress=not args.no_progress,
             overwrite=args.overwrite,
+            notes=[share.note("training")] if crowded else [],
         )
         if result.interrupted:
             # 128 + N, as a shell reports a process a signal ended (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)

@@ -33,7 +33,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -360,12 +360,15 @@ def train(
     progress: bool = True,
     stop_after: int | None = None,
     overwrite: bool = False,
+    notes: Sequence[str] = (),
 ) -> TrainResult:
     """Train `config` in `run_dir` (default `<out_dir>/<config name>-<position>`), or resume it.
 
     `stop_after=k` stops after step k as a signal would (checkpoint written, `interrupted=True`): for tests.
-    `overwrite` starts afresh in a folder that already holds a run. Raises UserError for every user mistake,
-    among them a run folder another process is training.
+    `overwrite` starts afresh in a folder that already holds a run. `notes` (the command's, such as why it
+    uses fewer threads) are said with the first progress line, once the run is ready to train: a run refused
+    before then ends in its one error line alone. Raises UserError for every user mistake, among them a run
+    folder another process is training.
     """
     started = time.perf_counter()
     device = resolve_device(config.train.device)
@@ -375,14 +378,14 @@ def train(
     run = Run.of(run_dir) if run_dir is not None else Run.default(config)
     try:
         with writing(run, dist, device):
-            return _train(config, run, dist, device, resume, progress, stop_after, overwrite, started)
+            return _train(config, run, dist, device, resume, progress, stop_after, overwrite, started, notes)
     finally:
         dist.close()
 
 
 def _train(
     config: Config, run: Run, dist: Dist, device: torch.device, resume: bool, progress: bool,
-    stop_after: int | None, overwrite: bool, started: float,
+    stop_after: int | None, overwrite: bool, started: float, notes: Sequence[str] = (),
 ) -> TrainResult:  # fmt: skip
     show = progress and dist.main
     say = tqdm.write if show else (lambda *a, **k: None)
@@ -402,6 +405,8 @@ def _train(
         if dist.main:
             prepare_folder(run, ckpt, data)
         say(_describe(config, run, state, device, dist))
+        for note in notes:
+            say(note)
         with _progress_bar(config, run, state, show) as bar, tracker.writing(state.start_step) as track:
             if state.step == 0:  # the untrained model's figures, so that no run has an empty record
                 record = evaluate_and_record(state, config, device, dist, run, started)
