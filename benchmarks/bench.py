@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/bench.py            # full run (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/bench.py --quick    # smoke test: config a only, tiny repetitions (< 60 s)
+    .venv/bin/python benchmarks/bench.py --only schemes   # every position scheme against NoPE (several minutes)
 
 Measures, in one run: the machine's bf16 support and its fp32 and bf16 matmul peaks; fp32 against bf16
 training tokens/s at config c (autocast, and bf16 weights with fp32 master weights); training tokens/s and model-FLOP utilisation for octlm
@@ -39,11 +40,20 @@ import torch
 from measure import CONFIGS, MFU_FORMULA, THREADS, bench_peak, machine
 from measure_decode import bench_generation
 from measure_forward import bench_context, bench_embedding, bench_long, memory_worker
+from measure_schemes import LENGTH, LONG_LENGTH, bench_schemes, rows_in_memory_worker
 from measure_tasks import bench_task_cells
 from measure_threads import bench_threads
 from measure_tokenizer import bench_tokenizer
 from measure_train import bench_compile, bench_precision, bench_training
-from render import generation_section, header, long_section, markdown, task_cells_section, threads_section
+from render import (
+    generation_section,
+    header,
+    long_section,
+    markdown,
+    schemes_section,
+    task_cells_section,
+    threads_section,
+)
 
 from octlm.runtime import torch_threads
 
@@ -232,6 +242,17 @@ def run_threads(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[
     return run_alone("threads", "threads", measure, threads_section, s, s["reps"], out_dir, flush_denormal)
 
 
+def run_schemes(s: dict[str, Any], out_dir: Path, flush_denormal: bool) -> dict[str, Any]:
+    """`--only schemes`: every row of the length experiment against NoPE (training tokens/s at its shape, one
+    forward's peak memory at 16,384 tokens; --quick: 1,024), written as `<device>-schemes.json` and `.md`."""
+    length = 1024 if s["quick"] else LONG_LENGTH
+
+    def measure(log: Callable) -> dict:
+        return bench_schemes(LENGTH, length, s["warmup"], s["reps"], log)
+
+    return run_alone("schemes", "schemes", measure, schemes_section, s, s["reps"], out_dir, flush_denormal)
+
+
 def gpu_slug() -> str:
     """The GPU's name as a file stem: "NVIDIA H200" -> "nvidia-h200"."""
     return "-".join("".join(c if c.isalnum() else " " for c in torch.cuda.get_device_name()).lower().split())
@@ -249,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
     parser.add_argument("--long", action="store_true",
                         help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
-    parser.add_argument("--only", choices=("decode", "tasks", "threads"), default=None,
+    parser.add_argument("--only", choices=("decode", "tasks", "threads", "schemes"), default=None,
                         help="decode: only the generation section (octlm generate, the floor, HF generate); "
                              "tasks: only a task-battery cell's training steps against HF GPT-2; threads: "
-                             "octlm train at its default thread count, 1 and torch's, quiet and busy")  # fmt: skip
+                             "octlm train at its default thread count, 1 and torch's, quiet and busy; schemes: "
+                             "every position scheme's training tokens/s and peak memory at 16k against NoPE")  # fmt: skip
     parser.add_argument("--reps", type=int, default=None,
                         help="timed repetitions of each training and generation measurement (default 5, --quick 3)")  # fmt: skip
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
@@ -268,15 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("OCTLM_BENCH_DENORMALS", "flush") == "flush":
             flush_denormal = torch.set_flush_denormal(True)
         if args.memory_worker:
-            memory_worker(json.loads(args.memory_worker))
+            with rows_in_memory_worker():  # a length-experiment row (`nope+ssmax`) as well as a scheme
+                memory_worker(json.loads(args.memory_worker))
             return 0
         s = settings(args.quick, args.configs, not args.no_compile)
         if args.reps is not None:
             s["reps"] = args.reps
         if args.only:
-            r = {"decode": run_decode, "tasks": run_tasks, "threads": run_threads}[args.only](
-                s, Path(args.out), flush_denormal
-            )
+            run = {"decode": run_decode, "tasks": run_tasks, "threads": run_threads, "schemes": run_schemes}
+            r = run[args.only](s, Path(args.out), flush_denormal)
             print(r["markdown"])
             return 0
         if args.long:

@@ -383,6 +383,47 @@ def threads_section(th: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def times_nope(value: float | None) -> str:
+    """A ratio to the NoPE row, or "" where either side is unknown."""
+    return f"{value:.2f}×" if value is not None else ""
+
+
+def schemes_row(name: str, row: dict[str, Any]) -> str:
+    """One row of `schemes_section`: training speed and its ratio, then the long forward's memory and time."""
+    per_round = row.get("train_over_nope_per_round")
+    spread = f" ({per_round['min']:.2f}–{per_round['max']:.2f})" if per_round else ""
+    train = f"{fmt_range(row['samples'])} | {times_nope(row['train_over_nope'])}{spread}"
+    if row.get("no_rows"):
+        return f"| {name} | {train} | no rows | | no rows |"
+    b, secs = row["peak_memory_bytes"], row["forward_s"]
+    mem = f"{b / 2**20:,.1f}" if b is not None else row.get("error", "n/a")
+    forward = f"{secs:.2f} ({times_nope(row['forward_over_nope'])})" if secs is not None else "n/a"
+    return f"| {name} | {train} | {mem} | {times_nope(row['memory_over_nope'])} | {forward} |"
+
+
+def schemes_section(sc: dict[str, Any] | None) -> list[str]:
+    """Every row of the length experiment against NoPE: training tokens/s, and one long forward's peak memory."""
+    if not sc:
+        return []
+    c, n = sc["shape"], f"{sc['length']:,}"
+    lines = [
+        f"## Position schemes against NoPE (the length experiment's shape: V {c['vocab_size']:,}, "
+        f"C {c['d_model']}, {c['n_layers']} layers, {c['n_heads']} heads; {sc['threads']} thread)",
+        "",
+        f"Training: forward, loss, backward and a fused AdamW step at T {c['context_length']}, batch "
+        f"{c['batch']}, every row interleaved round by round; × NoPE is the ratio of the medians (higher is "
+        f"faster), with the range of the per-round ratios. Forward: one inference pass at {n} tokens, batch 1, "
+        f"one fresh process per row. {sc['memory_method']} The forward time is that one measured pass.",
+        "",
+        f"| row | training tokens/s | × NoPE (per round) | peak memory MiB at {n} | × NoPE | forward s at {n} "
+        "(× NoPE) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [schemes_row(name, row) for name, row in sc["rows"].items()]
+    lines.append("")
+    return lines
+
+
 def markdown(r: dict[str, Any]) -> str:
     """The whole report: header, then every section in the order the run measures them."""
     lines = header(r)

@@ -265,3 +265,73 @@ def test_the_threads_section_runs_octlm_train_and_reads_its_speed_and_threads(
     lines = render.threads_section({"steps": 5, "quiet": rows, "one competing process": rows})
     assert lines[4] == "| quiet | octlm default | 1/2 | 2,000 (1,000–3,000) | 1.00× |"
     assert len(lines) == 4 + 2 * len(measure_threads.CHOICES) + 1
+
+
+def test_the_schemes_section_trains_the_length_experiments_models(benchmarks, tmp_path):
+    """Every row's model is the one `octlm experiment length` trains (day1 with its FULL_DEFAULTS at context
+    64), field for field, and the training batch is its batch: d_model 128, 2 layers, 4 heads, V 1024, B 32."""
+    from octlm.config import load_config
+    from octlm.experiments import length
+
+    measure_schemes = importlib.import_module("measure_schemes")
+    base = load_config(None, length.FULL_DEFAULTS)
+    rows = length.default_rows()
+    assert {"fox", "path", "stick-breaking", "rope+ssmax", "nope+ssmax", "nope"} <= set(rows)
+    for row in rows:
+        trained = length.run_config(base, row, 0, length.Settings(), tmp_path)
+        assert measure_schemes.row_config(measure_schemes.LENGTH, row) == trained.model, row
+    shape = dict(vocab_size=1024, d_model=128, n_layers=2, n_heads=4, context_length=64, batch=32)
+    assert measure_schemes.CONFIGS[measure_schemes.LENGTH] == shape
+
+
+def test_the_memory_worker_builds_rows_only_inside_the_patch(benchmarks):
+    measure_forward = importlib.import_module("measure_forward")
+    measure_schemes = importlib.import_module("measure_schemes")
+    with measure_schemes.rows_in_memory_worker():
+        scaled = measure_forward.octlm_config("a", "nope+ssmax")
+        plain = measure_forward.octlm_config("a", "rope")
+    assert (scaled.position, scaled.attention_scaling) == ("nope", "ssmax")
+    assert plain == measure_forward.octlm_config("a", "rope")  # a scheme's config as before the patch
+    assert measure_forward.octlm_config("a", "nope+ssmax").position == "nope+ssmax"  # restored: no row names
+
+
+def test_the_schemes_section_measures_every_row_against_nope(benchmarks, monkeypatch):
+    """A tiny shape, 2 rounds, a fresh worker process per row (about 5 s): the learned table stops at 16 rows,
+    so at 32 tokens it has "no rows"; the ssmax row reaches the worker (which would fail on its name without
+    `rows_in_memory_worker`); every ratio is over the NoPE row of the same run."""
+    measure_schemes = importlib.import_module("measure_schemes")
+    render = importlib.import_module("render")
+    tiny = dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2, context_length=16, batch=2)
+    monkeypatch.setitem(measure_schemes.CONFIGS, "tiny", tiny)
+    rows = ["learned", "rope", "nope", "nope+ssmax"]
+    sc = measure_schemes.bench_schemes("tiny", 32, 0, 2, lambda msg: None, rows)
+    out = sc["rows"]
+    assert list(out) == rows and sc["length"] == 32 and sc["threads"] == 1
+    assert out["learned"]["no_rows"] and out["learned"]["peak_memory_bytes"] is None
+    nope = out["nope"]
+    for name in ("rope", "nope+ssmax"):
+        row = out[name]
+        assert row["peak_memory_bytes"] > 0 and row["forward_s"] > 0
+        assert row["memory_over_nope"] == row["peak_memory_bytes"] / nope["peak_memory_bytes"]
+        assert row["forward_over_nope"] == row["forward_s"] / nope["forward_s"]
+    for row in out.values():
+        assert row["tokens_per_s"]["n"] == 2 and len(row["samples"]) == 2
+        assert row["train_over_nope"] == row["tokens_per_s"]["median"] / nope["tokens_per_s"]["median"]
+        # per round: this row's tokens/s over NoPE's in the same round, so the ratio's range holds both rounds'
+        per_round = [a / b for a, b in zip(row["samples"], nope["samples"], strict=True)]
+        assert row["train_over_nope_per_round"]["min"] == pytest.approx(min(per_round), rel=1e-12)
+        assert row["train_over_nope_per_round"]["max"] == pytest.approx(max(per_round), rel=1e-12)
+    assert nope["train_over_nope"] == nope["memory_over_nope"] == 1.0
+    lines = render.schemes_section(sc)
+    table = lines[lines.index("|---|---|---|---|---|---|") + 1 : -1]
+    assert [line.split(" | ")[0] for line in table] == [f"| {name}" for name in rows]
+
+    def train(row: dict) -> str:
+        spread = row["train_over_nope_per_round"]
+        return (f"{render.fmt_range(row['samples'])} | {row['train_over_nope']:.2f}× "
+                f"({spread['min']:.2f}–{spread['max']:.2f})")  # fmt: skip
+
+    rope = out["rope"]
+    assert table[0] == f"| learned | {train(out['learned'])} | no rows | | no rows |"
+    assert table[1] == (f"| rope | {train(rope)} | {rope['peak_memory_bytes'] / 2**20:,.1f} | "
+                        f"{rope['memory_over_nope']:.2f}× | {rope['forward_s']:.2f} ({rope['forward_over_nope']:.2f}×) |")  # fmt: skip

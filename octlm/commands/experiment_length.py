@@ -19,7 +19,6 @@ from octlm.config import add_config_arguments, config_fields, load_config, overr
 from octlm.errors import UserError, check_output
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
-from octlm.positions import scheme_names, table_order
 
 # Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
 MAX_SEEDS = 1000
@@ -49,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
     parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
-                        help=f"position schemes (default: every registered one: {' '.join(table_order(scheme_names()))})")  # fmt: skip
+                        help=f"position schemes, each alone or as SCHEME+ssmax (queries scaled by s log n) "
+                             f"(default: {' '.join(length.default_rows())})")  # fmt: skip
     parser.add_argument("--eval-windows", type=int, default=None,
                         help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
     parser.add_argument("--rope-factor", type=float, default=None,
@@ -76,7 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
     return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
-                    seeds=chosen["seeds"], schemes=args.schemes or table_order(scheme_names()),
+                    seeds=chosen["seeds"], schemes=args.schemes or length.default_rows(),
                     eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
                     jobs=args.jobs, threads=args.threads)  # fmt: skip
 
@@ -93,7 +93,7 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
     parts += ["--train-length", str(settings.train_length),
               "--eval-lengths", *map(str, settings.eval_lengths),
               "--seeds", str(settings.seeds), "--eval-windows", str(settings.eval_windows)]  # fmt: skip
-    if settings.schemes != table_order(scheme_names()):
+    if settings.schemes != length.default_rows():
         parts += ["--schemes", *settings.schemes]
     if settings.rope_factor is not None:
         parts += ["--rope-factor", f"{settings.rope_factor:g}"]

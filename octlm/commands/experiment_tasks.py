@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--schemes", nargs="+", metavar="ROW",
                         help="rows: a position scheme, +random for randomized positions, +nopeK for a NoPE layer K, "
-                             f"e.g. rope rope+random alibi+nope0 (default: {' '.join(battery.default_rows())})")  # fmt: skip
+                             "+ssmax for queries scaled by s log n, e.g. rope rope+random alibi+nope0 nope+ssmax "
+                             f"(default: {' '.join(battery.default_rows())})")  # fmt: skip
     parser.add_argument(
         "--seed", type=int_in_range(*SEED_RANGE), default=0, help="the first seed (default 0)"
     )

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> None:
         f"config {config.name}: position={mc.position} norm={mc.norm} mlp={mc.mlp} tied={mc.tie_embeddings}"
     )
     print(f"parameters: {model.num_parameters():,} (token table {mc.vocab_size} x {mc.d_model} = {table:,})")
+    if model.positions.cost:  # a scheme whose cost grows faster than softmax attention's says how
+        print(f"{mc.position} cost: {model.positions.cost}")
     if args.dry_run:
         ids = torch.randint(0, mc.vocab_size, (2, mc.context_length))
         with options.threads(args.threads), torch.inference_mode():

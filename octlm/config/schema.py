@@ -21,6 +21,9 @@ from octlm.files import sha256_bytes
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
+# model.attention_scaling (octlm/model/decoder.py, `QueryScaling`): queries times a factor that grows with the
+# length. "ssmax": Nakanishi's scalable softmax in every layer; "llama4": Llama 4's temperature in NoPE layers.
+ATTENTION_SCALINGS = ("none", "ssmax", "llama4")
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
 # train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
@@ -77,6 +80,12 @@ class ModelConfig:
     nope_layers: list[int] = field(
         default_factory=list
     )  # layers that use no position signal (Llama 4, SmolLM3)
+    attention_scaling: str = (
+        "none"  # none, ssmax (every layer) or llama4 (the layers with no position signal)
+    )
+    ssmax_init: float = 0.43  # ssmax: each head's learned s starts here (logits times s log n)
+    attention_floor: int = 8192  # llama4: positions per step of the temperature (Llama 4's floor_scale)
+    attention_temperature: float = 0.1  # llama4: the temperature's slope (Llama 4's attn_scale)
 
     @property
     def head_dim(self) -> int:
@@ -105,6 +114,7 @@ class ModelConfig:
             ("norm", NORMS),
             ("mlp", MLPS),
             ("rope_layout", ROPE_LAYOUTS),
+            ("attention_scaling", ATTENTION_SCALINGS),
         ):
             if getattr(self, name) not in allowed:
                 p.append(
@@ -112,7 +122,16 @@ class ModelConfig:
                 )
         if self.position in SCHEMES:
             p += SCHEMES[self.position].problems(self)
-        return p + self._nope_layer_problems()
+        return p + self._nope_layer_problems() + self._scaling_problems()
+
+    def _scaling_problems(self) -> list[str]:
+        """Llama 4's temperature acts only in layers with no position signal: a model without one would
+        silently train as if the option were off."""
+        if self.attention_scaling == "llama4" and self.position != "nope" and not self.nope_layers:
+            return [f"model.attention_scaling = 'llama4' scales the layers with no position signal, and "
+                    f"model.position = {self.position!r} with no model.nope_layers has none; list layers in "
+                    "model.nope_layers, use model.position = 'nope', or use 'ssmax' (every layer)"]  # fmt: skip
+        return []
 
     def _nope_layer_problems(self) -> list[str]:
         """`nope_layers` must name distinct layers, and a scheme that acts inside attention (an added table

@@ -66,18 +66,22 @@ class Settings:
 
 def default_rows() -> list[str]:
     """Every registered scheme, then RoPE with its first layer NoPE, then randomized positions for a learned
-    table and RoPE (two of the schemes Ruoss et al. test; add more rows with --schemes)."""
-    return [*table_order(list(SCHEMES)), "rope+nope0", "learned+random", "rope+random"]
+    table and RoPE (two of the schemes Ruoss et al. test), then scalable softmax on RoPE and NoPE (add more
+    rows with --schemes)."""
+    return [*table_order(list(SCHEMES)), "rope+nope0", "learned+random", "rope+random", "rope+ssmax",
+            "nope+ssmax"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Row:
-    """A row of the battery's tables: a scheme, whether its positions are randomized, which layers use none."""
+    """A row of the battery's tables: a scheme, whether its positions are randomized, which layers use none,
+    whether its queries are scaled by s log n (scalable softmax, `model.attention_scaling`)."""
 
     spec: str
     scheme: str
     randomized: bool
     nope_layers: tuple[int, ...]
+    ssmax: bool = False
 
     @classmethod
     def parse(cls, spec: str, n_layers: int) -> Row:
@@ -88,21 +92,25 @@ class Row:
             else [f"unknown position scheme {scheme!r} in row {spec!r}; choose one of {', '.join(SCHEMES)}"]
         )
         layers = [int(e[4:]) for e in extras if e.startswith("nope") and e[4:].isdigit()]
-        unknown = [e for e in extras if e != "random" and not (e.startswith("nope") and e[4:].isdigit())]
-        problems += [f"row {spec!r}: {e!r} is neither random nor nopeK (K a layer index)" for e in unknown]
+        unknown = [
+            e
+            for e in extras
+            if e not in ("random", "ssmax") and not (e.startswith("nope") and e[4:].isdigit())
+        ]
+        problems += [f"row {spec!r}: {e!r} is not random, ssmax or nopeK (K a layer index)" for e in unknown]
         problems += [
             f"row {spec!r}: layer {k} is not one of 0 .. {n_layers - 1}" for k in layers if k >= n_layers
         ]
         if (
             "random" in extras
             and scheme in SCHEMES
-            and not set(SCHEMES[scheme].hooks()) - {"contextual_bias"}
+            and not set(SCHEMES[scheme].hooks()) - {"contextual_bias", "attend"}
         ):
             problems.append(f"row {spec!r}: {scheme} reads no position ids (only their order), so randomizing "
                             "them changes nothing; drop +random")  # fmt: skip
         if problems:
             raise UserError("; ".join(problems))
-        return cls(spec, scheme, "random" in extras, tuple(sorted(set(layers))))
+        return cls(spec, scheme, "random" in extras, tuple(sorted(set(layers))), "ssmax" in extras)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -182,8 +190,10 @@ class Cell:
 
     def model_config(self) -> ModelConfig:
         rows = self.position_range if self.row.randomized else self.train_tokens
+        scaling = "ssmax" if self.row.ssmax else "none"
         return ModelConfig(vocab_size=len(self.task.vocabulary()), context_length=rows, position=self.row.scheme,
-                           nope_layers=list(self.row.nope_layers), **self.settings.model)  # fmt: skip
+                           nope_layers=list(self.row.nope_layers), attention_scaling=scaling,
+                           **self.settings.model)  # fmt: skip
 
 
 def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:

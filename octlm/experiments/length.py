@@ -84,7 +84,7 @@ class Settings:
     train_length: int = 64
     eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
     seeds: int = 3
-    schemes: list[str] = field(default_factory=lambda: list(table_order(scheme_names())))
+    schemes: list[str] = field(default_factory=lambda: default_rows())
     eval_windows: int = 16  # N = eval_windows × max(eval_lengths) scored tokens
     modes: tuple[str, ...] = MODES  # how each length is cut into windows (see windows_for)
     rope_factor: float | None = None  # None: max(eval_lengths) / train_length
@@ -96,7 +96,8 @@ class Settings:
     threads: int = 1  # torch threads per worker
 
     def problems(self) -> list[str]:
-        unknown, known = [s for s in self.schemes if s not in scheme_names()], ", ".join(scheme_names())
+        unknown = [s for s in self.schemes if row_overrides(s) is None]
+        known = ", ".join(scheme_names()) + f" (each may add {', '.join('+' + o for o in ROW_OPTIONS)})"
         checks = [
             (not 2 <= self.train_length <= MAX_LENGTH,
              f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}"),
@@ -249,10 +250,37 @@ def evaluate_run(
 # Training
 
 
+def default_rows() -> list[str]:
+    """Every registered scheme, and scalable softmax on RoPE and on NoPE (Nakanishi's claim is about both)."""
+    return table_order([*scheme_names(), "rope+ssmax", "nope+ssmax"])
+
+
+# What a row `scheme+option` (`--schemes rope+ssmax`) sets besides the scheme: queries scaled with the length.
+ROW_OPTIONS = {"ssmax": {"model.attention_scaling": "ssmax"}}
+
+
+def row_overrides(row: str) -> dict[str, Any] | None:
+    """The config fields a row of the grid sets (`rope`, `nope+ssmax`), or None if it names no known scheme or
+    option."""
+    scheme, *options = row.split("+")
+    if scheme not in scheme_names() or any(o not in ROW_OPTIONS for o in options):
+        return None
+    return {"model.position": scheme} | {k: v for o in options for k, v in ROW_OPTIONS[o].items()}
+
+
+def row_of(config: Config) -> str:
+    """The row a training's config is in (`row_overrides` read backwards): `rope`, `nope+ssmax`."""
+    chosen = config.to_dict()
+    options = [o for o, fields in ROW_OPTIONS.items()
+               if all(chosen[k.split(".")[0]][k.split(".")[1]] == v for k, v in fields.items())]  # fmt: skip
+    return "+".join([config.model.position, *options])
+
+
 def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_dir: Path) -> Config:
-    """One training's config: `base` with this scheme, seed and short context; one evaluation at the end."""
+    """One training's config: `base` with this row's scheme (and options), seed and short context; one
+    evaluation at the end."""
     steps = base.train.steps
-    overrides = {"model.position": scheme, "model.context_length": settings.train_length, "train.seed": seed,
+    overrides = {**row_overrides(scheme), "model.context_length": settings.train_length, "train.seed": seed,
                  "train.out_dir": str(runs_dir), "train.run_name": cells.cell_name((scheme, seed)),
                  "train.eval_interval": steps, "train.checkpoint_interval": steps, "train.sample_tokens": 0,
                  "train.report": False}  # fmt: skip
@@ -292,7 +320,7 @@ def train_and_score(config: Config, text: EvalText, settings: Settings) -> tuple
         t0 = time.perf_counter()
         model, info = trained_model(config, run.path, settings.retrain, progress=False)
         t1 = time.perf_counter()
-        records = evaluate_run(model, config.model.position, config.train.seed, text, settings)
+        records = evaluate_run(model, row_of(config), config.train.seed, text, settings)
         t2 = time.perf_counter()
         # What each layer knows of absolute position, at the training length, on the same held-out tokens.
         if settings.probe_seed in (None, config.train.seed):

@@ -21,7 +21,7 @@ from octlm.config import Config, config_from_dict
 from octlm.experiments import cells
 from octlm.experiments.length import AXES, CellsRun, Settings
 from octlm.inspect import probe
-from octlm.inspect.figures import VARIANT_STYLES, Curve, plot_length, scheme_colour
+from octlm.inspect.figures import VARIANT_STYLES, Curve, plot_length, row_style, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
@@ -271,13 +271,16 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
             for scheme, variant in members:
                 pts = [s for s in ok if (s["scheme"], s["variant"], s["mode"]) == (scheme, variant, mode)]
                 label = row_label(scheme, variant, settings)
+                # a row `rope+ssmax` in RoPE's colour, drawn as its option; RoPE's variants each their own way
+                colour, style = row_style(scheme) if variant in ("", "plain") else (
+                    scheme_colour(scheme), VARIANT_STYLES[variant])  # fmt: skip
                 if pts and min(p["bpb_mean"] for p in pts) > cap:
                     left_out[label] = min(p["bpb_mean"] for p in pts)
                 elif pts:
                     curves.append(Curve(label, np.array([p["length"] for p in pts]),
                                         np.array([p["bpb_mean"] for p in pts]),
                                         np.array([p["bpb_std"] or 0.0 for p in pts]),
-                                        color=scheme_colour(scheme), style=VARIANT_STYLES[variant]))  # fmt: skip
+                                        color=colour, style=style))  # fmt: skip
             title = "non-overlapping windows" if mode == "windows" else "sliding windows (last L/2 scored)"
             row.append((f"{group}: {title}; trained at {settings.train_length}", curves))
         panels.append(row)

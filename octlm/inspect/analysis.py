@@ -176,8 +176,10 @@ def position_section(model: Tables, initial: Tables, k: int = DEFAULT_TOP) -> di
         parts.append(_frequencies_part(section, now["frequencies"], now["head_dim"], now.get("note", "")))
     if "bias" in now:
         parts.append(_bias_part(section, now["bias"], before["bias"]))
+    if "gates" in now["shows"]:
+        parts.append("Its forget gates are set by the text: the section Forget gates measures them on it.")
     if not now["shows"]:
-        parts.append("It has no position parameters to show.")
+        parts.append("It has no position parameters to show; attention by distance shows what it does.")
     if mapped < length:
         section["map_positions"] = mapped
         parts.append(f"Position x position maps cover the first {mapped:,} positions.")

@@ -8,6 +8,10 @@ logits). Query i sees keys j = 0..i, at distance d = i - j. Per layer and head:
     lift[d]           = mean over the same of (i + 1) P[i, i - d]: 1 for uniform attention         [L, H, T]
     entropy           = mean over windows and queries of -sum_j P[i, j] ln P[i, j] (nats)          [L, H]
     mean_distance     = mean over windows and queries of sum_j P[i, j] (i - j)                     [L, H]
+    mass              = mean over windows and queries of sum_j P[i, j]: 1 for softmax              [L, H]
+
+Stick-breaking's rows sum to less than 1 (the rest of the stick goes to no key, and the first query has no
+key at all): `mass` says how much, and the other numbers describe the weights as they are, not renormalised.
 
 `mean` is the plain figure, but uniform attention alone makes it fall with distance (only queries far from the
 start see large distances, and they spread over more keys); `lift` divides that out, so a flat lift of 1 means
@@ -87,6 +91,7 @@ def _layer_sums(probs: torch.Tensor) -> dict[str, torch.Tensor]:
     entropy = -torch.special.xlogy(p, p).sum(-1)  # [B, H, T]; 0 ln 0 = 0 for the hidden keys
     spread = (p * distance.clamp(min=0)).sum(-1)  # [B, H, T]
     return {
+        "mass": p.sum((0, 2, 3)),
         "mean": by_distance,
         "lift": lifted,
         "entropy": entropy.sum((0, 2)),
@@ -117,6 +122,7 @@ def attention_by_distance(model: Decoder, windows: np.ndarray) -> dict[str, Any]
         "lift": stacked["lift"] / per_distance,
         "entropy": stacked["entropy"] / (W * T),
         "mean_distance": stacked["mean_distance"] / (W * T),
+        "mass": stacked["mass"] / (W * T),
         "uniform_entropy": float(np.log(np.arange(1, T + 1)).mean()),
     }
 
@@ -158,6 +164,11 @@ def attention_blocks(numbers: dict[str, Any] | None, figure: Path | None, level:
         + [f"{lift[r['layer'], r['head'], d]:.3f}" for d in shown]
         for r in summary_rows(numbers)
     ]
+    mass = np.asarray(numbers.get("mass", 1.0))  # absent from reports written before it was measured
+    if mass.min() < 1 - 1e-3:
+        text += (f" This model's attention rows sum to {mass.min():.3f}–{mass.max():.3f} on average per head, not "
+                 "1: the weight left over goes to no key (stick-breaking), and the figures show the weights as "
+                 "they are.")  # fmt: skip
     blocks: list[Block] = [Heading("Attention by distance", level), Paragraph(text)]
     if figure is not None:
         blocks.append(

@@ -179,6 +179,8 @@ def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
         figures["position_scheme"] = extra
     if "mean" in (report.get("attention") or {}):  # octlm/inspect/attention.py
         figures["attention"] = plot_attention_distance(report["attention"]["mean"], folder / "attention.png")
+    if "decay" in (report.get("gates") or {}):  # octlm/inspect/gates.py
+        figures["gates"] = plot_gate_decay(report["gates"]["decay"], folder / "gates.png")
 
     labels = report["labels"]
     figures["tokens_pca"] = plot_pca(
@@ -253,23 +255,31 @@ def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
 VARIANT_STYLES: dict[str, tuple[str, str]] = {
     "": ("-", "o"), "plain": ("-", "o"), "pi": ("--", "s"), "ntk": ("-.", "^"), "dynamic": (":", "v"),
     "yarn": ("--", "D"), "random": ("--", "s"), "nope": ("-.", "^"), "random+nope": (":", "v"),
+    "ssmax": (":", "P"),
+}  # fmt: skip
+# The built-in schemes' colours, fixed so that a reader learns them once: tab10 for the ten of 2024 (in their
+# registration order then), and for the three that compute attention themselves three dark hues (tab20b's)
+# that tab10 does not use.
+BUILT_IN_COLOURS = {
+    "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "rope": "#2ca02c", "p-rope": "#d62728", "xpos": "#9467bd",
+    "alibi": "#8c564b", "t5": "#e377c2", "fire": "#7f7f7f", "cope": "#bcbd22", "nope": "#17becf",
+    "fox": "#393b79", "path": "#637939", "stick-breaking": "#843c39",
 }  # fmt: skip
 STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 
 
 def scheme_colour(scheme: str) -> str:
-    """The colour of `scheme` in every figure (hex): tab10's in registration order, which the ten built-in
-    schemes fill; tab20's lighter shades for the next ten; black for a name no scheme has."""
+    """The colour of `scheme` in every figure (hex): a built-in's own (`BUILT_IN_COLOURS`); for a plug-in,
+    tab20's lighter shades in registration order; black for a name no scheme has."""
     from matplotlib import colormaps
     from matplotlib.colors import to_hex
 
-    names = scheme_names()
-    if scheme not in names:
+    if scheme in BUILT_IN_COLOURS:
+        return BUILT_IN_COLOURS[scheme]
+    plugins = [name for name in scheme_names() if name not in BUILT_IN_COLOURS]
+    if scheme not in plugins:
         return "#000000"
-    i = names.index(scheme)
-    if i < 10:
-        return to_hex(colormaps["tab10"](i))
-    return to_hex(colormaps["tab20"](2 * (i % 10) + 1))  # a plugin: the light shade of a built-in's hue
+    return to_hex(colormaps["tab20"](2 * (plugins.index(scheme) % 10) + 1))  # a built-in's hue, lighter
 
 
 def row_style(row: str) -> tuple[str, tuple[str, str]]:
@@ -449,6 +459,27 @@ def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Pa
     axes[0].set_ylabel("mean attention probability")
     axes[-1].legend(fontsize=7, loc="best", ncol=1 + heads // 8)
     fig.suptitle(title or "Attention against distance (held-out windows)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_gate_decay(decay: np.ndarray, path: Path) -> Path:
+    """FoX's mean decay `[L, H, T]` (nats added to the score of the key d tokens back) against distance: one
+    panel per gated layer (NaN rows, NoPE layers, are left out), a line per head (octlm/inspect/gates.py)."""
+    decay = np.asarray(decay, dtype=np.float64)
+    layers = [layer for layer in range(decay.shape[0]) if not np.isnan(decay[layer]).all()]
+    fig = _figure(3.6 * len(layers) + 0.6, 3.4)
+    fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.98, bottom=0.16, top=0.86, wspace=0.2)
+    axes = fig.subplots(1, len(layers), squeeze=False, sharey=True)[0]
+    distance = np.arange(decay.shape[2])
+    for layer, ax in zip(layers, axes, strict=True):
+        for head, row in enumerate(decay[layer]):
+            ax.plot(distance, row, linewidth=1.2, label=f"head {head}")
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_xlabel("distance i - j")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("added to the score (nats)")
+    axes[-1].legend(fontsize=7, loc="best", ncol=1 + decay.shape[1] // 8)
+    fig.suptitle("FoX: the forget gates' mean decay against distance (held-out windows)", fontsize=10)
     return _save(fig, path)
 
 

@@ -20,6 +20,7 @@ the report's text, the files (`write_report`, `write_pretrained_report`) and the
     runs/<name>/report/ (--hf: reports/<name>/)
         report.md  report.html  report.json  embeddings.json  positions.png  tokens_pca.png  norms.png
         [position_scheme.png for RoPE, ALiBi and T5]  [attention.png: attention by distance, octlm/inspect/attention.py]
+        [gates.png: FoX's forget gates against distance, octlm/inspect/gates.py]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from octlm.inspect.analysis import (
 )
 from octlm.inspect.attention import attention_blocks, report_attention
 from octlm.inspect.figures import draw_figures, web_export
+from octlm.inspect.gates import gate_blocks, report_gates
 from octlm.inspect.probe import inspect_probe, report_probe_blocks
 from octlm.inspect.render import (
     Block,
@@ -115,6 +117,7 @@ def report_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[Bloc
     blocks.append(Image(figures["norms"], f"{norms}, trained and untrained."))
     if "unseen" in report:
         blocks += _unseen_blocks(report["unseen"], m)
+    blocks += gate_blocks(report.get("gates"), figures.get("gates"))
     return blocks + attention_blocks(report.get("attention"), figures.get("attention"))
 
 
@@ -315,6 +318,7 @@ def write_report(
     report["step"] = meta.get("step")
     report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
     report["attention"] = report_attention(model, config, tokenizer)  # octlm/inspect/attention.py
+    report["gates"] = report_gates(model, config, tokenizer)  # octlm/inspect/gates.py: FoX's, else None
     folder = Path(out) if out is not None else Run.of(run_dir).report_dir
     return write_files(report, model, tokenizer, folder, export_web)
 

@@ -1,8 +1,8 @@
 """octlm <-> Hugging Face `transformers`: convert models both ways and export a trained run as a model folder.
 
-Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, GPT-NeoX for
-RoPE on a fraction of the channels with LayerNorm and GELU, MPT for ALiBi without biases) and the weight names
-on both sides live in `octlm.interop.hf_arch`; any other mix (sinusoidal, T5, interleaved RoPE, LayerNorm with
+Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, Llama 4's text
+model for Llama with its attention temperature, GPT-NeoX for RoPE on a fraction of the channels with LayerNorm
+and GELU, MPT for ALiBi without biases) and the weight names on both sides live in `octlm.interop.hf_arch`; any other mix (sinusoidal, T5, interleaved RoPE, LayerNorm with
 SwiGLU, ALiBi with biases, ...) has no standard architecture to load into, so `to_hf` raises a `UserError` that
 names every setting that differs.
 
@@ -46,8 +46,9 @@ EOT = "<|endoftext|>"  # the same string as octlm.data.tokenizer.EOT (not import
 def to_hf(
     model: Decoder, eos_token_id: int | None = None, attn_implementation: str = "sdpa"
 ) -> PreTrainedModel:
-    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM`, `GPTNeoXForCausalLM`
-    or `MptForCausalLM` (eager attention, its only kind) computing the same logits as `model`.
+    """A float32, eval-mode `GPT2LMHeadModel`, `LlamaForCausalLM`, `SmolLM3ForCausalLM`, `Llama4ForCausalLM`,
+    `GPTNeoXForCausalLM` or `MptForCausalLM` (eager attention, its only kind) computing the same logits as
+    `model`.
 
     `eos_token_id` (the tokenizer's `<|endoftext|>` id) is recorded as bos/eos for `generate`. Raises
     UserError when the model's architecture has no counterpart in `transformers` (see `hf_architecture`).

@@ -1,11 +1,15 @@
 """Which `transformers` architecture holds an octlm config exactly, and the weight names on both sides.
 
-Five octlm stacks have an exact counterpart (the names are `transformers`' `model_type`s):
+Six octlm stacks have an exact counterpart (the names are `transformers`' `model_type`s):
 
 - `gpt2` (`GPT2LMHeadModel`): learned positions, LayerNorm, GELU MLP, biases everywhere, no grouped KV heads.
 - `llama` (`LlamaForCausalLM`): RoPE in the `half` layout on every channel, RMSNorm, SwiGLU MLP, no biases
   (GQA allowed).
 - `smollm3` (`SmolLM3ForCausalLM`): the Llama stack with `model.nope_layers`, SmolLM3's `no_rope_layers`.
+- `llama4_text` (`Llama4ForCausalLM` with a `Llama4TextConfig`): the Llama stack with Llama 4's attention
+  temperature (`model.attention_scaling = "llama4"`, its `attn_temperature_tuning`) in the NoPE layers, RoPE in
+  either layout or none at all (`position = "nope"`). Its mixture of experts, QK norm and chunked attention
+  are switched off: every layer is a dense SwiGLU MLP attending to every key, as octlm's.
 - `gpt_neox` (`GPTNeoXForCausalLM`, e.g. Pythia): RoPE in the `half` layout on the first `rope_fraction` of
   each head's channels (`rotary_pct`), LayerNorm, GELU MLP, biases, sequential (not parallel) residuals.
 - `mpt` (`MptForCausalLM`): ALiBi in every layer, LayerNorm without bias, GELU MLP of width 4 x d_model, no
@@ -14,9 +18,10 @@ Five octlm stacks have an exact counterpart (the names are `transformers`' `mode
   query row: softmax is the same. Falcon (its ALiBi is added before the 1/sqrt(d) scale) and BLOOM (a
   LayerNorm after the token table) compute something else, so ALiBi maps only to MPT.
 
-The mapping is renaming plus three layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the
-transpose of `nn.Linear`), Llama fuses nothing that octlm fuses (q/k/v and gate/up are split), and GPT-NeoX
-fuses q/k/v per head (`[q_h | k_h | v_h]` for each head h) where octlm stacks them (`[q | k | v]`).
+The mapping is renaming plus four layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the
+transpose of `nn.Linear`), Llama fuses nothing that octlm fuses (q/k/v and gate/up are split), GPT-NeoX
+fuses q/k/v per head (`[q_h | k_h | v_h]` for each head h) where octlm stacks them (`[q | k | v]`), and
+Llama 4 rotates the interleaved pairs (2i, 2i + 1), so a `half`-layout model's q/k rows are reordered per head.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rotary import rotary_dims
 
 # What each target architecture requires of an octlm config: (field, required value).
-_GPT2_NEEDS = (("position", "learned"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", True))
+# None of these targets scales its queries with the length (model.attention_scaling); Llama 4's does, in
+# its NoPE layers (the "llama4" scaling, _LLAMA4_NEEDS).
+_UNSCALED = (("attention_scaling", "none"),)
+_GPT2_NEEDS = (("position", "learned"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", True), *_UNSCALED)
 _LLAMA_NEEDS = (
     ("position", "rope"),
     ("rope_layout", "half"),
@@ -43,6 +51,7 @@ _LLAMA_NEEDS = (
     ("norm", "rmsnorm"),
     ("mlp", "swiglu"),
     ("bias", False),
+    *_UNSCALED,
 )
 _NEOX_NEEDS = (
     ("position", "rope"),
@@ -50,8 +59,12 @@ _NEOX_NEEDS = (
     ("norm", "layernorm"),
     ("mlp", "gelu"),
     ("bias", True),
+    *_UNSCALED,
 )
-_MPT_NEEDS = (("position", "alibi"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", False))
+_MPT_NEEDS = (("position", "alibi"), ("norm", "layernorm"), ("mlp", "gelu"), ("bias", False), *_UNSCALED)
+# Llama 4's text model: the Llama stack whose NoPE layers scale their queries as octlm's "llama4" does (its
+# position needs, rope or nope, and rope_fraction 1 with rope, are checked in _llama4_differences).
+_LLAMA4_NEEDS = (("norm", "rmsnorm"), ("mlp", "swiglu"), ("bias", False), ("attention_scaling", "llama4"))
 # MPT builds its ALiBi row for max_seq_len keys on every forward and attends to no more; octlm's ALiBi has no
 # maximum, so the export allows the length experiment's farthest reach, 16 x the trained context.
 MPT_LENGTH_FACTOR = 16
@@ -60,6 +73,7 @@ CLASSES = {
     "gpt2": "GPT2LMHeadModel",
     "llama": "LlamaForCausalLM",
     "smollm3": "SmolLM3ForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
     "gpt_neox": "GPTNeoXForCausalLM",
     "mpt": "MptForCausalLM",
 }
@@ -85,9 +99,20 @@ def _mpt_differences(config: ModelConfig, full_heads: bool) -> list[str]:
     return mpt
 
 
+def _llama4_differences(config: ModelConfig) -> list[str]:
+    """What keeps `config` from Llama 4's text model: the Llama stack with the "llama4" attention temperature,
+    RoPE on every channel in either layout (the export reorders a `half` model's rows), or no positions at all."""
+    llama4 = _differences(config, _LLAMA4_NEEDS)
+    if config.position not in ("rope", "nope"):
+        llama4.insert(0, f"position={config.position!r} (needs 'rope' or 'nope')")
+    elif config.position == "rope" and config.rope_fraction != 1.0:
+        llama4.insert(0, f"rope_fraction={config.rope_fraction!r} (needs 1.0)")
+    return llama4
+
+
 def hf_architecture(config: ModelConfig) -> str:
     """The `transformers` architecture that holds this config exactly: "gpt2", "llama", "smollm3" (Llama with
-    `nope_layers`), "gpt_neox" or "mpt" (ALiBi).
+    `nope_layers`), "llama4_text" (Llama with Llama 4's attention temperature), "gpt_neox" or "mpt" (ALiBi).
 
     Raises UserError "not representable in transformers: ..." naming what differs from each target.
     """
@@ -105,6 +130,9 @@ def hf_architecture(config: ModelConfig) -> str:
         return "gpt2"
     if not llama:
         return "smollm3" if config.nope_layers else "llama"
+    llama4 = _llama4_differences(config)
+    if not llama4:
+        return "llama4_text"
     if not neox:
         return "gpt_neox"
     mpt = _mpt_differences(config, full_heads)
@@ -116,6 +144,8 @@ def hf_architecture(config: ModelConfig) -> str:
         + ", ".join(llama)
         + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in " + ", ".join(neox)
         + "; as MPT (MptForCausalLM, ALiBi) it differs in " + ", ".join(mpt)
+        + "; as Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) it differs in "
+        + ", ".join(llama4)
     )  # fmt: skip
 
 
@@ -174,6 +204,8 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
 
     common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_embeddings,
                   bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=None)  # fmt: skip
+    if arch == "llama4_text":
+        return _llama4_text_config(config, common)
     if arch == "gpt2":
         return transformers.GPT2Config(
             n_embd=config.d_model, n_layer=config.n_layers, n_head=config.n_heads,
@@ -217,6 +249,32 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
     # *uses* RoPE. Its sliding window (which applies to NoPE layers) stays off: octlm attends to every key.
     no_rope = [int(i not in config.nope_layers) for i in range(config.n_layers)]
     return cls(no_rope_layers=no_rope, use_sliding_window=False, sliding_window=None, **llama)
+
+
+def _llama4_text_config(config: ModelConfig, common: dict[str, Any]) -> Any:
+    """Llama 4's text config with every Llama 4 addition that octlm lacks switched off."""
+    import transformers
+
+    cls = transformers.Llama4TextConfig
+    # no_rope_layers[i] is 1 where layer i *uses* RoPE (Llama4TextAttention.use_rope), as SmolLM3's.
+    no_rope = [int(config.position == "rope" and i not in config.nope_layers) for i in range(config.n_layers)]
+    return cls(
+        hidden_size=config.d_model, num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads, head_dim=config.head_dim, hidden_act="silu",
+        # An empty moe_layers makes every layer's feed_forward the dense Llama4TextMLP, intermediate_size_mlp
+        # wide (intermediate_size is the experts' width, unused without experts; kept equal for clarity).
+        moe_layers=[], intermediate_size_mlp=config.d_ff, intermediate_size=config.d_ff,
+        # Llama 4 L2-normalizes q and k in its RoPE layers by default; octlm does not.
+        use_qk_norm=False,
+        # A chunk size makes its RoPE layers attend within chunks of that many tokens; None: every key.
+        attention_chunk_size=None,
+        no_rope_layers=no_rope, **_rope_kwargs(cls, config.rope_base),
+        # Queries in the NoPE layers times 1 + attn_scale log1p(floor((p + 1) / floor_scale)): octlm's formula.
+        attn_temperature_tuning=True, floor_scale=int(config.attention_floor),
+        attn_scale=float(config.attention_temperature),
+        rms_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
+        attention_bias=False, attention_dropout=0.0, **common,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -272,6 +330,24 @@ def llama_state(model: Decoder) -> dict[str, Tensor]:
     return s
 
 
+def llama4_state(model: Decoder) -> dict[str, Tensor]:
+    """Llama 4's names: Llama's, with the MLP under `feed_forward`.
+
+    Llama 4 rotates the pairs (2i, 2i + 1) of a head (apply_rotary_emb: channel pairs as complex numbers), the
+    `interleaved` layout. A `half` model pairs i with i + D/2 at the same frequency θ_i, so its q and k rows are
+    taken in the order 0, D/2, 1, D/2 + 1, ... of each head: the view [H, 2, D/2, C] -> [H, D/2, 2, C]. The same
+    order for q and k leaves every q·k as it was, NoPE layers included.
+    """
+    c = model.config
+    half = c.position == "rope" and c.rope_layout == "half"
+    state: dict[str, Tensor] = {}
+    for name, tensor in llama_state(model).items():
+        if half and name.endswith(("q_proj.weight", "k_proj.weight")):
+            tensor = tensor.view(-1, 2, c.head_dim // 2, c.d_model).transpose(1, 2)
+        state[name.replace(".mlp.", ".feed_forward.")] = tensor
+    return state
+
+
 def neox_state(model: Decoder) -> dict[str, Tensor]:
     """GPT-NeoX's names. Its fused q/k/v is per head: rows [q_h | k_h | v_h] for h = 0 .. H-1 (its attention
     views the output as [B, T, H, 3D] and chunks the last axis), where octlm's are [q | k | v], each [H, D].
@@ -316,8 +392,8 @@ def mpt_state(model: Decoder) -> dict[str, Tensor]:
     return s
 
 
-STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "gpt_neox": neox_state,
-          "mpt": mpt_state}  # fmt: skip
+STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "llama4_text": llama4_state,
+          "gpt_neox": neox_state, "mpt": mpt_state}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -380,6 +456,42 @@ def _llama_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     return config, problems
 
 
+def _llama4_config(hc: Any) -> tuple[ModelConfig, list[str]]:
+    """Llama 4's text model when it is the Llama stack: no experts, no QK norm in a RoPE layer, no chunked
+    attention. RoPE layers read as the `interleaved` layout, Llama 4's own; a model with no RoPE layer at all
+    reads as position "nope". The temperature becomes attention_scaling "llama4" where it acts (a NoPE layer)."""
+    rope = _rope_of(hc)
+    n = hc.num_hidden_layers
+    head_dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
+    uses_rope = list(hc.no_rope_layers)
+    nope = [i for i in range(n) if i < len(uses_rope) and not uses_rope[i]]
+    scaled = bool(hc.attn_temperature_tuning and nope)
+    problems = _problems((
+        ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
+        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+        ("attention_bias", hc.attention_bias, not hc.attention_bias),
+        ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
+        ("no_rope_layers", uses_rope, len(uses_rope) >= n and set(uses_rope[:n]) <= {0, 1}),
+        ("moe_layers", hc.moe_layers, not hc.moe_layers),
+        ("use_qk_norm", hc.use_qk_norm, not hc.use_qk_norm or len(nope) == n),  # only RoPE layers have it
+        ("attention_chunk_size", hc.attention_chunk_size, set(hc.layer_types[:n]) <= {"full_attention"}),
+        ("floor_scale", hc.floor_scale, not scaled or hc.floor_scale >= 1),
+    ))  # fmt: skip
+    scaling = {"attention_scaling": "llama4", "attention_floor": int(hc.floor_scale),
+               "attention_temperature": float(hc.attn_scale)} if scaled else {}  # fmt: skip
+    # octlm's rope_layout means nothing without RoPE: a NoPE model keeps the default.
+    position = {"position": "nope"} if len(nope) == n else {"position": "rope", "rope_layout": "interleaved"}
+    config = ModelConfig(
+        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
+        n_layers=n, n_heads=hc.num_attention_heads,
+        n_kv_heads=0 if hc.num_key_value_heads == hc.num_attention_heads else hc.num_key_value_heads,
+        d_ff=hc.intermediate_size_mlp, rope_base=float(rope["rope_theta"]), norm="rmsnorm", mlp="swiglu",
+        bias=False, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.rms_norm_eps,
+        nope_layers=nope if len(nope) < n else [], **position, **scaling,
+    )  # fmt: skip
+    return config, problems
+
+
 def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     rope = _rope_of(hc)
     fraction = float(rope.get("partial_rotary_factor", 1.0))
@@ -426,8 +538,8 @@ def _mpt_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     return config, problems
 
 
-_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config, "gpt_neox": _neox_config,
-            "mpt": _mpt_config}  # fmt: skip
+_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config,
+            "llama4_text": _llama4_config, "gpt_neox": _neox_config, "mpt": _mpt_config}  # fmt: skip
 
 
 def config_from_hf(hc: Any) -> ModelConfig:
@@ -435,8 +547,8 @@ def config_from_hf(hc: Any) -> ModelConfig:
     does not have (GPT-2's tanh GELU, biased Llama projections, scaled RoPE, parallel residuals, ...)."""
     reader = _READERS.get(hc.model_type)
     if reader is None:
-        raise UserError("octlm reads only gpt2, llama, smollm3, gpt_neox and mpt models from transformers, "
-                        f"not model_type {hc.model_type!r}")  # fmt: skip
+        raise UserError("octlm reads only gpt2, llama, smollm3, gpt_neox and mpt models, and Llama 4's text "
+                        f"model (llama4_text), from transformers, not model_type {hc.model_type!r}")  # fmt: skip
     config, problems = reader(hc)
     if problems:
         raise UserError(f"not representable in octlm: this {hc.model_type} model has " + ", ".join(problems))

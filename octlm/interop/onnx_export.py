@@ -50,6 +50,7 @@ from octlm.positions.absolute import SinusoidalPositions
 from octlm.positions.formulas import add_positions
 from octlm.positions.rope_scaling import METHODS, scaled_frequencies
 from octlm.positions.rotary import RotaryPositions
+from octlm.positions.scheme import AttentionCall
 
 ONNX_FILE, TOKENIZER_FILE, INFO_FILE = "model.onnx", "tokenizer.json", "model.json"
 FORMAT = "octlm-onnx"  # model.json's mark: --force replaces only a folder that carries it
@@ -117,6 +118,13 @@ class FixedTables(PositionScheme):
     @property
     def is_contextual(self) -> bool:
         return self.scheme.is_contextual
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, call: AttentionCall) -> Tensor:
+        return self.scheme.attend(q, k, v, call)
+
+    @property
+    def replaces_attention(self) -> bool:
+        return self.scheme.replaces_attention
 
 
 class ProbedDecoder(nn.Module):
@@ -301,6 +309,9 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
     check_out(out, force, run_dir, "-onnx", _not_an_export)  # before the load: a mistake costs nothing
     need_exporter()
     model, _config, tokenizer = load_model(run_dir)
+    if model.positions.onnx_refusal:
+        raise UserError(f"{model.config.position} models are not exported to ONNX: {model.positions.onnx_refusal}; "
+                        "run it in octlm (octlm generate, octlm score)")  # fmt: skip
     length = export_length(model, max_length)
     info = model_info(
         model, length, apply_rope_scaling(model, rope_scaling, rope_factor, length), tokenizer.eot_id

@@ -2,11 +2,13 @@
 
 The explainer site (web/) recomputes the position math in the browser, in `web/src/math.ts`. So that the two
 never drift, this command evaluates the formulas of `octlm/positions/scheme.py` and `octlm/positions/` on small fixed
-inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file).
+inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file). The
+query scaling of `octlm/model/decoder.py` (`model.attention_scaling`) is written from its formulas in float64, as
+`_scaling_fixtures` says why, and the Python test checks the model's float32 `QueryScaling` against them.
 `web/tests/unit/parity.test.ts` runs every TypeScript twin on the same inputs and fails when any value differs by
 more than 1e-7, and `tests/interop/test_site_fixtures.py` fails when the committed files are not what this command writes today.
-`schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks and the class
-docstring's summary of every scheme `import octlm.positions` registers), from which the site lists the schemes.
+`schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks, cost and the
+class docstring's summary of every scheme `import octlm.positions` registers), from which the site lists the schemes.
 
 The files are stable byte for byte: keys sorted, values converted to float64 and rounded to 12 significant
 digits: far below the 1e-7 tolerance, far above the last-bit noise by which one CPU's `sin` may differ from
@@ -17,6 +19,7 @@ A masked entry (an ALiBi bias of minus infinity) is written as `null`, because J
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,7 +61,8 @@ def scheme_table() -> dict[str, Any]:
     """`schemes.json`: every registered scheme in table order, as the site lists them.
 
     `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme` hooks it
-    overrides (where it acts), `bounded` whether it has a maximum length.
+    overrides (where it acts), `bounded` whether it has a maximum length, `cost` how its cost grows when faster than
+    softmax attention's T² ("" otherwise).
     """
     from octlm.positions import scheme as P
 
@@ -66,9 +70,11 @@ def scheme_table() -> dict[str, Any]:
     for name in P.table_order(P.scheme_names()):
         cls = P.SCHEMES[name]
         rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
-                     "options": list(cls.options), "hooks": list(cls.hooks()), "doc": _summary(cls)})  # fmt: skip
+                     "options": list(cls.options), "hooks": list(cls.hooks()), "cost": cls.cost,
+                     "doc": _summary(cls)})  # fmt: skip
     note = ("the position-scheme registry (octlm.positions.SCHEMES), in table order; "
-            "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads")  # fmt: skip
+            "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads; "
+            "cost: how its cost grows with the length when faster than softmax attention's T^2, else empty")  # fmt: skip
     return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
 
 
@@ -89,6 +95,8 @@ def build_fixtures() -> dict[str, dict[str, Any]]:
     _formula_fixtures(add)
     _scheme_formula_fixtures(add)
     _cope_fixtures(add)
+    _attention_fixtures(add)
+    _scaling_fixtures(add)
     return dict(sorted(files.items()))
 
 
@@ -257,6 +265,117 @@ def _cope_fixtures(add: Callable[..., None]) -> None:
         bias_cases,
         src,
     )
+
+
+def _attention_fixtures(add: Callable[..., None]) -> None:
+    """The static math of the schemes that compute attention themselves (`PositionScheme.attend`): FoX's decay
+    bias, stick-breaking's weights and PaTH's weights, each from its module's own functions."""
+    import torch
+    import torch.nn.functional as F
+
+    from octlm.positions import forgetting, stick_breaking
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    src = "octlm/positions/forgetting.py"
+    decay_cases = []
+    for b, h, tq, tk, seed, constant in [(1, 2, 6, 6, 41, None), (2, 1, 3, 7, 42, None),
+                                         (1, 1, 5, 5, 43, -0.5)]:  # fmt: skip
+        if constant is None:
+            # log σ of a few units: gates from near 0 (forget at once) to near 1 (keep everything)
+            log_forget = f64(_clean(F.logsigmoid(f64(_inputs(b * h, tk, seed)).reshape(b, h, tk) * 4 + 1)))
+        else:  # every gate e^-0.5: the bias is ALiBi's with slope 0.5
+            log_forget = torch.full((b, h, tk), constant, dtype=torch.float64)
+        c = log_forget.cumsum(-1)  # every key's running sum, as ForgettingPositions.running_sums keeps it
+        qp, kp = list(range(tk - tq, tk)), list(range(tk))
+        bias = forgetting.decay_bias(c[..., tk - tq :], c, torch.tensor(qp), torch.tensor(kp), torch.float64)
+        inputs = {"log_forget": log_forget, "q_positions": qp, "k_positions": kp}
+        decay_cases.append({"inputs": inputs, "output": bias})
+    add("decay_bias", "output[b][h][i][j] = c_i - c_j, c_t = log_forget[b][h][0] + ... + log_forget[b][h][t] (the queries "
+        "are the last Tq keys); null stands for -inf (key j after query i)", decay_cases, src)  # fmt: skip
+
+    src = "octlm/positions/stick_breaking.py"
+    stick_cases = []
+    for b, h, hkv, tq, tk, d, seed in [(1, 2, 2, 5, 5, 4, 51), (2, 4, 2, 3, 7, 4, 52),
+                                       (1, 1, 1, 6, 6, 8, 53)]:  # fmt: skip
+        # times 3: scores of a few units, so that the shares β spread over (0, 1)
+        q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
+        k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
+        qp, kp = list(range(tk - tq, tk)), list(range(tk))
+        weights = stick_breaking.stick_breaking_weights(q, k, torch.tensor(qp), torch.tensor(kp))
+        inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp}
+        stick_cases.append({"inputs": inputs, "output": weights})
+    add("stick_breaking_weights", "A_ij = β_ij Π_{j < m < i} (1 - β_im), β_ij = sigmoid(q_i . k_j / sqrt(D)), keys j "
+        "before query i only (0 otherwise); query head h reads key head h // (H / Hkv)", stick_cases, src)  # fmt: skip
+
+    add("path_weights", "softmax over j <= i of q_i . H_i H_(i-1) ... H_(j+1) k_j / sqrt(D), H_s = I - β_s w_s w_s^T: "
+        "the weights path_attention records (the queries are the last Tq tokens; with Tq < Tk the earlier keys come "
+        "from a first call, as with a KV cache); query head h reads key head h // (H / Hkv)", _path_cases(),
+        "octlm/positions/householder.py")  # fmt: skip
+
+
+def _path_cases() -> list[dict[str, Any]]:
+    """PaTH's weights for small fixed q, k and w, β from `householder_factors` over fixed inputs and layers."""
+    import torch
+    from torch import nn
+
+    from octlm.positions import householder
+
+    def f64(rows: Any) -> torch.Tensor:
+        return torch.tensor(rows, dtype=torch.float64)
+
+    cases = []
+    for b, h, hkv, tq, tk, d, width, seed in [(1, 2, 2, 6, 6, 4, 6, 61), (2, 4, 2, 5, 5, 4, 8, 62),
+                                              (1, 2, 1, 3, 7, 8, 6, 63)]:  # fmt: skip
+        x = f64(_inputs(b * tk, width, seed)).reshape(b, tk, width)
+        directions = nn.Linear(width, hkv * d, bias=False, dtype=torch.float64)
+        strengths = nn.Linear(width, hkv, dtype=torch.float64)
+        with torch.no_grad():
+            directions.weight.copy_(f64(_inputs(hkv * d, width, seed + 100)))
+            strengths.weight.copy_(f64(_inputs(hkv, width, seed + 200)) * 2)  # β spread over (0, 2)
+            strengths.bias.copy_(f64(_inputs(1, hkv, seed + 300)[0]))
+            w, beta = householder.householder_factors(x, directions, strengths, hkv)
+        w, beta = f64(_clean(w)), f64(_clean(beta))  # as the fixture stores them: both sides start from these
+        q = f64(_inputs(b * h * tq, d, seed + 400)).reshape(b, h, tq, d) * 2
+        k = f64(_inputs(b * hkv * tk, d, seed + 500)).reshape(b, hkv, tk, d) * 2
+        v = torch.zeros_like(k)  # the weights are the point; the values only fill the call
+        earlier, cached = None, tk - tq
+        # A first call over the earlier tokens leaves their keys transformed, as a KV cache keeps them.
+        if cached:
+            _, earlier = householder.path_attention(k.new_zeros(b, h, cached, d), k[:, :, :cached],
+                                                    v[:, :, :cached], w[:, :, :cached], beta[:, :, :cached])  # fmt: skip
+        record: list[torch.Tensor] = []
+        householder.path_attention(q, k, v, w[:, :, cached:], beta[:, :, cached:], earlier, record=record)
+        cases.append({"inputs": {"q": q, "k": k, "w": w, "beta": beta}, "output": record[0]})
+    return cases
+
+
+def _scaling_fixtures(add: Callable[..., None]) -> None:
+    """`model.attention_scaling`'s query factors (octlm/model/decoder.py, `QueryScaling`) by their formulas in
+    float64: QueryScaling computes them in float32, whose last bit (2.4e-7 at 4) would be above the site's 1e-7,
+    and which differs between CPUs' float32 log1p. tests/interop/test_site_fixtures.py checks QueryScaling
+    against these values to float32 precision."""
+    src = "octlm/model/decoder.py"
+    ssmax = [([0.43], list(range(1, 9))), ([0.43, 0.3, 1.7], [1, 2, 3, 64, 1000, 4096, 16384, 65536]),
+             ([-0.2, 0.0], [5, 6, 7])]  # fmt: skip
+    add("ssmax_factors", "output[h][i] = s[h] * ln(n[i]): scalable softmax's factor on the query of head h that sees "
+        "n[i] keys (QueryScaling, model.attention_scaling = 'ssmax')", [
+            {"inputs": {"s": s, "n": n}, "output": [[sh * math.log(ni) for ni in n] for sh in s]} for s, n in ssmax
+        ], src)  # fmt: skip
+    near = [0, 1, 5, 6, 7, 8, 9, 14, 15, 16, 100, 8190, 8191, 8192, 16382, 16383, 100000, 1048575]
+    llama4 = [
+        (near, 8192, 0.1),
+        (near[:12], 8, 0.1),
+        ([0, 1, 2, 3, 4, 5, 6, 7, 8, 1000], 3, 0.37),
+        ([0, 50, 99], 1, 0.0),
+    ]
+    add("llama4_temperature", "output[i] = 1 + temperature * ln(1 + floor((positions[i] + 1) / floor)): Llama 4's "
+        "factor on the queries of the layers with no position signal (QueryScaling, "
+        "model.attention_scaling = 'llama4')", [
+            {"inputs": {"positions": p, "floor": f, "temperature": t},
+             "output": [1 + t * math.log1p((i + 1) // f) for i in p]} for p, f, t in llama4
+        ], src)  # fmt: skip
 
 
 def render(fixture: dict[str, Any]) -> str:

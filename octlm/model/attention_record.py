@@ -3,13 +3,16 @@
 The decoder attends through `scaled_dot_product_attention`, which never materialises the probabilities. Inside
 `recording_attention`, `octlm.model.decoder.attention` (the one function every layer calls) is swapped for
 `explicit_attention`: softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it computed, so
-the recorded probabilities are the very ones that made the logits. The ONNX export
+the recorded probabilities are the very ones that made the logits. A scheme that computes attention itself
+(`PositionScheme.attend`: FoX, PaTH, stick-breaking) is asked for the weights it used instead, through
+`octlm.model.decoder.scheme_attention`, swapped the same way. The ONNX export
 (octlm/interop/onnx_export.py) and the attention-by-distance numbers (octlm/inspect/attention.py) both use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator
@@ -45,12 +48,22 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_
     return probs @ v
 
 
+def recorded_scheme_attention(scheme, q: Tensor, k: Tensor, v: Tensor, call, record: list[Tensor]) -> Tensor:
+    """`octlm.model.decoder.scheme_attention`, with the scheme asked to append its weights `[B, H, Tq, Tk]`."""
+    if call.dropout:
+        raise ValueError("recorded attention is what a model computes: put it in eval mode (no dropout)")
+    return scheme.attend(q, k, v, dataclasses.replace(call, record=record))
+
+
 @contextlib.contextmanager
 def recording_attention(record: list[Tensor]) -> Iterator[None]:
-    """Inside: every attention layer of every Decoder runs `explicit_attention`, appending to `record`."""
-    original = octlm.model.decoder.attention
-    octlm.model.decoder.attention = functools.partial(explicit_attention, record=record)
+    """Inside: every attention layer of every Decoder runs `explicit_attention` (or asks its scheme for its
+    weights), appending to `record`."""
+    decoder = octlm.model.decoder
+    original = decoder.attention, decoder.scheme_attention
+    decoder.attention = functools.partial(explicit_attention, record=record)
+    decoder.scheme_attention = functools.partial(recorded_scheme_attention, record=record)
     try:
         yield
     finally:
-        octlm.model.decoder.attention = original
+        decoder.attention, decoder.scheme_attention = original

@@ -13,7 +13,8 @@ token per sequence with fewer and cheaper ops:
 
 The sums run in another order than `nn.Linear`'s, so logits agree with the model's forward to float32
 rounding (tests/model/test_decode_step.py, 1e-5). What the step does not cover goes through `model(...)` as before: a
-scheme whose bias depends on the content (`is_contextual`), and a model with forward hooks (a probe or a
+scheme whose bias depends on the content (`is_contextual`) or that computes attention itself
+(`replaces_attention`), and a model with forward hooks (a probe or a
 recorder expects to see every step).
 """
 
@@ -96,7 +97,7 @@ class DecodeStep:
         """Whether `DecodeStep` computes exactly what `model` would; otherwise decode with `model(...)`."""
         hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
         schemes = {model.layer_scheme(i) for i in range(model.config.n_layers)}
-        return not hooked and not any(s.is_contextual for s in schemes)
+        return not hooked and not any(s.is_contextual or s.replaces_attention for s in schemes)
 
     def _follow_weights(self) -> None:
         """Copy the weights again if any changed in place since they were taken."""
@@ -132,6 +133,7 @@ class DecodeStep:
         v = qkv[:, self.k_end :].view(B, self.kv_heads, 1, D)
         q, k = self.schemes[layer].rotate(q, k, positions)
         k, v = cache.update(layer, k, v)
+        q = self.model.blocks[layer].attn.scaling(q, positions, k.shape[2])
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.gqa)  # [B, H, 1, D]
         return self.layers[layer][1](y.reshape(B, self.width))  # with one token, [B, H, 1, D] is [B, 1, H, D]
 

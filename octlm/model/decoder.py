@@ -23,6 +23,7 @@ from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.model.loss import linear_cross_entropy
 from octlm.positions import NoPositions, PositionScheme, build_positions, unbounded_schemes
+from octlm.positions.scheme import AttentionCall
 
 # A bias scheme's [H, Tq, Tk] bias is built whole, once per forward and shared by every layer, up to this many
 # query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle) and
@@ -49,6 +50,8 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.positions = torch.zeros(capacity, device=device, dtype=torch.long)
         self.length = 0
+        # What a scheme that computes attention itself keeps of the earlier tokens, per layer (`AttentionCall`).
+        self.states: list[dict] = [{} for _ in range(config.n_layers)]
 
     def reserve(self, total: int) -> None:
         """Make room for `total` cached positions."""
@@ -67,11 +70,47 @@ class KVCache:
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
 
+class QueryScaling(nn.Module):
+    """Queries times a factor that grows with the length (`model.attention_scaling`), so that attention can stay
+    as sharp over many keys as over few; combines with any scheme. Queries `[B, H, Tq, D]` -> the same shape.
+
+    - "ssmax", scalable softmax (Nakanishi 2025): softmax(s log(n) z) for the scores z of a query that sees n
+      keys, s learned per head and layer (from `model.ssmax_init`, the value the paper reports). Scaling q_i
+      scales that query's q·k/√D; a bias added to the scores (ALiBi, FoX's gates) is not scaled, since the
+      paper scales the attention logits of a model whose logits are q·k alone. n counts keys, not positions, so
+      randomized position ids do not change it.
+    - "llama4", Llama 4's attention temperature (transformers' `attn_temperature_tuning`): in the layers with no
+      position signal only, q times 1 + τ log(⌊(p + 1) / F⌋ + 1) at position p, τ = `attention_temperature`,
+      F = `attention_floor`; exactly 1 before position F - 1.
+    """
+
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        nope = config.position == "nope" or layer in config.nope_layers
+        self.kind = config.attention_scaling if config.attention_scaling != "llama4" or nope else "none"
+        self.floor, self.temperature = config.attention_floor, config.attention_temperature
+        if self.kind == "ssmax":
+            self.s = nn.Parameter(torch.full((config.n_heads,), float(config.ssmax_init)))
+
+    def forward(self, q: Tensor, positions: Tensor, keys: int) -> Tensor:
+        """`q` of the queries at `positions` `[Tq]`, the last of `keys` keys, scaled."""
+        if self.kind == "none":
+            return q
+        if self.kind == "ssmax":
+            seen = torch.arange(keys - q.shape[2] + 1, keys + 1, device=q.device, dtype=torch.float32)  # n
+            factor = self.s.float()[:, None] * seen.log()  # [H, Tq]
+        else:
+            steps = torch.floor((positions.to(torch.float32) + 1.0) / self.floor)
+            factor = torch.log1p(steps) * self.temperature + 1.0  # [Tq]
+        return q * factor.unsqueeze(-1).to(q.dtype)
+
+
 class Attention(nn.Module):
     """Causal self-attention through `scaled_dot_product_attention`, with optional grouped KV heads."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
+        self.scaling = QueryScaling(config, layer)
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.kv_heads, config.head_dim
         # One fused projection for q, k and v: one matmul instead of three.
         self.qkv = nn.Linear(
@@ -96,11 +135,18 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)
             k_positions = cache.positions[: k.shape[2]]
+        q = self.scaling(q, positions, k.shape[2])
+        dropout = self.dropout if self.training else 0.0
+        if scheme.replaces_attention:  # FoX, PaTH, stick-breaking: the scheme computes attention itself
+            state = cache.states[layer] if cache is not None else None
+            call = AttentionCall(x, positions, k_positions, layer, state, dropout)
+            y = scheme_attention(scheme, q, k, v, call)
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
         if scheme.is_contextual:  # the bias needs this layer's q and k: the shared mask is not used
             mask = ContextualBias(scheme, q, k, positions, k_positions, layer)
             if q.shape[2] * k.shape[2] <= WHOLE_BIAS_PAIRS:
                 mask, is_causal = mask.rows(0, q.shape[2])[0], False
-        y = attention(q, k, v, mask, is_causal, self.dropout if self.training else 0.0)
+        y = attention(q, k, v, mask, is_causal, dropout)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -194,6 +240,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | ChunkedBias | None
     )
 
 
+def scheme_attention(scheme: PositionScheme, q: Tensor, k: Tensor, v: Tensor, call: AttentionCall) -> Tensor:
+    """The one call every layer of a scheme that computes attention itself makes (`PositionScheme.attend`):
+    `[B, H, Tq, D]`. Like `attention`, it is swapped while attention is recorded."""
+    return scheme.attend(q, k, v, call)
+
+
 class MLP(nn.Module):
     """GELU (GPT-2) or SwiGLU (Llama) feed-forward layer, `[B, T, C]` -> `[B, T, C]`."""
 
@@ -222,9 +274,9 @@ def make_norm(config: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
-        self.norm1, self.attn = make_norm(config), Attention(config)
+        self.norm1, self.attn = make_norm(config), Attention(config, layer)
         self.norm2, self.mlp = make_norm(config), MLP(config)
         self.dropout = nn.Dropout(config.dropout)
 
@@ -246,7 +298,7 @@ class Decoder(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)  # E: [V, C]
         self.positions = build_positions(config)
         self.no_positions = NoPositions()  # what the layers in config.nope_layers use
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(Block(config, layer) for layer in range(config.n_layers))
         self.norm = make_norm(config)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:

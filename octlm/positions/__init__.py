@@ -1,6 +1,7 @@
 """Position schemes: the interface every scheme implements and its registry (`scheme`), the formulas the site
 mirrors (`formulas`), one module per family (`absolute`: learned, sinusoidal; `rotary`: RoPE and its variants;
-`xpos`; `bias`: ALiBi, T5; `fire`; `cope`), and RoPE's context extensions (`rope_scaling`).
+`xpos`; `bias`: ALiBi, T5; `fire`; `cope`; the schemes that compute attention themselves: `forgetting` (FoX),
+`householder` (PaTH), `stick_breaking`), and RoPE's context extensions (`rope_scaling`).
 
 Importing the package registers the built-in schemes in the order tables list them, NoPE last. A scheme of
 your own is a `PositionScheme` subclass decorated with `register`, imported before the model is built
@@ -27,8 +28,12 @@ from octlm.positions import xpos  # isort: skip
 from octlm.positions import bias  # isort: skip
 from octlm.positions import fire  # isort: skip
 from octlm.positions import cope  # isort: skip
+from octlm.positions import forgetting  # isort: skip
+from octlm.positions import householder  # isort: skip
+from octlm.positions import stick_breaking  # isort: skip
 
 register(NoPositions)  # registered last: tables end with the scheme that has no position signal
 
 __all__ = ["SCHEMES", "NoPositions", "PositionScheme", "absolute", "bias", "build_positions", "cope", "family_of",
-           "fire", "register", "rotary", "scheme_names", "table_order", "unbounded_schemes", "xpos"]  # fmt: skip
+           "fire", "forgetting", "householder", "register", "rotary", "scheme_names", "stick_breaking", "table_order",
+           "unbounded_schemes", "xpos"]  # fmt: skip

@@ -15,6 +15,12 @@ NoPE uses none of them: the causal mask is its only order information.
 A fourth hook, `contextual_bias(q, k, q_positions, k_positions, layer)`, is for schemes whose bias depends
 on the content as well as the positions (CoPE counts gated keys); the model calls it in every layer.
 
+A fifth, `attend(q, k, v, call)`, is for schemes that are not a number added to a softmax's scores at all:
+they read the layer's input (FoX's forget gates, PaTH's reflections) or replace the softmax itself
+(stick-breaking). The model hands such a scheme the layer's queries, keys and values and an `AttentionCall`
+(the input, positions, layer, the state it keeps in the KV cache) and takes back the attention's output; the
+other schemes never see the hook, and their attention path is untouched.
+
 Every hook takes explicit integer positions, so decoding with a KV cache (new tokens at positions
 `offset .. offset + T - 1`) goes through exactly the same code as a full forward pass.
 
@@ -26,6 +32,7 @@ package, and `import octlm.positions` registers them all.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -37,6 +44,27 @@ if TYPE_CHECKING:
     from octlm.config import ModelConfig
 
 
+@dataclass
+class AttentionCall:
+    """What a scheme that computes attention itself (`PositionScheme.attend`) gets besides q, k and v.
+
+    `x` is the layer's normed input `[B, Tq, C]` for the new tokens (gates and reflections are read from it);
+    queries sit at `q_positions` `[Tq]`, keys at `k_positions` `[Tk]` (the queries are the last Tq keys).
+    `state` is this layer's dict in the KV cache, kept between calls of one cache (empty at its first call), or
+    None for a pass without a cache: a scheme keeps there what it needs of the earlier tokens. When `record`
+    is a list, the scheme appends the attention weights it used, `[B, H, Tq, Tk]`, rows of what multiplied
+    the values (octlm/model/attention_record.py asks for them).
+    """
+
+    x: Tensor
+    q_positions: Tensor
+    k_positions: Tensor
+    layer: int
+    state: dict | None = None
+    dropout: float = 0.0
+    record: list[Tensor] | None = field(default=None, repr=False)
+
+
 class PositionScheme(nn.Module):
     """The interface every scheme implements; each hook's default does nothing.
 
@@ -44,7 +72,7 @@ class PositionScheme(nn.Module):
     `options` (the `ModelConfig` fields it reads), `bounded` (whether it has a maximum length; the instance's
     `max_length` says which), `family` (the scheme whose variant it is, grouped with it in tables), and `shows`
     (what `octlm inspect` can show of it: "vectors", "frequencies", "bias", read through `vectors`,
-    `frequencies` and `bias_by_distance`). `from_config` builds it and `problems` lists what a config gets
+    `frequencies` and `bias_by_distance`, or "gates", a scheme's `forget_gates(x, layer)` measured on text). `from_config` builds it and `problems` lists what a config gets
     wrong for it, with the rest of the config's problems.
     """
 
@@ -83,6 +111,12 @@ class PositionScheme(nn.Module):
         (causal -inf included), or None. `layer` lets a scheme keep parameters per layer."""
         return None
 
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, call: AttentionCall) -> Tensor:
+        """The attention output `[B, H, Tq, D]` of queries `[B, H, Tq, D]` over every key and value
+        `[B, Hkv, Tk, D]` (cached ones first; the new tokens' are the last Tq), for a scheme that computes
+        attention itself (`replaces_attention`). Keys j after a query's position stay hidden from it."""
+        raise NotImplementedError(f"{self.name} does not compute attention itself")
+
     # What `octlm inspect` reads, for the capabilities a scheme lists in `shows` (octlm/inspect/analysis.py).
 
     def vectors(self, length: int) -> Tensor:
@@ -116,7 +150,7 @@ class PositionScheme(nn.Module):
     @classmethod
     def hooks(cls) -> tuple[str, ...]:
         """The hooks this scheme overrides (where it acts), in the order of the forward pass."""
-        names = ("embed", "rotate", "bias", "contextual_bias")
+        names = ("embed", "rotate", "bias", "contextual_bias", "attend")
         return tuple(name for name in names if getattr(cls, name) is not getattr(PositionScheme, name))
 
     @property
@@ -128,6 +162,17 @@ class PositionScheme(nn.Module):
     def is_contextual(self) -> bool:
         """Whether the scheme overrides `contextual_bias` (computed in every layer, from q and k)."""
         return type(self).contextual_bias is not PositionScheme.contextual_bias
+
+    @property
+    def replaces_attention(self) -> bool:
+        """Whether the scheme overrides `attend`: the model calls it instead of its own softmax attention."""
+        return type(self).attend is not PositionScheme.attend
+
+    # How the scheme's cost grows with the length T, when it grows faster than softmax attention's T²
+    # (`octlm model --dry-run` and the README's scheme table say so); empty for the usual T².
+    cost: ClassVar[str] = ""
+    # Why `octlm export onnx` cannot write the scheme, when it cannot (empty: it can).
+    onnx_refusal: ClassVar[str] = ""
 
 
 def register(cls: type[PositionScheme]) -> type[PositionScheme]:
@@ -154,10 +199,16 @@ def family_of(name: str) -> str:
 
 
 def table_order(names: list[str] | tuple[str, ...]) -> list[str]:
-    """`names` in the order tables list them: registration order, each variant right after its family."""
+    """`names` in the order tables list them: registration order, each variant right after its family, and an
+    experiment's row `scheme+option` (`rope+ssmax`) right after its scheme; unknown schemes are left out."""
     rank = {name: i for i, name in enumerate(SCHEMES)}
-    known = [n for n in names if n in rank]
-    return sorted(known, key=lambda n: (rank.get(family_of(n), rank[n]), rank[n]))
+    known = [n for n in names if n.split("+")[0] in rank]
+
+    def key(name: str) -> tuple:
+        scheme = name.split("+")[0]
+        return rank.get(family_of(scheme), rank[scheme]), rank[scheme], name != scheme, name
+
+    return sorted(known, key=key)
 
 
 class NoPositions(PositionScheme):

@@ -100,19 +100,21 @@ def test_random_positions_are_a_sorted_subset_spread_over_the_range() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "parsed"),
-    [("rope", ("rope", False, ())), ("rope+random", ("rope", True, ())), ("alibi+nope1+nope0", ("alibi", False, (0, 1))),
-     ("learned+random+nope1", ("learned", True, (1,)))],
+    [("rope", ("rope", False, (), False)), ("rope+random", ("rope", True, (), False)),
+     ("alibi+nope1+nope0", ("alibi", False, (0, 1), False)), ("learned+random+nope1", ("learned", True, (1,), False)),
+     ("nope+ssmax", ("nope", False, (), True)), ("rope+nope1+ssmax", ("rope", False, (1,), True))],
 )  # fmt: skip
 def test_rows_parse(spec: str, parsed: tuple) -> None:
     row = Row.parse(spec, n_layers=2)
-    assert (row.scheme, row.randomized, row.nope_layers) == parsed and row.spec == spec
+    assert (row.scheme, row.randomized, row.nope_layers, row.ssmax) == parsed and row.spec == spec
 
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("bogus", "unknown position scheme 'bogus' in row 'bogus'"), ("rope+rand", "'rand' is neither random nor nopeK"),
+    [("bogus", "unknown position scheme 'bogus' in row 'bogus'"), ("rope+rand", "'rand' is not random, ssmax or nopeK"),
      ("rope+nope2", "layer 2 is not one of 0 .. 1"), ("nope+random", "nope reads no position ids"),
-     ("cope+random", "cope reads no position ids (only their order)")],
+     ("cope+random", "cope reads no position ids (only their order)"),
+     ("stick-breaking+random", "stick-breaking reads no position ids (only their order)")],
 )  # fmt: skip
 def test_bad_rows_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):

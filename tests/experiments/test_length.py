@@ -14,11 +14,10 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments.length import AXES, MODES, Settings
-from octlm.positions import scheme_names, table_order
+from octlm.experiments.length import AXES, MODES, Settings, default_rows
 from octlm.positions.rope_scaling import VARIANTS
 
-SCHEMES = table_order(scheme_names())
+SCHEMES = default_rows()  # every registered scheme, and rope+ssmax, nope+ssmax
 
 WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
 LENGTHS = [16, 32, 64]  # --quick's evaluation lengths; it trains at 16 with two seeds

@@ -321,11 +321,11 @@ def test_maps_cover_at_most_map_positions() -> None:
     anonymous = tables("plain-test", about="")
     assert (
         position_section(anonymous, anonymous)["summary"]
-        == "plain-test. It has no position parameters to show."
+        == "plain-test. It has no position parameters to show; attention by distance shows what it does."
     )
     assert nope["summary"] == (
-        "About it. It has no position parameters to show. Position x position maps cover the first 1,024 "
-        "positions."
+        "About it. It has no position parameters to show; attention by distance shows what it does. Position x "
+        "position maps cover the first 1,024 positions."
     )
 
 

@@ -168,9 +168,18 @@ def test_every_scheme_gives_rows_that_sum_to_one(position: str) -> None:
     assert (plain - recorded).abs().max() < 1e-5 and all(
         torch.equal(a, b) for a, b in zip(probs, record, strict=True)
     )
-    for p in probs:
-        assert p.shape == (3, 4, T, T) and (p.sum(-1) - 1).abs().max() < 1e-5
+    breaks = [position == "stick-breaking" and layer not in nope for layer in range(2)]
+    for p, broken in zip(probs, breaks, strict=True):
+        sums = p.sum(-1)
+        assert p.shape == (3, 4, T, T)
+        if broken:  # 1 - Π(1 - β) of the keys before the query: below 1, and 0 for the first (no key)
+            assert sums.max() <= 1 + 1e-6 and (sums[..., 0] == 0).all() and sums[..., 1:].min() > 0
+        else:
+            assert (sums - 1).abs().max() < 1e-5
     numbers = attention.attention_by_distance(model, windows(3))
-    # Per query the probabilities over distances sum to 1: so do the lifts' plain means, summed with weights.
+    # Per query the probabilities over distances sum to 1 (softmax) or to the row's mass (stick-breaking): so
+    # do the lifts' plain means, summed with weights.
     total = (numbers["mean"] * (T - np.arange(T))).sum(-1) / T  # mean over queries of sum over distances
-    assert np.abs(total - 1).max() < 1e-6
+    mass = np.stack([p.sum(-1).double().mean((0, 2)).numpy() for p in probs])  # [L, H]
+    assert np.abs(total - numbers["mass"]).max() < 1e-6 and np.abs(numbers["mass"] - mass).max() < 1e-6
+    assert (np.abs(numbers["mass"] - 1).max(1) < 1e-6).tolist() == [not b for b in breaks]

@@ -25,9 +25,10 @@ from octlm.inspect import analysis
 from octlm.model.decoder import Decoder
 from octlm.positions import scheme_names
 
-# tab10 in registration order: the built-in schemes' colours, fixed (a reader learns them once).
+# The built-in schemes' colours in registration order, fixed (a reader learns them once): tab10 for the ten of
+# 2024, three dark tab20b hues for FoX, PaTH and stick-breaking (registered before NoPE).
 TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-         "#17becf"]  # fmt: skip
+         "#393b79", "#637939", "#843c39", "#17becf"]  # fmt: skip
 
 
 @pytest.fixture
@@ -52,8 +53,9 @@ def lines_by_label(fig: Any) -> list[tuple[str, str, tuple[str, str]]]:
 
 def test_every_built_in_scheme_has_its_own_fixed_colour() -> None:
     assert scheme_names() == ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "t5", "fire", "cope",
-                              "nope")  # fmt: skip
+                              "fox", "path", "stick-breaking", "nope")  # fmt: skip
     assert [figures.scheme_colour(s) for s in scheme_names()] == TAB10
+    assert len(set(TAB10)) == len(TAB10)  # no two share one
     assert figures.scheme_colour("no-such-scheme") == "#000000"
     assert figures.row_style("rope") == ("#2ca02c", ("-", "o"))
     assert figures.row_style("rope+random") == ("#2ca02c", ("--", "s"))
@@ -77,8 +79,9 @@ def test_a_scheme_has_one_colour_in_every_panel_and_figure(tmp_path: Path, drawn
     label_of = {row_label(s, v, settings): (s, v) for s, v in row_order(settings)}
     for label, colour, style in lines_by_label(length_fig):
         scheme, variant = label_of[label]
-        seen.setdefault(scheme, set()).add(colour)
-        assert style == figures.VARIANT_STYLES[variant]
+        seen.setdefault(scheme.split("+")[0], set()).add(colour)  # rope+ssmax: RoPE's colour, its own style
+        plain = variant in ("", "plain")
+        assert style == (figures.row_style(scheme)[1] if plain else figures.VARIANT_STYLES[variant])
     for label, colour, _style in lines_by_label(tasks_fig):
         seen.setdefault(label.split("+")[0], set()).add(colour)
     # Pink was T5 in one panel and xPos in the other; now each scheme is one colour everywhere, its own.

@@ -72,11 +72,17 @@ VARIANTS = {
     },  # L below the export's lengths: the normaliser switches
     "cope": {"cope_positions": 6, "n_kv_heads": 2},  # counts clamp within the text; grouped KV heads
     "t5": {"t5_buckets": 8, "t5_max_distance": 20},  # so that the text reaches the logarithmic buckets
+    "fox": {"n_kv_heads": 2},  # forget gates from the content; grouped KV heads
+    "stick-breaking": {},  # weights that need not sum to 1, and none on the query's own key
     "nope": {},
+    "rope-ssmax": {"position": "rope", "attention_scaling": "ssmax"},  # queries times s log n
 }
+# The schemes `octlm export onnx` refuses in one line (the class says why: `onnx_refusal`).
+REFUSED = ("path",)
 # The schemes numpy_first_layer_attention re-derives: all of them (xPos, FIRE and CoPE through the references
 # of tests/references.py, which the scheme tests compare against). A new scheme must be added here and there.
-NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "nope")
+NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "fox",
+                 "stick-breaking", "nope")  # fmt: skip
 # A fixed text: tabs, CRLF, non-ASCII, an emoji; twice, to be longer than MAX_LENGTH tokens.
 TEXT = 2 * "def function_7(x):\r\n\treturn x * 7 + 'héllo, wörld' # 🙂 déjà vu\n"
 
@@ -157,8 +163,21 @@ def run_onnx(e: Exported, ids: torch.Tensor) -> list[np.ndarray]:
 
 
 def test_every_config_scheme_is_covered() -> None:
-    assert {extra.get("position", name) for name, extra in VARIANTS.items()} == set(scheme_names())
-    assert set(NUMPY_SCHEMES) == set(scheme_names()), "extend numpy_first_layer_attention to the new scheme"
+    assert {extra.get("position", name) for name, extra in VARIANTS.items()} | set(REFUSED) == set(
+        scheme_names()
+    )
+    assert set(NUMPY_SCHEMES) | set(REFUSED) == set(scheme_names()), "extend numpy_first_layer_attention"
+
+
+@pytest.mark.parametrize("scheme", REFUSED)
+def test_a_scheme_with_no_onnx_form_is_refused_in_one_line(
+    scheme: str, tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position=scheme)
+    make_run(tmp_path / "run", config, tokenizer)
+    with pytest.raises(UserError, match=rf"^{scheme} models are not exported to ONNX: .*solve_triangular"):
+        export_onnx(tmp_path / "run", tmp_path / "out")
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
 def test_logits_match_pytorch_at_every_length(exported: Exported, tokenizer: Tokenizer) -> None:
@@ -185,9 +204,13 @@ def test_attention_is_causal_and_rows_sum_to_one(exported: Exported, tokenizer: 
         assert attn.shape == (2, TINY.n_heads, length, length)
         assert np.all(np.triu(attn, k=1) == 0.0), "a query attends to a later key"
         assert attn.min() >= 0.0
-    worst = max(float(np.abs(attn.sum(-1) - 1).max()) for attn in outputs[1:])
-    print(f"{exported.name}: max |row sum - 1| {worst:.3g}")
-    assert worst <= ROW_SUM_TOL
+    if exported.name == "stick-breaking":  # rows sum to 1 - Π(1 - β) < 1, the first row to 0 (no own key)
+        sums = np.stack([attn.sum(-1) for attn in outputs[1:]])
+        assert np.all(sums <= 1 + ROW_SUM_TOL) and np.all(sums[..., 0] == 0) and sums.max() > 0.5
+    else:
+        worst = max(float(np.abs(attn.sum(-1) - 1).max()) for attn in outputs[1:])
+        print(f"{exported.name}: max |row sum - 1| {worst:.3g}")
+        assert worst <= ROW_SUM_TOL
     # Not uniform: the weights make attention peaked, so a wrong score would show.
     assert outputs[-1][:, :, -1].max() > 2.0 / length
 
@@ -241,10 +264,10 @@ def numpy_xpos(x: np.ndarray, model: Decoder, key: bool) -> np.ndarray:
     return np_xpos(x, np.arange(x.shape[2]), model.config.rope_base, model.positions.scale_base, key)
 
 
-def numpy_bias(model: Decoder, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+def numpy_bias(model: Decoder, q: np.ndarray, k: np.ndarray, h: np.ndarray) -> np.ndarray:
     """The score bias of query i, key j (0 where none; -inf after the query where the scheme says so), added
     to q · k / sqrt(D): `[H, T, T]`, or `[B, H, T, T]` for CoPE, whose bias reads q `[B, H, T, D]` and the
-    ungrouped k `[B, Hkv, T, D]`."""
+    ungrouped k `[B, Hkv, T, D]`, and FoX, whose gates read layer 0's normed input h `[B, T, C]`."""
     c, T = model.config, q.shape[2]
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
     if c.position == "alibi":
@@ -256,7 +279,25 @@ def numpy_bias(model: Decoder, q: np.ndarray, k: np.ndarray) -> np.ndarray:
         return np_fire(model.positions, np.arange(T), np.arange(T))
     if c.position == "cope":  # gated counts of layer 0's q and k, interpolated in layer 0's table
         return np_cope_bias(q, k, model.positions.tables[0].weight.detach().double().numpy())
+    if c.position == "fox":  # Σ_{t=j+1..i} log σ(w_h · h_t + b_h), loop by loop
+        gate = model.positions.gates[0]
+        logit = h @ gate.weight.detach().double().numpy().T + gate.bias.detach().double().numpy()  # [B, T, H]
+        log_f = -np.logaddexp(0.0, -logit)
+        bias = np.zeros((q.shape[0], c.n_heads, T, T))
+        for a, b in np.ndindex(T, T):
+            bias[:, :, a, b] = log_f[:, b + 1 : a + 1].sum(1) if b <= a else -np.inf
+        return bias
     return np.zeros((1, T, T))
+
+
+def numpy_stick_breaking(scores: np.ndarray) -> np.ndarray:
+    """Stick-breaking weights A_ij = σ(z_ij) Π_{j<m<i} (1 - σ(z_im)) for j < i (0 elsewhere), as products."""
+    beta, T = 1.0 / (1.0 + np.exp(-scores)), scores.shape[-1]
+    weights = np.zeros_like(scores)
+    for i, j in np.ndindex(T, T):
+        if j < i:
+            weights[..., i, j] = beta[..., i, j] * np.prod(1.0 - beta[..., i, j + 1 : i], axis=-1)
+    return weights
 
 
 def numpy_first_layer_attention(model: Decoder, ids: np.ndarray) -> np.ndarray:
@@ -278,9 +319,14 @@ def numpy_first_layer_attention(model: Decoder, ids: np.ndarray) -> np.ndarray:
         q, k = numpy_rope(q, model), numpy_rope(k, model)
     if c.position == "xpos":
         q, k = numpy_xpos(q, model, key=False), numpy_xpos(k, model, key=True)
-    bias = numpy_bias(model, q, k)
+    bias = numpy_bias(model, q, k, h)
     k = np.repeat(k, H // Hkv, axis=1)  # query head h reads KV head h // (H / Hkv)
-    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D) + bias
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)
+    if c.attention_scaling == "ssmax":  # query i sees i + 1 keys: its scores times s_h log(i + 1)
+        scores = scores * w[p + "attn.scaling.s"][:, None, None] * np.log(np.arange(1, T + 1))[:, None]
+    if c.position == "stick-breaking":
+        return numpy_stick_breaking(scores)
+    scores = scores + bias
     scores = np.where(np.arange(T)[None, :] > np.arange(T)[:, None], -np.inf, scores)
     e = np.exp(scores - scores.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

@@ -259,6 +259,98 @@ def test_cope_values() -> None:
         close(case["output"], np.einsum("bhqd,bhqkd->bhqk", q, (1 - w) * low + w * high), atol=1e-10)
 
 
+def masked(rows: list) -> np.ndarray:
+    """A fixture's nested lists with null (a masked -inf) as NaN."""
+    return np.asarray(json.loads(json.dumps(rows).replace("null", "NaN")), dtype=np.float64)
+
+
+def test_fox_decay_bias_values() -> None:
+    # Lin et al.: logit_ij = q_i . k_j / sqrt(D) + sum over t = j+1 .. i of log f_t, keys j <= i
+    for case in load("decay_bias"):
+        log_f, qp, kp = (case["inputs"][key] for key in ("log_forget", "q_positions", "k_positions"))
+        log_f = np.asarray(log_f)
+        want = np.full(log_f.shape[:2] + (len(qp), len(kp)), np.nan)
+        for b, h, i, j in np.ndindex(want.shape):
+            query = len(kp) - len(qp) + i  # the queries are the last keys
+            if kp[j] <= qp[i]:
+                want[b, h, i, j] = sum(log_f[b, h, t] for t in range(j + 1, query + 1))
+        got = masked(case["output"])
+        assert np.array_equal(np.isnan(got), np.isnan(want)), (
+            "the masked (null) entries are not exactly j > i"
+        )
+        close(np.nan_to_num(got), np.nan_to_num(want), atol=1e-10)
+    alibi = masked(load("decay_bias")[2]["output"])[0, 0]  # every gate e^-0.5: ALiBi's -0.5 (i - j)
+    dist = np.subtract.outer(np.arange(5), np.arange(5))
+    assert np.array_equal(alibi, np.where(dist < 0, np.nan, -0.5 * dist), equal_nan=True)
+
+
+def test_stick_breaking_values() -> None:
+    # Tan et al.: A_ij = β_ij Π_{j < m < i} (1 - β_im), β = σ(q . k / sqrt(D)), keys before the query only
+    for case in load("stick_breaking_weights"):
+        q, k = np.asarray(case["inputs"]["q"]), np.asarray(case["inputs"]["k"])
+        qp, kp = case["inputs"]["q_positions"], case["inputs"]["k_positions"]
+        heads, d = q.shape[1], q.shape[-1]
+        want = np.zeros(q.shape[:3] + (len(kp),))
+        for b, h, i, j in np.ndindex(want.shape):
+            keys = k[b, h // (heads // k.shape[1])]
+            beta = [sigmoid(q[b, h, i] @ keys[m] / math.sqrt(d)) for m in range(len(kp))]
+            if kp[j] < qp[i]:
+                between = [m for m in range(len(kp)) if kp[j] < kp[m] < qp[i]]
+                want[b, h, i, j] = beta[j] * math.prod(1 - beta[m] for m in between)
+        close(case["output"], want, atol=1e-12)
+    first = np.asarray(load("stick_breaking_weights")[0]["output"])  # the first token has no key before it
+    assert (first[..., 0, :] == 0).all() and (first.sum(-1) <= 1).all() and first.max() > 0.5
+
+
+def test_path_values() -> None:
+    # Yang et al.: s_ij = q_i^T H_i H_(i-1) ... H_(j+1) k_j / sqrt(D), H_s = I - β_s w_s w_s^T; softmax over j <= i
+    for case in load("path_weights"):
+        q, k, w, beta = (np.asarray(case["inputs"][key]) for key in ("q", "k", "w", "beta"))
+        (batch, heads, tq, d), tk = q.shape, k.shape[2]
+        want = np.zeros((batch, heads, tq, tk))
+        for b, h, r in np.ndindex(batch, heads, tq):
+            g, i = h // (heads // k.shape[1]), tk - tq + r  # key head, query token
+            scores = np.full(tk, -np.inf)
+            for j in range(i + 1):
+                product = np.eye(d)
+                for s in range(i, j, -1):  # H_i first on the left, H_(j+1) last
+                    product = product @ (np.eye(d) - beta[b, g, s] * np.outer(w[b, g, s], w[b, g, s]))
+                scores[j] = q[b, h, r] @ product @ k[b, g, j] / math.sqrt(d)
+            e = np.exp(scores - scores.max())
+            want[b, h, r] = e / e.sum()
+        close(case["output"], want, atol=1e-11)
+    beta = np.concatenate([np.ravel(c["inputs"]["beta"]) for c in load("path_weights")])
+    assert 0 < beta.min() < 0.5 and 1.5 < beta.max() < 2  # strengths from near identity to near reflection
+
+
+def test_query_scaling_values() -> None:
+    from octlm.config import ModelConfig
+    from octlm.model.decoder import QueryScaling
+
+    for case in load("ssmax_factors"):  # Nakanishi: softmax(s log(n) z) for a query that sees n keys
+        s, n = case["inputs"]["s"], case["inputs"]["n"]
+        close(case["output"], np.outer(s, np.log(n)), atol=1e-10)
+        scaling = QueryScaling(ModelConfig(attention_scaling="ssmax", n_heads=len(s)), layer=0)
+        with torch.no_grad():
+            scaling.s.copy_(torch.tensor(s))
+            # one query that sees `keys` keys, as the last of them
+            got = [
+                scaling(torch.ones(1, len(s), 1, 1), torch.tensor([keys - 1]), keys)[0, :, 0, 0] for keys in n
+            ]
+        # float32 (s, log n and their product each rounded): measured 4.3e-7 at worst, at 1.7 × ln 16384 = 16.5
+        close(torch.stack(got, -1), case["output"], atol=1e-6)
+    for case in load("llama4_temperature"):  # Llama 4: 1 + τ log(floor((p + 1) / F) + 1) in the NoPE layers
+        p, floor, tau = (case["inputs"][key] for key in ("positions", "floor", "temperature"))
+        close(case["output"], [1 + tau * math.log(math.floor((i + 1) / floor) + 1) for i in p], atol=1e-10)
+        config = ModelConfig(
+            attention_scaling="llama4", position="nope", attention_floor=floor, attention_temperature=tau
+        )
+        got = QueryScaling(config, layer=0)(torch.ones(1, 1, len(p), 1), torch.tensor(p), len(p))[0, 0, :, 0]
+        # float32: measured 6.3e-8 at worst (at 1.26); 2e-7 leaves a CPU's float32 log1p its last bit (1.2e-7)
+        close(got, case["output"], atol=2e-7)
+        assert all(v == 1.0 for v, i in zip(case["output"], p, strict=True) if i < floor - 1)
+
+
 def test_schemes_json_is_the_registry(fresh: tuple[Path, dict]) -> None:
     from octlm.positions import scheme as P
 
@@ -279,6 +371,10 @@ def test_schemes_json_is_the_registry(fresh: tuple[Path, dict]) -> None:
     assert by_name["learned"]["hooks"] == ["embed"] and by_name["nope"]["hooks"] == []
     assert by_name["rope"]["hooks"] == ["rotate"] and by_name["t5"]["hooks"] == ["bias"]
     assert by_name["p-rope"]["family"] == "rope"
+    for name in ("fox", "path", "stick-breaking"):  # the schemes that compute attention themselves
+        assert by_name[name]["hooks"] == ["attend"], name
+    assert all(row["cost"] == P.SCHEMES[row["name"]].cost for row in rows)
+    assert by_name["path"]["cost"] and by_name["rope"]["cost"] == "" and by_name["fox"]["cost"] == ""
     # the site fills the learned-table error with this list (web/src/schemes.ts): it must be what octlm prints
     unbounded = [r["name"] for r in rows if not r["bounded"]]
     assert unbounded == registry["unbounded"]

@@ -74,7 +74,7 @@ def test_check_ids_accepts_the_edges_and_counts_the_offset():
     m.check_ids(torch.tensor([[1, 2]], dtype=torch.int32), offset=4)
     with pytest.raises(UserError, match=r"^a sequence of length 7 is longer than the learned position table "
                                         r"\(6 rows\); use at most 6 tokens, or a scheme with no maximum: "
-                                        r"sinusoidal, rope, p-rope, xpos, alibi, t5, fire, cope, nope$"):  # fmt: skip
+                                        r"sinusoidal, rope, p-rope, xpos, alibi, t5, fire, cope, fox, path, stick-breaking, nope$"):  # fmt: skip
         m.check_ids(torch.tensor([[1, 2]]), offset=5)
     Decoder(tiny(position="rope")).check_ids(torch.zeros(1, 50, dtype=torch.long))
 

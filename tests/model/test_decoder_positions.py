@@ -16,7 +16,7 @@ from octlm.positions import SCHEMES
 RANGE = 40  # positions are drawn from 0 .. RANGE - 1, five times the tokens
 RELATIVE = ["rope", "p-rope", "xpos", "alibi", "t5", "fire"]  # scores depend on the distance alone (FIRE's
 # below its threshold L, 512 here, where every query divides by the same ψ(L))
-ORDER_ONLY = ["cope", "nope"]  # their position ids only order the keys
+ORDER_ONLY = ["cope", "fox", "path", "stick-breaking", "nope"]  # their position ids only order the keys
 # The model runs in float64, but these schemes' position math is float32 by design (RoPE's cos/sin tables,
 # FIRE's MLP): other positions or other query chunks round differently, by up to 6e-8 measured.
 FLOAT32_MATH = ["rope", "p-rope", "xpos", "fire"]

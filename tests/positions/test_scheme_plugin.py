@@ -122,7 +122,8 @@ def test_every_built_in_scheme_declares_what_the_rest_of_octlm_reads() -> None:
         cls = positions.SCHEMES.choose(name)
         assert cls.name == name
         assert set(cls.options) <= fields, f"{name} reads options that ModelConfig lacks"
-        assert set(cls.shows) <= {"vectors", "frequencies", "bias"}
+        assert set(cls.shows) <= {"vectors", "frequencies", "bias", "gates"}
+        assert ("gates" in cls.shows) == hasattr(cls, "forget_gates")
         assert not cls.family or cls.family in scheme_names()
         scheme = Decoder(small(name)).positions
         assert (scheme.max_length is not None) == cls.bounded

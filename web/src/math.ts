@@ -257,3 +257,96 @@ export function interpolatedBias(q: number[][][][], table: Matrix, counts: numbe
     ),
   );
 }
+
+// ---- The schemes that compute attention themselves (octlm/positions/forgetting.py, stick_breaking.py,
+// householder.py) and the query scaling of octlm/model/decoder.py, each with a twin there.
+
+type Tensor4 = number[][][][];
+
+/**
+ * [B, H, Tq, Tk]: FoX's decay bias c_i − c_j (Lin et al., 2025) from every key's log forget gate
+ * logForget [B, H, Tk] (each ≤ 0), c_t = logForget[0] + … + logForget[t]; the queries are the last Tq keys.
+ * −Infinity for keys after the query. A key's score drops by the log gates of every token after it, up to the query.
+ */
+export function decayBias(logForget: number[][][], qPositions: number[], kPositions: number[]): Tensor4 {
+  return logForget.map((heads) =>
+    heads.map((gates) => {
+      const c = new Array<number>(gates.length);
+      let sum = 0;
+      gates.forEach((g, t) => (c[t] = sum += g));
+      const first = gates.length - qPositions.length; // the key the first query sits on
+      return qPositions.map((qp, i) => kPositions.map((kp, j) => (kp > qp ? -Infinity : c[first + i] - c[j])));
+    }),
+  );
+}
+
+/**
+ * [B, H, Tq, Tk]: stick-breaking attention's weights (Tan et al., 2025) of queries q [B, H, Tq, D] over keys
+ * k [B, Hkv, Tk, D]: A_ij = β_ij Π (1 − β_im) over the keys m between j and i, β_ij = σ(q_i · k_j / √D), for keys
+ * before the query only (0 for the query's own key and later ones). Query head h reads key head ⌊h / (H / Hkv)⌋.
+ * Each query breaks its stick from the nearest key back (keys in position order), as the loop below does.
+ */
+export function stickBreakingWeights(q: Tensor4, k: Tensor4, qPositions: number[], kPositions: number[]): Tensor4 {
+  return q.map((heads, b) =>
+    heads.map((rows, h) => {
+      const keys = k[b][Math.floor(h / (heads.length / k[b].length))];
+      return rows.map((qi, i) => {
+        const inv = 1 / Math.sqrt(qi.length);
+        const weights = new Array<number>(keys.length).fill(0);
+        let left = 1; // the stick still unbroken
+        for (let j = keys.length - 1; j >= 0; j--) {
+          if (kPositions[j] >= qPositions[i]) continue;
+          const z = dot(qi, keys[j]) * inv;
+          weights[j] = left * sigmoid(z);
+          left *= sigmoid(-z); // 1 − β, without the cancellation of 1 − σ(z) for large z
+        }
+        return weights;
+      });
+    }),
+  );
+}
+
+/**
+ * [B, H, Tq, Tk]: PaTH's attention weights (Yang et al., 2025): softmax over keys j ≤ i of
+ * q_i · H_i H_(i−1) ⋯ H_(j+1) k_j / √D, H_s = I − β_s w_s w_sᵀ, for queries q [B, H, Tq, D] (the last Tq tokens) over
+ * keys k [B, Hkv, Tk, D], with every token's direction w [B, Hkv, Tk, D] and strength β [B, Hkv, Tk]. Written as the
+ * product itself: key j is turned by H_(j+1), then H_(j+2), …, up to the query's own H_i. 0 for keys after the query.
+ * Query head h reads key head ⌊h / (H / Hkv)⌋, with its w and β.
+ */
+export function pathWeights(q: Tensor4, k: Tensor4, w: Tensor4, beta: number[][][]): Tensor4 {
+  return q.map((heads, b) =>
+    heads.map((rows, h) => {
+      const g = Math.floor(h / (heads.length / k[b].length));
+      const [keys, dirs, strengths] = [k[b][g], w[b][g], beta[b][g]];
+      return rows.map((qi, r) => {
+        const i = keys.length - rows.length + r; // the query's token
+        const scores = keys.map((kj, j) => {
+          if (j > i) return -Infinity;
+          let u = kj.slice();
+          for (let s = j + 1; s <= i; s++) {
+            const along = strengths[s] * dot(dirs[s], u);
+            u = u.map((x, c) => x - along * dirs[s][c]);
+          }
+          return dot(qi, u) / Math.sqrt(qi.length);
+        });
+        const top = Math.max(...scores);
+        const e = scores.map((s) => Math.exp(s - top));
+        const total = e.reduce((a, x) => a + x, 0);
+        return e.map((x) => x / total);
+      });
+    }),
+  );
+}
+
+/** [H, N]: scalable softmax's query factor s_h · ln n (Nakanishi, 2025) for a query that sees n keys. */
+export function ssmaxFactors(s: number[], n: number[]): Matrix {
+  return s.map((sh) => n.map((keys) => sh * Math.log(keys)));
+}
+
+/**
+ * [T]: Llama 4's query factor 1 + τ · ln(1 + ⌊(p + 1) / F⌋) at each position p, for the layers with no position
+ * signal (floor F, temperature τ): exactly 1 up to position F − 2, then a step every F positions.
+ */
+export function llama4Temperature(positions: number[], floor: number, temperature: number): number[] {
+  return positions.map((p) => 1 + temperature * Math.log1p(Math.floor((p + 1) / floor)));
+}

@@ -6,7 +6,7 @@
 import registry from "../fixtures/schemes.json";
 import { fillMessage, type MessagePart } from "./messages";
 
-export type Hook = "embed" | "rotate" | "bias" | "contextual_bias";
+export type Hook = "embed" | "rotate" | "bias" | "contextual_bias" | "attend";
 export interface SchemeInfo {
   name: string;
   family: string; // the scheme it is grouped under: itself, or the one it is a variant of (p-RoPE: rope)
@@ -14,6 +14,7 @@ export interface SchemeInfo {
   shows: string[]; // what `octlm inspect` shows of it: "vectors", "frequencies", "bias"
   options: string[]; // the ModelConfig fields it reads
   hooks: Hook[]; // the PositionScheme hooks it overrides
+  cost: string; // how its cost grows with the length when faster than softmax attention's T², else ""
   doc: string; // its class docstring's summary
 }
 
@@ -38,6 +39,7 @@ const WHERE: Record<Hook, string> = {
   rotate: "rotate (queries and keys)",
   bias: "bias (on the scores, by distance)",
   contextual_bias: "contextual bias (on the scores, from q and k)",
+  attend: "attention itself (weights computed by the scheme, from the content)",
 };
 
 /** Where a scheme acts, in words: its hooks in forward-pass order, or "nowhere" (NoPE: the causal mask only). */
@@ -56,7 +58,12 @@ export const EXPLAINED: Record<string, string> = {
   t5: "./bias.html",
 };
 
-/** The rows of the positions page's scheme table: name, where it acts, maximum length, family, link. */
-export function schemeRows(schemes: SchemeInfo[] = SCHEMES): { name: string; acts: string; max: string; family: string; href: string | null; doc: string }[] {
-  return schemes.map((s) => ({ name: s.name, acts: actsWhere(s.hooks), max: maxLength(s), family: s.family, href: EXPLAINED[s.name] ?? null, doc: s.doc }));
+/** A scheme's cost beyond softmax attention's T², in words: the registry's string, or "—" for the usual T². */
+export const costBeyond = (s: SchemeInfo): string => s.cost || "—";
+
+/** The rows of the positions page's scheme table: name, where it acts, maximum length, family, cost, link. */
+export function schemeRows(
+  schemes: SchemeInfo[] = SCHEMES,
+): { name: string; acts: string; max: string; family: string; cost: string; href: string | null; doc: string }[] {
+  return schemes.map((s) => ({ name: s.name, acts: actsWhere(s.hooks), max: maxLength(s), family: s.family, cost: costBeyond(s), href: EXPLAINED[s.name] ?? null, doc: s.doc }));
 }

@@ -38,20 +38,25 @@ $("#code-register").append(codeBlock(registerCode));
 
 // ---- every registered scheme, from web/fixtures/schemes.json (octlm's registry, exported with the fixtures)
 {
-  const head = el("tr", {}, ...["scheme", "acts in", "maximum length", "family", "explained"].map((h) => el("th", { scope: "col", text: h })));
+  // The columns of phrases wrap (table.plain keeps cells on one line), so that the table fits a desktop column; a phone
+  // scrolls it sideways in its .scroll box, whose cue says so.
+  const prose = "white-space: normal; min-width: 8rem; text-align: left";
+  const columns = ["scheme", "acts in", "maximum length", "family", "cost beyond T²", "explained"];
+  const head = el("tr", {}, ...columns.map((h, i) => el("th", { scope: "col", text: h, style: [1, 2, 4].includes(i) ? "text-align: left" : undefined })));
   const body = schemeRows().map((r) =>
     el(
       "tr",
       { "data-scheme": r.name },
       el("th", { scope: "row" }, el("code", { text: r.name })),
-      el("td", { text: r.acts }),
-      el("td", { text: r.max }),
+      el("td", { text: r.acts, style: prose }),
+      el("td", { text: r.max, style: prose }),
       el("td", { text: r.family }),
+      el("td", { text: r.cost, style: prose }),
       el("td", {}, r.href ? el("a", { href: r.href, text: r.href.replace(/^\.\//, "") }) : "not yet"),
     ),
   );
   $("#scheme-table").replaceChildren(
-    el("table", { class: "plain", id: "schemes" }, el("caption", { text: `The ${body.length} registered position schemes, in octlm's table order` }), el("thead", {}, head), el("tbody", {}, ...body)),
+    el("table", { class: "plain", id: "schemes" }, el("caption", { text: `The ${body.length} registered position schemes, in octlm's table order`, style: "text-align: left" }), el("thead", {}, head), el("tbody", {}, ...body)),
   );
 }
 

@@ -144,6 +144,33 @@ describe("defects that were seen, each pinned", () => {
     assert.equal(await wide.page.locator("#embed-result + .scroll-hint").isVisible(), false);
   });
 
+  test("positions: the scheme table fits a 1280 px column and scrolls, with its cue, on a 390 px phone; no cell clips", async () => {
+    const { page, errors } = await open("positions", { width: 1280 });
+    const measure = () =>
+      page.evaluate(() => {
+        const box = document.querySelector("#scheme-table");
+        const cells = [...box.querySelectorAll("th, td, caption")].filter((c) => c.scrollWidth > c.clientWidth + 1).map((c) => c.textContent);
+        return { over: box.scrollWidth > box.clientWidth + 1, flag: box.dataset.overflow, hint: !box.nextElementSibling.hidden, cells, page: document.documentElement.scrollWidth - innerWidth };
+      });
+    await settle(page);
+    const wide = await measure();
+    assert.deepEqual(wide, { over: false, flag: "false", hint: false, cells: [], page: 0 }, "at 1280 px the whole table is in view");
+    await page.setViewportSize({ width: 390, height: 800 });
+    await settle(page);
+    await page.waitForFunction(() => document.querySelector("#scheme-table").dataset.overflow === "true", null, { timeout: 3000 });
+    const phone = await measure();
+    assert.deepEqual(phone, { over: true, flag: "true", hint: true, cells: [], page: 0 }, "at 390 px the table scrolls inside its box, with the cue");
+    // the last column can be scrolled into view: nothing is cut off for good
+    await page.locator("#scheme-table").evaluate((b) => b.scrollTo({ left: b.scrollWidth, behavior: "instant" }));
+    const last = await page.locator("#schemes tbody tr:last-child td:last-child").evaluate((td) => {
+      const box = document.querySelector("#scheme-table").getBoundingClientRect();
+      const r = td.getBoundingClientRect();
+      return r.right <= box.right + 1 && r.left >= box.left - 1;
+    });
+    assert.ok(last, "the last column scrolls fully into the box");
+    assert.deepEqual(errors, []);
+  });
+
   test("positions: each + and = sits on the line of the table it joins, at any width", async () => {
     const { page } = await open("positions");
     for (const width of [375, 640, 900, 1100]) {
@@ -335,7 +362,9 @@ describe("sections added for the post", () => {
       assert.equal(r.cells[0], registry[i].name);
       assert.equal(r.cells[3], registry[i].family);
       assert.equal(r.cells[2] === "none", !registry[i].bounded, `${r.name}: maximum length`);
+      assert.equal(r.cells[4], registry[i].cost || "—", `${r.name}: cost beyond T²`);
     }
+    for (const name of ["fox", "path", "stick-breaking"]) assert.equal(rows.find((r) => r.name === name)?.cells[1], "attention itself (weights computed by the scheme, from the content)", name);
     const learned = rows.find((r) => r.name === "learned");
     assert.deepEqual(learned.cells.slice(1, 3), ["embed (added to the token vectors)", "model.context_length (one row per position)"]);
     assert.equal(rows.find((r) => r.name === "nope").cells[1], "nowhere (the causal mask only)");

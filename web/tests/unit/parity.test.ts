@@ -40,8 +40,9 @@ describe("math.ts agrees with octlm/positions/", () => {
     const files = readdirSync(DIR).filter((f) => f.endsWith(".json")).sort();
     expect(files).toEqual(
       [
-        "add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "fire_inputs", "fire_mlp", "gated_counts", "interpolated_bias",
-        "prope_frequencies", "rope_frequencies", "rope_rotate", "rotary_dims", "schemes", "sinusoidal_table", "t5_bucket", "xpos_safe_length", "xpos_scales",
+        "add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "decay_bias", "fire_inputs", "fire_mlp", "gated_counts", "interpolated_bias",
+        "llama4_temperature", "path_weights", "prope_frequencies", "rope_frequencies", "rope_rotate", "rotary_dims", "schemes", "sinusoidal_table",
+        "ssmax_factors", "stick_breaking_weights", "t5_bucket", "xpos_safe_length", "xpos_scales",
       ].map((f) => `${f}.json`),
     );
   });
@@ -140,6 +141,60 @@ describe("math.ts agrees with octlm/positions/ (rotary.py, xpos.py, fire.py, cop
 
   test("interpolated_bias", () => {
     for (const [i, { inputs, output }] of load("interpolated_bias").entries()) allClose(M.interpolatedBias(inputs.q, inputs.table, inputs.counts), output, `interpolated_bias case ${i}`);
+  });
+});
+
+describe("math.ts agrees with the schemes that compute attention themselves (forgetting.py, stick_breaking.py, householder.py) and decoder.py's query scaling", () => {
+  const source = (name: string): string => JSON.parse(readFileSync(resolve(DIR, `${name}.json`), "utf-8")).source;
+  const sum = (row: number[]) => row.reduce((a, v) => a + v, 0);
+
+  test("each fixture names the file its formula lives in", () => {
+    const files = { decay_bias: "positions/forgetting", stick_breaking_weights: "positions/stick_breaking", path_weights: "positions/householder", ssmax_factors: "model/decoder", llama4_temperature: "model/decoder" };
+    for (const [name, file] of Object.entries(files)) expect(source(name), name).toBe(`octlm/${file}.py`);
+  });
+
+  test("decay_bias (null in the fixture is -inf; queries after cached keys)", () => {
+    const cases = load("decay_bias");
+    expect(cases.some((c) => c.inputs.q_positions.length < c.inputs.k_positions.length)).toBe(true);
+    for (const [i, { inputs, output }] of cases.entries()) {
+      const got = M.decayBias(inputs.log_forget, inputs.q_positions, inputs.k_positions);
+      allClose(got, output, `decay_bias case ${i}`);
+      got.flat(3).forEach((v, j) => expect(v === -Infinity, `decay_bias case ${i} masked entry ${j}`).toBe(output.flat(3)[j] === null));
+    }
+  });
+
+  test("stick_breaking_weights (grouped heads; a query's own key and later ones weigh exactly 0)", () => {
+    const cases = load("stick_breaking_weights");
+    expect(cases.some((c) => c.inputs.q[0].length > c.inputs.k[0].length)).toBe(true);
+    for (const [i, { inputs, output }] of cases.entries()) {
+      const got = M.stickBreakingWeights(inputs.q, inputs.k, inputs.q_positions, inputs.k_positions);
+      allClose(got, output, `stick_breaking_weights case ${i}`);
+      got.flat(2).forEach((row, r) => expect(sum(row), `case ${i} row ${r}: at most the whole stick`).toBeLessThanOrEqual(1 + 1e-12));
+      got.flat(3).forEach((v, j) => expect(v === 0, `case ${i} entry ${j} is zero`).toBe(output.flat(3)[j] === 0));
+    }
+  });
+
+  test("path_weights (grouped heads; queries after cached keys; rows sum to 1)", () => {
+    const cases = load("path_weights");
+    expect(cases.some((c) => c.inputs.q[0].length > c.inputs.k[0].length)).toBe(true);
+    expect(cases.some((c) => c.inputs.q[0][0].length < c.inputs.k[0][0].length)).toBe(true);
+    for (const [i, { inputs, output }] of cases.entries()) {
+      const got = M.pathWeights(inputs.q, inputs.k, inputs.w, inputs.beta);
+      allClose(got, output, `path_weights case ${i}`);
+      got.flat(2).forEach((row, r) => expect(Math.abs(sum(row) - 1), `case ${i} row ${r}`).toBeLessThan(1e-12));
+    }
+  });
+
+  test("ssmax_factors", () => {
+    for (const [i, { inputs, output }] of load("ssmax_factors").entries()) allClose(M.ssmaxFactors(inputs.s, inputs.n), output, `ssmax_factors case ${i}`);
+  });
+
+  test("llama4_temperature (exactly 1 before its first step)", () => {
+    for (const [i, { inputs, output }] of load("llama4_temperature").entries()) {
+      const got = M.llama4Temperature(inputs.positions, inputs.floor, inputs.temperature);
+      allClose(got, output, `llama4_temperature case ${i}`);
+      inputs.positions.forEach((p: number, j: number) => p < inputs.floor - 1 && expect(got[j], `case ${i} position ${p}`).toBe(1));
+    }
   });
 });
 

@@ -76,6 +76,11 @@ test("the scheme table: every registered scheme once, in table order, each where
   expect(byName.alibi.acts).toBe("bias (on the scores, by distance)");
   expect(byName.nope).toMatchObject({ acts: "nowhere (the causal mask only)", max: "none" });
   expect(actsWhere(["contextual_bias"])).toBe("contextual bias (on the scores, from q and k)");
+  // the schemes that compute attention themselves: one hook, said in words; a cost only where octlm states one
+  for (const name of ["fox", "path", "stick-breaking"]) expect(byName[name], name).toMatchObject({ acts: "attention itself (weights computed by the scheme, from the content)", max: "none" });
+  for (const s of SCHEMES) expect(byName[s.name].cost, s.name).toBe(s.cost === "" ? "—" : s.cost);
+  expect(byName.path.cost).toMatch(/T²/);
+  expect(byName.rope.cost).toBe("—");
   // a variant sits in its family's block: after the family's own row, before the next family starts
   const names = rows.map((r) => r.name);
   for (const r of rows.filter((r) => r.family !== r.name)) {
