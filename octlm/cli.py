@@ -39,7 +39,7 @@ from octlm.signals import Stopped, raising_signals
 COMMANDS: dict[str, tuple[str, str]] = {
     "corpus": (
         "octlm.commands.corpus",
-        "build the corpus (built-in, your files or a hub data set), print its figures",
+        "build the corpus (built-in code or prose, your files or a hub data set), print its figures",
     ),
     "tokenizer": (
         "octlm.commands.tokenizer",

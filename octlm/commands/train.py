@@ -116,7 +116,9 @@ def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
         if result.rank != 0:
             return 0
         sample, report = finish(config, result)
-        report_figures(result, time.perf_counter() - started, sample, report)
+        from octlm.generation.generate import sample_prompt
+
+        report_figures(result, time.perf_counter() - started, sample, report, sample_prompt(config))
         return 0
 
 
@@ -139,7 +141,9 @@ def finish(config: Config, result: TrainResult) -> tuple[str, Path | None]:
     return sample, report
 
 
-def report_figures(result: TrainResult, seconds: float, sample: str, report: Path | None) -> None:
+def report_figures(
+    result: TrainResult, seconds: float, sample: str, report: Path | None, prompt: str
+) -> None:
     print(
         f"validation   loss {result.val_loss:.4f}, perplexity {result.val_perplexity:.2f}, "
         f"bits per byte {result.val_bpb:.4f} (step {result.step})"
@@ -147,6 +151,6 @@ def report_figures(result: TrainResult, seconds: float, sample: str, report: Pat
     print(f"speed        {result.tokens_per_second:,.0f} tokens/s, {seconds:.1f} s in all")
     if sample:
         print("sample       " + sample.replace("\n", "\n             "))
-    print(f'run          {result.run_dir}  (generate: octlm generate {result.run_dir} --prompt "class")')
+    print(f'run          {result.run_dir}  (generate: octlm generate {result.run_dir} --prompt "{prompt}")')
     if report is not None:
         print(f"report       {report}")

@@ -155,7 +155,7 @@ class DataConfig:
     """Where the text comes from and how it is split and tokenized."""
 
     source: str = (
-        "stdlib"  # a registered source (octlm.data.sources): stdlib, text (the paths in `text`), hub
+        "stdlib"  # a registered source (octlm.data.sources): stdlib, prose, text (the paths in `text`), hub
     )
     text: list[str] = field(default_factory=list)
     hub_dataset: str = ""  # e.g. "roneneldan/TinyStories"; needs internet and the `datasets` package
