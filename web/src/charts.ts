@@ -1,6 +1,10 @@
-/** Charts shared by the pages: a heatmap with axis ticks, and a line plot whose text is sized in CSS pixels. */
+/**
+ * Charts shared by the pages: a heatmap with axis ticks and a colour key, and a line plot whose text is sized in CSS
+ * pixels, with a key when it has several series and a readout that follows the pointer.
+ */
 import type { Matrix } from "./math";
-import { MASKED_RGB, colourRGB, indexTicks, niceTicks, type Scale } from "./scale";
+import { COSINE, MASKED_RGB, colourRGB, indexTicks, niceTicks, scaleFor, type Scale } from "./scale";
+import { COINCIDE_FRACTION, allXs, legendText, nearestX, seriesStyles, valuesAt, type SeriesStyle } from "./series";
 import { el, fmt, legend, svg } from "./ui";
 
 // ----------------------------------------------------------------------------------------------------------
@@ -15,11 +19,12 @@ export interface HeatmapOptions {
   minWidth?: number; // smallest width, px: a table 8 columns wide must not become a sliver
   square?: boolean; // square cells (for position × position maps); otherwise rows and columns size apart
   format?: (v: number) => string;
+  cosine?: boolean; // the map shows cosine similarities: always drawn on COSINE, whatever `update` is given
 }
 
 export interface Heatmap {
   root: HTMLElement;
-  update(data: Matrix, scale: Scale): void;
+  update(data: Matrix, scale?: Scale): void; // default scale: COSINE for a cosine map, else fitted to the data
   select(row: number, col: number): void;
 }
 
@@ -52,7 +57,7 @@ export function heatmap(opts: HeatmapOptions): Heatmap {
   const readout = el("output", { class: "readout", "aria-live": "polite" });
   const legendSlot = el("div", { class: "legend-slot" });
   const axes = el("p", { class: "axes", text: `rows: ${opts.rowName} (down) · columns: ${opts.colName} (across)` });
-  const root = el("figure", { class: "heatmap" }, el("figcaption", { text: opts.label }), axes, grid, readout, legendSlot);
+  const root = el("figure", { class: "heatmap", "data-quantity": opts.cosine ? "cosine similarity" : undefined }, el("figcaption", { text: opts.label }), axes, grid, readout, legendSlot);
   const rid = `ro-${Math.random().toString(36).slice(2, 8)}`;
   readout.id = rid;
   frame.setAttribute("aria-describedby", rid);
@@ -123,8 +128,12 @@ export function heatmap(opts: HeatmapOptions): Heatmap {
       col = c;
       show();
     },
-    update(next, scale) {
+    update(next, given) {
       data = next;
+      const scale = opts.cosine ? COSINE : (given ?? scaleFor(next.flat()));
+      // the scale and its domain, stated for the tests (which also read the cells' colours, so this cannot lie)
+      root.dataset.scale = scale.kind;
+      root.dataset.domain = `${scale.min} ${scale.max}`;
       const rows = next.length;
       const cols = next[0]?.length ?? 0;
       canvas.width = Math.max(cols, 1);
@@ -185,6 +194,7 @@ export interface PlotContext {
   bottom: number;
   left: number;
   right: number;
+  styles: SeriesStyle[]; // how each series (same order as `series`) is drawn: see seriesStyles
 }
 
 export const FONT = 12;
@@ -195,7 +205,65 @@ function text(x: number, y: number, s: string, anchor = "middle", extra: Record<
   return t;
 }
 
-export function drawPlot(o: PlotOptions, width: number): SVGElement {
+/** A short line in a series' colour, width and dash: the sample beside its name in the key. */
+function sampleLine(colour: string, style: SeriesStyle): SVGElement {
+  return svg(
+    "svg",
+    { class: "key-sample", width: 30, height: 12, viewBox: "0 0 30 12", "aria-hidden": "true" },
+    svg("line", { x1: 1, x2: 29, y1: 6, y2: 6, stroke: colour, "stroke-width": Math.min(style.width, 10), "stroke-dasharray": style.dash }),
+  );
+}
+
+/** The key of a chart with several series: one entry per series, its line sample and its name, in a list that wraps. */
+export function seriesKey(o: PlotOptions, styles: SeriesStyle[]): HTMLElement {
+  return el(
+    "ul",
+    { class: "series-key", "data-chart": o.id, "aria-label": `Key to ${o.series.length} series` },
+    ...o.series.map((s, i) =>
+      el("li", { "data-series": s.name, "data-same-as": styles[i].sameAs }, sampleLine(s.colour, styles[i]), el("span", { text: legendText(s.name, styles[i], (v) => fmt(v, 2)) })),
+    ),
+  );
+}
+
+/**
+ * Follow the pointer over the plot: a guide at the nearest x with a dot on each series there, and a line of
+ * text with that x and every series' value at it. Mouse and pen only: the same numbers are on the page in a table
+ * or in words for everyone else.
+ */
+function hover(chart: SVGSVGElement, out: HTMLElement, o: PlotOptions, box: PlotContext): void {
+  const { X, Y } = box;
+  const xs = allXs(o.series);
+  const guide = svg("line", { class: "hover-guide", y1: box.top, y2: box.bottom, stroke: "#444", "stroke-width": 1, visibility: "hidden", "pointer-events": "none" });
+  const dots = svg("g", { class: "hover-dots", "pointer-events": "none" });
+  chart.append(guide, dots);
+  const xName = o.xLabel.replace(/\s*\(.*\)$/, "");
+  const clear = () => {
+    guide.setAttribute("visibility", "hidden");
+    dots.replaceChildren();
+    out.textContent = "";
+    delete out.dataset.x;
+  };
+  chart.addEventListener("pointerleave", clear);
+  chart.addEventListener("pointermove", (e) => {
+    const rect = chart.getBoundingClientRect();
+    const px = ((e.clientX - rect.left) / (rect.width || 1)) * chart.viewBox.baseVal.width;
+    const x = px < box.left - 8 || px > box.right + 8 ? undefined : nearestX(xs, px, X);
+    if (x === undefined) return clear();
+    const values = valuesAt(o.series, x);
+    guide.setAttribute("x1", String(X(x)));
+    guide.setAttribute("x2", String(X(x)));
+    guide.setAttribute("visibility", "visible");
+    dots.replaceChildren(...values.flatMap((v, i) => (v.value === null ? [] : [svg("circle", { cx: X(x), cy: Y(v.value), r: 4, fill: o.series[i].colour, stroke: "#fff", "stroke-width": 1.5 })])));
+    out.textContent = `${xName} = ${fmt(x, 4)}: ` + values.map((v) => `${v.name} ${v.value === null ? "no value" : fmt(v.value, 4)}`).join(" · ");
+    out.dataset.x = String(x);
+  });
+}
+
+/**
+ * The chart at `width` px: the SVG, then (with two series or more) its key below it, then the line the hover
+ * readout writes. The key is HTML, so it wraps on a phone and always sits under the plot, never on it.
+ */
+export function drawPlot(o: PlotOptions, width: number): HTMLElement {
   const W = Math.max(240, Math.round(width));
   const H = o.height ?? 260;
   const [L, R, T, B] = [52, 14, 14, 42];
@@ -208,6 +276,7 @@ export function drawPlot(o: PlotOptions, width: number): SVGElement {
   const X = (v: number) => L + ((fx(v) - x0) / (x1 - x0 || 1)) * (W - L - R);
   const Y = (v: number) => T + (1 - (v - yt.lo) / (yt.hi - yt.lo || 1)) * (H - T - B);
   const xTicks = o.xTicks ?? niceTicks(x0, x1, Math.max(2, Math.floor((W - L - R) / 70))).ticks.filter((v) => v >= x0 - 1e-9 && v <= x1 + 1e-9);
+  const styles = seriesStyles(o.series, COINCIDE_FRACTION * (yt.hi - yt.lo));
   const kids: SVGElement[] = [];
   yt.ticks.forEach((v) => {
     kids.push(svg("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: "#e4e4de" }), text(L - 6, Y(v) + 4, fmt(v, 4), "end", { class: "ytick" }));
@@ -222,18 +291,21 @@ export function drawPlot(o: PlotOptions, width: number): SVGElement {
     const right = mx + 4 + o.marker.label.length * FONT * 0.55 < W - R;
     kids.push(text(right ? mx + 4 : mx - 4, T + 12, o.marker.label, right ? "start" : "end"));
   }
-  const ctx = { X, Y, top: T, bottom: H - B, left: L, right: W - R };
-  for (const s of o.series) {
+  const ctx: PlotContext = { X, Y, top: T, bottom: H - B, left: L, right: W - R, styles };
+  o.series.forEach((s, i) => {
     const good = s.points.filter((p) => Number.isFinite(p[1]));
     if (good.length > 1)
-      kids.push(svg("polyline", { class: "series", "data-series": s.name, points: good.map((p) => `${X(p[0]).toFixed(2)},${Y(p[1]).toFixed(2)}`).join(" "), fill: "none", stroke: s.colour, "stroke-width": 2, "stroke-dasharray": s.dash }));
-  }
+      kids.push(svg("polyline", { class: "series", "data-series": s.name, points: good.map((p) => `${X(p[0]).toFixed(2)},${Y(p[1]).toFixed(2)}`).join(" "), fill: "none", stroke: s.colour, "stroke-width": styles[i].width, "stroke-dasharray": styles[i].dash }));
+  });
   if (o.extra) kids.push(...o.extra(ctx));
-  return svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": o.label, class: "chart", id: o.id }, ...kids);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": o.label, class: "chart", id: o.id }, ...kids) as SVGSVGElement;
+  const out = el("p", { class: "plot-readout", "data-chart": o.id });
+  hover(chart, out, o, ctx);
+  return el("div", { class: "plot" }, chart, o.series.length > 1 ? seriesKey(o, styles) : null, out);
 }
 
 /** A box that holds `draw(width)` and redraws it whenever its own width changes. */
-export function responsive(draw: (width: number) => SVGElement, maxWidth = 640): HTMLElement {
+export function responsive(draw: (width: number) => Element, maxWidth = 640): HTMLElement {
   const box = el("div", { class: "chart-box" });
   let last = -1;
   const paint = () => {

@@ -31,6 +31,13 @@ export interface Scale {
   max: number;
 }
 
+/**
+ * The one scale of every cosine-similarity map on the site: diverging over the whole range a cosine can take,
+ * [−1, 1], whatever the data reach, so that one colour means one similarity on every page and at every setting
+ * of a page's controls (a scale fitted to the data would repaint the same value as its slider moves).
+ */
+export const COSINE: Scale = { kind: "diverging", min: -1, max: 1 };
+
 /** A diverging scale symmetric around 0 that covers every finite value. */
 export function divergingFor(values: number[], atLeast = 1e-9): Scale {
   const m = values.reduce((acc, v) => (Number.isFinite(v) ? Math.max(acc, Math.abs(v)) : acc), atLeast);

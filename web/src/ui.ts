@@ -50,9 +50,10 @@ export type { Scale } from "./scale";
 export function legend(scale: Scale, label: string, masked = false): HTMLElement {
   const id = `grad-${Math.random().toString(36).slice(2, 8)}`;
   const ticks = scale.kind === "diverging" ? [scale.min, scale.min / 2, 0, scale.max / 2, scale.max] : [0, 0.25, 0.5, 0.75, 1].map((u) => scale.min + u * (scale.max - scale.min));
-  const stops = Array.from({ length: 11 }, (_, i) => {
-    const v = scale.min + (i / 10) * (scale.max - scale.min);
-    return svg("stop", { offset: `${i * 10}%`, "stop-color": colour(scale, v) });
+  // a stop every 5 %: the scales' own stops (at quarters) are among them, so the bar is the scale exactly
+  const stops = Array.from({ length: 21 }, (_, i) => {
+    const v = scale.min + (i / 20) * (scale.max - scale.min);
+    return svg("stop", { offset: `${i * 5}%`, "stop-color": colour(scale, v) });
   });
   const width = 220;
   const PAD = 30;

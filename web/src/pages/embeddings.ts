@@ -1,11 +1,13 @@
 import "../site";
 import { randomMatrix } from "../math";
-import { $, el, labelled, legend, numberTable, scaleFor, select } from "../ui";
+import { $, el, labelled, legend, numberTable, scaleFor, select, type Scale } from "../ui";
 
 export const TOKENS = ["the", " cat", " sat", " on", " a", " mat", ".", "\\n"];
 const C = 6;
 const table = randomMatrix(TOKENS.length, C, 2024);
 const scale = scaleFor(table.flat());
+// the one-hot vector holds only 0 and 1: its own scale, fixed, with its own key
+const ONE_HOT: Scale = { kind: "sequential", min: 0, max: 1 };
 
 /** Row vector times matrix, written out so that the page really computes the product. */
 export function vecMat(v: number[], m: number[][]): number[] {
@@ -15,6 +17,7 @@ export function vecMat(v: number[], m: number[][]): number[] {
 const picker = select("token", TOKENS.map((t, i) => [String(i), `${i}: "${t}"`]), "1");
 $("#embed-controls").append(labelled("Token", picker, "its id is the row number"));
 $("#embed-legend").append(legend(scale, "table values"));
+$("#embed-onehot-legend").append(legend(ONE_HOT, "one-hot entries (each 0 or 1)"));
 
 function render(): void {
   const id = Number(picker.value);
@@ -22,7 +25,7 @@ function render(): void {
   const product = vecMat(oneHot, table);
   const cols = Array.from({ length: C }, (_, j) => `c${j}`);
   $("#embed-onehot").replaceChildren(
-    numberTable([oneHot], { caption: `one-hot vector for id ${id} (1 × ${TOKENS.length})`, rowLabels: ["e"], colLabels: TOKENS.map((_, j) => String(j)), scale: scaleFor(oneHot), digits: 1, corner: "vector \\ id" }),
+    numberTable([oneHot], { caption: `one-hot vector for id ${id} (1 × ${TOKENS.length})`, rowLabels: ["e"], colLabels: TOKENS.map((_, j) => String(j)), scale: ONE_HOT, digits: 1, corner: "vector \\ id" }),
   );
   $("#embed-table").replaceChildren(
     numberTable(table, { caption: `embedding table E (${TOKENS.length} × ${C}), row ${id} highlighted`, rowLabels: TOKENS.map((t, i) => `${i} "${t}"`), colLabels: cols, scale, highlight: [id], corner: "id \\ channel" }),

@@ -1,8 +1,9 @@
 import "../site";
 import { DATA_FILES, checkEmbeddings, checkLength, loadData, nearest, presentFiles, type EmbeddingsData, type LengthData, type Loaded } from "../data";
 import { FONT, diagonalMeans, drawPlot, heatmap, linePlot, responsive } from "../charts";
-import { $, el, fmt, labelled, scaleFor, select, svg } from "../ui";
-import { PALETTE } from "./results-palette";
+import { LINE_WIDTH } from "../series";
+import { $, el, fmt, labelled, select, svg } from "../ui";
+import { seriesColours } from "./results-palette";
 
 const BASE = import.meta.env.BASE_URL;
 const dashed = (name: string) => name.includes("(");
@@ -38,11 +39,12 @@ function label(x: number, y: number, s: string, anchor: string, fill: string, cl
  * ("no rows") gets a cross in the series colour on the axis and a label, so a series with a single point (the
  * learned table, which ends at the training length) is not mistaken for a missing one.
  */
-function lengthChart(data: LengthData, names: string[], width: number): SVGElement {
+function lengthChart(data: LengthData, names: string[], width: number): HTMLElement {
   const ok = data.rows.filter((r) => r.status === "ok" && r.bpb_mean !== null);
   const lengths = [...new Set([...data.eval_lengths, data.train_length])].sort((a, b) => a - b);
   const ys = ok.flatMap((r) => [r.bpb_mean! - (r.bpb_std ?? 0), r.bpb_mean! + (r.bpb_std ?? 0)]);
-  const colourOf = (name: string) => PALETTE[names.indexOf(name) % PALETTE.length];
+  const colours = seriesColours(names.length);
+  const colourOf = (name: string) => colours[names.indexOf(name)];
   const series = names.map((name) => ({
     name,
     colour: colourOf(name),
@@ -62,16 +64,18 @@ function lengthChart(data: LengthData, names: string[], width: number): SVGEleme
       xTicks: lengths,
       yRange: [Math.min(...ys), Math.max(...ys)],
       marker: { x: data.train_length, label: `trained at ${data.train_length}` },
-      extra: ({ X, Y, bottom }) => {
+      extra: ({ X, Y, bottom, styles }) => {
         const kids: SVGElement[] = [];
         // one-point series last, and ringed in white, so no other series hides them
         const order = [...series].sort((a, b) => (b.points.length > 1 ? 1 : 0) - (a.points.length > 1 ? 1 : 0));
         for (const s of order) {
+          // a series drawn under a coinciding one gets wider dots too, so its dots ring the other's
+          const wider = styles[series.indexOf(s)].width - LINE_WIDTH;
           for (const [x, y] of s.points) {
             const r = ok.find((q) => seriesName(q) === s.name && q.length === x)!;
             if (r.bpb_std) kids.push(svg("line", { x1: X(x), x2: X(x), y1: Y(y - r.bpb_std), y2: Y(y + r.bpb_std), stroke: s.colour }));
             const lone = s.points.length === 1;
-            kids.push(svg("circle", { cx: X(x), cy: Y(y), r: lone ? 5 : 3.5, fill: s.colour, stroke: lone ? "#fff" : "none", "stroke-width": 1.5, class: "point", "data-series": s.name }));
+            kids.push(svg("circle", { cx: X(x), cy: Y(y), r: lone ? 5 : 3.5 + wider / 2, fill: s.colour, stroke: lone ? "#fff" : "none", "stroke-width": 1.5, class: "point", "data-series": s.name }));
           }
         }
         const byName = new Map<string, number[]>();
@@ -95,7 +99,6 @@ function lengthChart(data: LengthData, names: string[], width: number): SVGEleme
 
 export function renderLength(data: LengthData): HTMLElement {
   const names = [...new Set(data.rows.map(seriesName))];
-  const key = el("ul", { class: "chart-key" }, ...names.map((n, i) => el("li", {}, el("span", { class: "swatch", style: `background:${PALETTE[i % PALETTE.length]}` }), ` ${n}${dashed(n) ? " (dashed)" : ""}`)));
   const lengths = [...data.eval_lengths].sort((a, b) => a - b);
   const cell = (name: string, len: number) => {
     const r = data.rows.find((x) => seriesName(x) === name && x.length === len);
@@ -111,7 +114,7 @@ export function renderLength(data: LengthData): HTMLElement {
     el("tbody", {}, ...names.map((n) => el("tr", {}, el("th", { scope: "row", text: n }), ...lengths.map((l) => cell(n, l))))),
   );
   const chart = responsive((w) => lengthChart(data, names, w), 720);
-  return el("div", {}, el("p", {}, "Produced by ", el("code", { text: data.command }), "."), chart, key, el("div", { class: "scroll" }, table));
+  return el("div", {}, el("p", {}, "Produced by ", el("code", { text: data.command }), "."), chart, el("div", { class: "scroll" }, table));
 }
 
 export function renderEmbeddings(data: EmbeddingsData): HTMLElement {
@@ -134,9 +137,9 @@ export function renderEmbeddings(data: EmbeddingsData): HTMLElement {
     list,
   ];
   if (data.position_similarity) {
-    const map = heatmap({ label: "Cosine similarity of the learned position rows", rowName: "position", colName: "position", maxSize: 420 });
+    const map = heatmap({ label: "Cosine similarity of the learned position rows", rowName: "position", colName: "position", maxSize: 420, cosine: true });
     map.root.id = "position-sim";
-    map.update(data.position_similarity, scaleFor(data.position_similarity.flat()));
+    map.update(data.position_similarity);
     const byOffset = diagonalMeans(data.position_similarity);
     const plot = linePlot({
       id: "position-offset-plot",

@@ -31,7 +31,7 @@ const width = numberSlider("sin-width", "Width C (even)", 64, 2, 256, () => rend
 const length = numberSlider("sin-length", "Positions T", 64, 1, 256, () => render(), { hint: "1 to 256" });
 $("#sin-controls").append(width.control, length.control, labelled("Base b", base));
 const table = heatmap({ label: "Sinusoidal table", rowName: "position", colName: "column", maxSize: 420, square: false });
-const sim = heatmap({ label: "Cosine similarity of positions", rowName: "position", colName: "position", maxSize: 420 });
+const sim = heatmap({ label: "Cosine similarity of positions", rowName: "position", colName: "position", maxSize: 420, cosine: true });
 table.root.id = "sin-table";
 sim.root.id = "sin-sim";
 const plotOpts = (byOffset: number[]): PlotOptions => ({
@@ -55,7 +55,7 @@ function render(): void {
   const rows = sinusoidalTable(t, c, b);
   const s = cosineSimilarityMatrix(rows);
   table.update(rows, scaleFor(rows.flat()));
-  sim.update(s, scaleFor(s.flat()));
+  sim.update(s);
   plot.update(plotOpts(diagonalMeans(s)));
   const m = measure(s);
   $("#sin-measured").textContent =

@@ -5,8 +5,8 @@ import { expect, test } from "vitest";
 import { extractClass, extractConst, extractDef, extractRaise, parseStrings } from "../../plugins/octlm";
 import { fields, fillMessage } from "../../src/messages";
 import { SCHEMES, UNBOUNDED_FIELD, actsWhere, schemeRows, tooLongMessage, unboundedSchemes } from "../../src/schemes";
-import { contrastRatio, hexRGB, indexTicks, niceTicks, scaleFor } from "../../src/scale";
-import { PALETTE } from "../../src/pages/results-palette";
+import { COSINE, colourRGB, contrastRatio, hexRGB, indexTicks, niceTicks, scaleFor } from "../../src/scale";
+import { PALETTE, PAPER, seriesColours } from "../../src/pages/results-palette";
 
 const source = (file: string) => readFileSync(resolve(import.meta.dirname, "../../../octlm", file), "utf-8");
 
@@ -29,7 +29,30 @@ test("ticks fall at 1, 2 or 5 × 10^k and cover the data", () => {
 test("contrast ratio is WCAG's, and every Results series has 3:1 on the page", () => {
   expect(contrastRatio([0, 0, 0], [255, 255, 255])).toBeCloseTo(21, 10);
   expect(contrastRatio(hexRGB("#F0E442"), hexRGB("#fdfdfb"))).toBeLessThan(1.4); // the old ALiBi yellow: 1.3
-  for (const c of PALETTE) expect(contrastRatio(hexRGB(c), hexRGB("#fdfdfb")), c).toBeGreaterThanOrEqual(3);
+  expect(PAPER).toBe(readFileSync(resolve(import.meta.dirname, "../../src/style.css"), "utf-8").match(/--paper:\s*(#[0-9a-f]{6})/i)![1]);
+  for (const c of PALETTE) expect(contrastRatio(hexRGB(c), hexRGB(PAPER)), c).toBeGreaterThanOrEqual(3);
+});
+
+test("the palette has a colour of its own for every scheme, RoPE variant and a few experiment rows", () => {
+  // every registered scheme, RoPE's four extension variants (pi, ntk, dynamic, yarn), and experiment rows such as rope+ssmax
+  const needed = SCHEMES.length + 4 + 4;
+  expect(PALETTE.length).toBeGreaterThanOrEqual(needed);
+  expect(new Set(PALETTE.map((c) => c.toUpperCase())).size).toBe(PALETTE.length);
+  expect(seriesColours(PALETTE.length)).toEqual(PALETTE);
+  // past the palette, generated colours: still all different, still 3:1
+  const many = seriesColours(60);
+  expect(many.slice(0, PALETTE.length)).toEqual(PALETTE);
+  expect(new Set(many).size).toBe(60);
+  for (const c of many) expect(contrastRatio(hexRGB(c), hexRGB(PAPER)), c).toBeGreaterThanOrEqual(3);
+  expect(seriesColours(3)).toEqual(PALETTE.slice(0, 3));
+});
+
+test("every cosine map's scale is the fixed diverging one over [−1, 1]: white at 0, the ends at ±1", () => {
+  expect(COSINE).toEqual({ kind: "diverging", min: -1, max: 1 });
+  expect(colourRGB(COSINE, 0)).toEqual([247, 247, 247]);
+  expect(colourRGB(COSINE, 1)).toEqual([230, 97, 1]);
+  expect(colourRGB(COSINE, -1)).toEqual([33, 102, 172]);
+  expect(colourRGB(COSINE, 0.5)).toEqual([253, 184, 99]);
 });
 
 test("f-strings split into text and fields", () => {
