@@ -346,7 +346,7 @@ CASES.update({
     # experiment tasks (issue 27): every grid mistake before a model trains
     "tasks unknown task": Case([*TASKS, "--tasks", "copy", "sorting"], "unknown task 'sorting'; choose one of copy,"),
     "tasks unknown scheme": Case([*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"),
-    "tasks unknown row option": Case([*TASKS, "--schemes", "rope+randomized"], "'randomized' is neither random nor nopeK"),
+    "tasks unknown row option": Case([*TASKS, "--schemes", "rope+randomized"], "'randomized' is not random, ssmax or nopeK"),
     "tasks nope layer past the model": Case([*TASKS, "--schemes", "rope+nope5"], "layer 5 is not one of 0 .. 0"),
     "tasks randomized nope": Case([*TASKS, "--schemes", "nope+random"], "nope reads no position ids"),
     "tasks test size below training": Case([*TASKS, "--factors", "0", "2"], "factors [0, 2] must be at least 1"),

@@ -263,7 +263,7 @@ VARIANT_STYLES: dict[str, tuple[str, str]] = {
 BUILT_IN_COLOURS = {
     "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "rope": "#2ca02c", "p-rope": "#d62728", "xpos": "#9467bd",
     "alibi": "#8c564b", "t5": "#e377c2", "fire": "#7f7f7f", "cope": "#bcbd22", "nope": "#17becf",
-    "fox": "#393b79", "path": "#637939", "stick-breaking": "#843c39",
+    "fox": "#393b79", "path": "#637939", "stick-breaking": "#7b4173",
 }  # fmt: skip
 STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 

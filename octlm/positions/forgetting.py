@@ -116,7 +116,6 @@ class ForgettingPositions(PositionScheme):
 
     def __init__(self, d_model: int, n_layers: int, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = n_heads
         self.gates = nn.ModuleList(nn.Linear(d_model, n_heads) for _ in range(n_layers))
         for gate in self.gates:
             nn.init.normal_(gate.weight, mean=0.0, std=0.02)

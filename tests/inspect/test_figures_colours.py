@@ -28,7 +28,7 @@ from octlm.positions import scheme_names
 # The built-in schemes' colours in registration order, fixed (a reader learns them once): tab10 for the ten of
 # 2024, three dark tab20b hues for FoX, PaTH and stick-breaking (registered before NoPE).
 TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-         "#393b79", "#637939", "#843c39", "#17becf"]  # fmt: skip
+         "#393b79", "#637939", "#7b4173", "#17becf"]  # fmt: skip
 
 
 @pytest.fixture

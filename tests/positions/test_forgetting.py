@@ -22,7 +22,7 @@ import octlm.positions.forgetting
 from octlm.model.attention_record import recording_attention
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES
-from octlm.positions.forgetting import ForgettingPositions, decay_bias
+from octlm.positions.forgetting import ForgettingPositions, decay_bias, forgetting_attention
 from octlm.positions.scheme import AttentionCall
 
 B, H, D, C = 2, 4, 8, 16
@@ -105,6 +105,19 @@ def test_attend_matches_a_numpy_loop_over_every_gate(kv_heads: int) -> None:
     assert out.shape == (B, H, T, D) and out.dtype == torch.float32
     # float32 against float64, outputs O(1): measured 2.6e-7 to 6.2e-7.
     np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-5)
+
+
+def test_forgetting_attention_alone_has_no_dropout_and_groups_as_many_keys_as_heads() -> None:
+    """The chunked function called without `dropout` (none by default), with 2 KV heads for 4 query heads over
+    4 keys: as many keys as heads, the edge where a key count could pass for a head count."""
+    T = H
+    q, k, v, x = inputs(T, 2, seed=30)
+    w, b = spread_gates()
+    scheme = scheme_with(w, b)
+    c, positions = scheme.running_sums(x, 0, None, T), torch.arange(T)
+    out = forgetting_attention(q, k, v, c, positions, positions).detach()
+    expected = np_forgetting_attention(*(t.double().numpy() for t in (q, k, v, x, w, b)))
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-5)  # measured 1.8e-7
 
 
 def test_a_second_call_continues_the_running_sums_of_the_first() -> None:
@@ -196,6 +209,21 @@ def test_gates_of_exactly_known_values() -> None:
     torch.testing.assert_close(last[1:] / last[:-1], torch.full((T - 1,), 4 / 3), rtol=1e-6, atol=0)
 
 
+def test_a_scheme_built_alone_starts_its_gates_at_one_half() -> None:
+    """The class's own init (the decoder re-initialises every Linear, so only a scheme built alone shows it):
+    weights N(0, 0.02) and biases 0, so that the gates of normed inputs start near σ(0) = 1/2."""
+    torch.manual_seed(0)
+    scheme = ForgettingPositions(256, 2, 8)
+    weights = torch.stack([g.weight.detach() for g in scheme.gates])  # 4,096 draws
+    assert all(torch.equal(g.bias, torch.zeros(8)) for g in scheme.gates)
+    # standard errors 3.1e-4 (mean) and 2.2e-4 (std): measured mean -1.6e-4, std 0.0202
+    assert abs(weights.mean().item()) < 1e-3 and weights.std().item() == pytest.approx(0.02, abs=1e-3)
+    x = F.rms_norm(randn(2, 64, 256, seed=31), (256,))
+    gates = scheme.forget_gates(x, 1).exp()  # σ(w · x), w · x ~ N(0, 0.02² · 256 = 0.32²)
+    # measured mean 0.497, every one of the 1,024 gates within 1/2 ± 0.25 (σ(±1.1))
+    assert gates.mean().item() == pytest.approx(0.5, abs=0.01) and (gates - 0.5).abs().max() < 0.3
+
+
 def test_running_sums_of_16k_tokens_keep_each_gate() -> None:
     """At 16,384 tokens of gates 1/2, c reaches -11,357; the decay between neighbours stays ln 1/2 to float64
     rounding. A float32 running sum would get it wrong by ~1e-3 (asserted, so this test can fail)."""
@@ -233,10 +261,15 @@ def test_dropout_reaches_the_attention_weights() -> None:
     torch.manual_seed(0)
     again = scheme.attend(q, k, v, call(x, T, dropout=0.5))
     assert (dropped - plain).abs().max() > 0.1 and torch.equal(dropped, again)
-    record: list[Tensor] = []  # recorded: the weights after dropout, zeros and 2x, are what met the values
-    out = scheme.attend(q, k, v, call(x, T, dropout=0.5, record=record))
-    visible = record[0][..., torch.ones(T, T, dtype=torch.bool).tril()]
-    assert (visible == 0).any() and (visible != 0).any()
+    kept: list[Tensor] = []
+    scheme.attend(q, k, v, call(x, T, record=kept))
+    record: list[Tensor] = []  # recorded: the weights after dropout, zeros and 1 / (1 - p), met the values
+    out = scheme.attend(q, k, v, call(x, T, dropout=0.25, record=record))
+    visible = torch.ones(T, T, dtype=torch.bool).tril()
+    dropped_w = record[0][..., visible]
+    zero = dropped_w == 0
+    assert 0.1 < zero.float().mean() < 0.4  # about a quarter of the 144 weights: measured 0.19
+    torch.testing.assert_close(dropped_w[~zero], kept[0][..., visible][~zero] / 0.75, rtol=1e-6, atol=0)
     torch.testing.assert_close(record[0] @ v, out, rtol=0, atol=1e-6)
 
 

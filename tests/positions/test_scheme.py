@@ -16,6 +16,7 @@ from octlm.positions import scheme as positions
 from octlm.positions.absolute import LearnedPositions, SinusoidalPositions
 from octlm.positions.bias import AlibiPositions, T5Positions
 from octlm.positions.rotary import RotaryPositions
+from octlm.positions.scheme import AttentionCall
 
 F64 = torch.float64
 
@@ -175,3 +176,16 @@ def test_a_scheme_that_shows_frequencies_without_defining_them_says_so() -> None
     with pytest.raises(NotImplementedError) as raised:
         Bare().frequencies()
     assert str(raised.value) == "bare-test lists 'frequencies' in shows but does not define frequencies()"
+
+
+def test_a_scheme_that_does_not_compute_attention_itself_says_so() -> None:
+    """`attend`'s default names the scheme (the model calls `attend` only for a scheme that overrides it)."""
+
+    class Plain(PositionScheme):
+        name = "plain-test"
+
+    q, x, positions = torch.zeros(1, 2, 3, 4), torch.zeros(1, 3, 8), torch.arange(3)
+    assert not Plain().replaces_attention
+    with pytest.raises(NotImplementedError) as raised:
+        Plain().attend(q, q, q, AttentionCall(x, positions, positions, 0))
+    assert str(raised.value) == "plain-test does not compute attention itself"

@@ -182,22 +182,30 @@ def test_grouped_heads_read_their_kv_head() -> None:
 
 
 def test_positions_only_order_the_keys() -> None:
-    """No position ids: shifting every position changes nothing; it is the order that hides the future."""
+    """No position ids: shifting every position changes nothing; it is the order that hides the future.
+    Called without `dropout`, the function drops nothing: it is the formula."""
     T = 8
     q, k, v = randn(1, H, T, D, seed=15), randn(1, H, T, D, seed=16), randn(1, H, T, D, seed=17)
     p = torch.arange(T)
-    torch.testing.assert_close(
-        stick_breaking_attention(q, k, v, p + 1000, p + 1000), stick_breaking_attention(q, k, v, p, p)
-    )
+    out = stick_breaking_attention(q, k, v, p, p)
+    _, expected = np_stick_breaking(q.double().numpy(), k.double().numpy(), v.double().numpy())
+    np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-6)  # measured 2.4e-7
+    torch.testing.assert_close(stick_breaking_attention(q, k, v, p + 1000, p + 1000), out)
 
 
 def test_bfloat16_inputs_sum_in_float32() -> None:
     """bf16 q, k, v (autocast, the bf16 working copy): the logσ sums run in float32, the output is bf16."""
     T = 300
     q, k, v = (randn(1, 2, T, D, seed=s).bfloat16() for s in (18, 19, 20))
-    out = attend(q, k, v)
-    expected = attend(q.double(), k.double(), v.double())
+    record: list[Tensor] = []
+    out = attend(q, k, v, record)
+    exact: list[Tensor] = []
+    expected = attend(q.double(), k.double(), v.double(), exact)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    # The weights stay float32: their error is the bf16 scores' rounding, measured 1.8e-3 (summed in bf16,
+    # 3.1e-3).
+    assert record[0].dtype == torch.float32
+    torch.testing.assert_close(record[0].double(), exact[0], rtol=0, atol=2.5e-3)
     # the output rounded to bf16 (8 bits), values up to ~2: measured 8.0e-3
     torch.testing.assert_close(out.double(), expected, rtol=0, atol=2e-2)
 
@@ -207,19 +215,23 @@ def test_bfloat16_inputs_sum_in_float32() -> None:
 
 
 def test_chunked_equals_whole_with_records(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Queries 3 .. 13 after 3 cached keys, in chunks of 3 queries over the keys each chunk can see."""
+    """Queries 3 .. 13 after 3 cached keys: built whole when Tq · Tk is exactly WHOLE_PAIRS, and one pair past
+    it in chunks of 3 queries, each over the keys it can see."""
     Tk, Tq = 14, 11
     q, k, v = randn(2, H, Tq, D, seed=21), randn(2, 2, Tk, D, seed=22), randn(2, 2, Tk, D, seed=23)
     q_pos, k_pos = torch.arange(3, 14), torch.arange(Tk)
-    whole_record: list[Tensor] = []
-    whole = stick_breaking_attention(q, k, v, q_pos, k_pos, record=whole_record)
-    monkeypatch.setattr(sb, "WHOLE_PAIRS", 0)
     monkeypatch.setattr(sb, "CHUNK_ENTRIES", H * 3 * Tk)
     seen: list[tuple[int, int]] = []
     chunk = sb.chunk_output
     monkeypatch.setattr(
         sb, "chunk_output", lambda q, k, *a: seen.append((q.shape[2], k.shape[2])) or chunk(q, k, *a)
     )
+    monkeypatch.setattr(sb, "WHOLE_PAIRS", Tq * Tk)  # whole up to WHOLE_PAIRS pairs, this one included
+    whole_record: list[Tensor] = []
+    whole = stick_breaking_attention(q, k, v, q_pos, k_pos, record=whole_record)
+    assert seen == [(Tq, Tk)]
+    seen.clear()
+    monkeypatch.setattr(sb, "WHOLE_PAIRS", Tq * Tk - 1)
     record: list[Tensor] = []
     chunked = stick_breaking_attention(q, k, v, q_pos, k_pos, record=record)
     assert seen == [(3, 6), (3, 9), (3, 12), (2, 14)]  # the last chunk short; keys up to the last query
