@@ -108,7 +108,7 @@ class QueryScaling(nn.Module):
 class Attention(nn.Module):
     """Causal self-attention through `scaled_dot_product_attention`, with optional grouped KV heads."""
 
-    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
+    def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
         self.scaling = QueryScaling(config, layer)
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.kv_heads, config.head_dim
@@ -274,7 +274,7 @@ def make_norm(config: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
+    def __init__(self, config: ModelConfig, layer: int) -> None:
         super().__init__()
         self.norm1, self.attn = make_norm(config), Attention(config, layer)
         self.norm2, self.mlp = make_norm(config), MLP(config)

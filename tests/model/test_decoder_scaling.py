@@ -14,7 +14,7 @@ from octlm.config import ModelConfig
 from octlm.errors import UserError
 from octlm.interop.hf_arch import hf_architecture
 from octlm.model.decode_step import DecodeStep
-from octlm.model.decoder import Decoder
+from octlm.model.decoder import Decoder, QueryScaling
 
 
 def small(**kw) -> ModelConfig:
@@ -151,3 +151,47 @@ def test_hugging_face_export_refuses_scaled_queries():
     assert hf_architecture(small(**llama)) == "llama"
     with pytest.raises(UserError, match=r"attention_scaling='ssmax' \(needs 'none'\)"):
         hf_architecture(small(**llama, attention_scaling="ssmax"))
+
+
+def test_llama4_scales_every_layer_of_a_nope_model_and_only_the_listed_ones_otherwise():
+    kinds = [b.attn.scaling.kind for b in Decoder(small(attention_scaling="llama4", n_layers=3)).blocks]
+    assert kinds == ["llama4"] * 3  # position nope: every layer has no position signal
+    listed = Decoder(small(position="rope", attention_scaling="llama4", n_layers=3, nope_layers=[1]))
+    assert [b.attn.scaling.kind for b in listed.blocks] == ["none", "llama4", "none"]
+
+
+def test_no_scaling_hands_back_the_queries_themselves():
+    config = small(attention_floor=1, attention_temperature=0.5)  # the llama4 factor would be far from 1
+    scaling = QueryScaling(config, 0)
+    q = torch.randn(1, 2, 3, 8)
+    assert scaling(q, torch.arange(3), 3) is q
+
+
+@pytest.mark.parametrize("kind", ["ssmax", "llama4"])
+def test_scaled_queries_keep_their_dtype_and_device(kind: str):
+    scaling = QueryScaling(small(attention_scaling=kind, attention_floor=1), 0)
+    q = torch.randn(2, 2, 5, 8, dtype=torch.bfloat16)
+    assert scaling(q, torch.arange(5), 5).dtype == torch.bfloat16  # not promoted to the float32 factor's
+    meta = scaling.to("meta")  # "meta" stands in for a GPU: every tensor the factor needs is made where q is
+    out = meta(torch.empty(2, 2, 5, 8, device="meta"), torch.arange(5, device="meta"), 5)
+    assert out.device.type == "meta" and out.shape == (2, 2, 5, 8)
+
+
+def test_a_scheme_that_attends_itself_gets_the_layers_dropout_in_training_only(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    import octlm.model.decoder as decoder
+    import octlm.positions.forgetting  # noqa: F401  (registers fox)
+
+    seen: list[float] = []
+    real = decoder.scheme_attention
+    monkeypatch.setattr(
+        decoder,
+        "scheme_attention",
+        lambda scheme, q, k, v, call: seen.append(call.dropout) or real(scheme, q, k, v, call),
+    )
+    model = Decoder(small(position="fox", dropout=0.25))
+    ids = torch.randint(0, 50, (1, 6))
+    model.train()(ids)
+    model.eval()(ids)
+    assert seen == [0.25, 0.25, 0.0, 0.0]  # two layers, trained then evaluated
