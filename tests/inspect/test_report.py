@@ -175,6 +175,8 @@ def tiny_model(position: str, seed: int, tie: bool = True) -> Decoder:
         ("alibi", ["ALiBi: a fixed penalty", "| head | d = 1 |", "| 0 | -0.062 |", "fixed (training does not"]),
         ("t5", ["T5's relative bias", "| head | d = 1 |", "trained, "]),
         ("nope", ["NoPE: no position signal", "It has no position parameters to show", "For reference only"]),
+        ("fox", ["FoX: every token sets a forget gate", "Its forget gates are set by the text: the section Forget "
+                 "gates measures them on it.", "For reference only"]),
     ],
 )  # fmt: skip
 def test_every_scheme_says_what_its_class_shows(position: str, says: list[str], tiny_tokenizer) -> None:
@@ -186,6 +188,7 @@ def test_every_scheme_says_what_its_class_shows(position: str, says: list[str], 
     text = render_markdown(report.report_blocks(rep, figures), Path("/r"))
     for phrase in says:
         assert phrase in text
+    assert ("forget gates" in text) == (position == "fox")
     pos = rep["positions"]
     assert pos["has_vectors"] == (position == "sinusoidal") and "untrained" not in pos
     json.dumps(analysis.to_json(rep))  # every number is plain JSON
