@@ -189,6 +189,10 @@ def test_every_scheme_says_what_its_class_shows(position: str, says: list[str], 
     for phrase in says:
         assert phrase in text
     assert ("forget gates" in text) == (position == "fox")
+    if position == "fox":  # the sentence whole, between the class's words and the end
+        assert rep["positions"]["summary"].endswith(
+            ". Its forget gates are set by the text: the section Forget gates measures them on it."
+        )
     pos = rep["positions"]
     assert pos["has_vectors"] == (position == "sinusoidal") and "untrained" not in pos
     json.dumps(analysis.to_json(rep))  # every number is plain JSON
