@@ -25,7 +25,7 @@ import torch
 
 from octlm.errors import UserError
 from octlm.inspect.attention import DEFAULT_WINDOWS, SHOWN_DISTANCES, attention_windows
-from octlm.inspect.probe import validation_tokens
+from octlm.inspect.probe import forward_with_hooks, validation_tokens
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table
 from octlm.storage.jsonable import to_json
 
@@ -52,12 +52,7 @@ def layer_inputs(model: Decoder, ids: torch.Tensor) -> dict[int, torch.Tensor]:
         for layer in range(model.config.n_layers)
         if layer not in model.config.nope_layers
     ]
-    try:
-        with torch.no_grad():
-            model(ids)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, ids, handles)
     return caught
 
 

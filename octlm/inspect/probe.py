@@ -57,6 +57,17 @@ VALIDATION_FRACTION = 0.2
 # The representations
 
 
+def forward_with_hooks(model: Decoder, ids: torch.Tensor, handles: list[Any]) -> None:
+    """One pass of ids `[B, T]` without gradients, for the hooks behind `handles`, which are removed after it
+    (also when it fails)."""
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def capture_layers(model: Decoder, ids: torch.Tensor) -> list[torch.Tensor]:
     """The embedding output and the residual stream after each block for ids `[B, T]`: n_layers + 1 `[B, T, C]`.
 
@@ -72,12 +83,7 @@ def capture_layers(model: Decoder, ids: torch.Tensor) -> list[torch.Tensor]:
 
     handles = [model.blocks[0].register_forward_pre_hook(grab_input)]
     handles += [block.register_forward_hook(grab_output) for block in model.blocks]
-    try:
-        with torch.no_grad():
-            model(ids)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, ids, handles)
     return captured
 
 
