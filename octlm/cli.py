@@ -70,6 +70,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "octlm.commands.experiment_tasks",
         "tasks that test position (copy, recall, counting, arithmetic, passkey) past the training length",
     ),
+    "experiment extend": (
+        "octlm.commands.experiment_extend",
+        "train short, fine-tune longer: RoPE's extensions (PI, NTK, YaRN) against schemes that need none",
+    ),
 }
 
 

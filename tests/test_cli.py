@@ -204,7 +204,7 @@ def test_the_cli_stdout_is_unbuffered_under_python_u_as_python_s_own_is(unbuffer
 
 
 @pytest.mark.parametrize(
-    "group, subs", [("export", ["hf", "onnx", "fixtures"]), ("experiment", ["length", "tasks"])]
+    "group, subs", [("export", ["hf", "onnx", "fixtures"]), ("experiment", ["length", "tasks", "extend"])]
 )
 def test_command_groups_answer_help(group: str, subs: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--help", "-h"):

@@ -24,6 +24,7 @@ from octlm.experiments.length import Settings
 MAX_SEEDS = 1000
 
 
+ROPE_SCALING_FIELDS = ("model.rope_scaling", "model.rope_factor", "model.rope_original_length")
 # The config fields each cell sets itself, and what to give instead: a flag of theirs is refused, not ignored.
 SET_PER_CELL = {
     "model.position": "octlm experiment length trains every scheme of --schemes; use --schemes {value}",
@@ -38,7 +39,10 @@ SET_PER_CELL = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # --steps, --d-model, --text, --data-dir, --seed (the first seed), ...: the base config every cell shares
-    fields = tuple(key for key in config_fields() if key not in SET_PER_CELL)
+    # RoPE's rescaling is this experiment's variants (--rope-factor), not one config for every cell.
+    fields = tuple(
+        key for key in config_fields() if key not in SET_PER_CELL and key not in ROPE_SCALING_FIELDS
+    )
     add_config_arguments(parser, fields, refused=SET_PER_CELL, no_flag=("train.out_dir",))
     options.add_deprecated(parser, "--out-dir", "cfg__train__out_dir",
                            "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",

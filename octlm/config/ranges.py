@@ -73,6 +73,8 @@ SPANS: dict[str, Span] = {
     "model.ssmax_init": Span(-100.0, 100.0, why="s log n multiplies every attention score"),
     "model.attention_floor": Span(1, INT64_MAX),
     "model.attention_temperature": Span(0.0, 100.0),
+    "model.rope_factor": Span(1.0, 2.0**20, why="a context-extension factor s: new length / original length"),
+    "model.rope_original_length": Span(0, 2**24, why="0 when model.rope_scaling = 'none'"),
     "data.hub_max_documents": Span(1, INT64_MAX),
     "data.val_fraction": Span(0.0, 1.0, low_open=True, high_open=True),
     "train.steps": Span(1, INT64_MAX),

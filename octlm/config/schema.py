@@ -24,6 +24,13 @@ ROPE_LAYOUTS = ("half", "interleaved")
 # model.attention_scaling (octlm/model/decoder.py, `QueryScaling`): queries times a factor that grows with the
 # length. "ssmax": Nakanishi's scalable softmax in every layer; "llama4": Llama 4's temperature in NoPE layers.
 ATTENTION_SCALINGS = ("none", "ssmax", "llama4")
+# model.rope_scaling (octlm.positions.rope_scaling): RoPE's frequencies rescaled for a longer context, as a model
+# is fine-tuned and then run with them ("linear": position interpolation). Dynamic NTK follows each sequence's
+# length, so it is an inference-time option only (`octlm experiment length`).
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
+# (section, field, default) of fields added after runs were first hashed (see Config.hash).
+LATER_FIELDS = (("train", "dtype", "auto"), ("train", "init_from", ""), ("model", "rope_scaling", "none"),
+                ("model", "rope_factor", 1.0), ("model", "rope_original_length", 0))  # fmt: skip
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
 # train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
@@ -86,6 +93,9 @@ class ModelConfig:
     ssmax_init: float = 0.43  # ssmax: each head's learned s starts here (logits times s log n)
     attention_floor: int = 8192  # llama4: positions per step of the temperature (Llama 4's floor_scale)
     attention_temperature: float = 0.1  # llama4: the temperature's slope (Llama 4's attn_scale)
+    rope_scaling: str = "none"  # rope: none, linear (PI), ntk or yarn, with the two fields below
+    rope_factor: float = 1.0  # rope_scaling: the extension factor s (new context / original)
+    rope_original_length: int = 0  # rope_scaling: the length the model was first trained at (YaRN's ramp)
 
     @property
     def head_dim(self) -> int:
@@ -115,6 +125,7 @@ class ModelConfig:
             ("mlp", MLPS),
             ("rope_layout", ROPE_LAYOUTS),
             ("attention_scaling", ATTENTION_SCALINGS),
+            ("rope_scaling", ROPE_SCALINGS),
         ):
             if getattr(self, name) not in allowed:
                 p.append(
@@ -122,7 +133,19 @@ class ModelConfig:
                 )
         if self.position in SCHEMES:
             p += SCHEMES[self.position].problems(self)
-        return p + self._nope_layer_problems() + self._scaling_problems()
+        return p + self._nope_layer_problems() + self._scaling_problems() + self._rope_scaling_problems()
+
+    def _rope_scaling_problems(self) -> list[str]:
+        """Rescaled frequencies need RoPE's own (p-RoPE and xPos have others) and the length they extend."""
+        if self.rope_scaling == "none" or self.rope_scaling not in ROPE_SCALINGS:
+            return []
+        if self.position != "rope":
+            return [f"model.rope_scaling = {self.rope_scaling!r} rescales RoPE's frequencies, and model.position "
+                    f"= {self.position!r} has none; use model.position = 'rope' or model.rope_scaling = 'none'"]  # fmt: skip
+        if self.rope_original_length < 1:
+            return [f"model.rope_scaling = {self.rope_scaling!r} needs model.rope_original_length, the length "
+                    "the model was first trained at (e.g. 64)"]  # fmt: skip
+        return []
 
     def _scaling_problems(self) -> list[str]:
         """Llama 4's temperature acts only in layers with no position signal: a model without one would
@@ -201,6 +224,8 @@ class TrainConfig:
     report: bool = True
     log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.training.tracking)
     dtype: str = "auto"  # "bf16" and "bf16-autocast" on any device; checkpoints stay float32
+    # A run folder whose trained weights this run starts from (fine-tuning, e.g. at a longer context); "": none.
+    init_from: str = ""
 
     def problems(self) -> list[str]:
         p = _span_problems("train", self)
@@ -257,6 +282,8 @@ class Config:
         d = self.to_dict()
         for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens", "log"):
             d["train"].pop(key)
-        if d["train"]["dtype"] == "auto":  # the default: runs from before the field keep their hash
-            d["train"].pop("dtype")
+        # Fields added later, at their defaults, are left out: runs from before them keep their hash.
+        for section, key, default in LATER_FIELDS:
+            if d[section][key] == default:
+                d[section].pop(key)
         return sha256_bytes(json.dumps(d, sort_keys=True).encode())

@@ -170,14 +170,15 @@ def missing(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[str
 
 
 @contextlib.contextmanager
-def locked(out_dir: Path) -> Iterator[None]:
+def locked(out_dir: Path, what: str = "") -> Iterator[None]:
     """One process at a time inside the block, among those sharing `out_dir` (an advisory lock on a file).
 
-    Cells started together use it while the first of them builds what they all read (a token cache).
+    Cells started together use it while the first of them builds what they all read (a token cache, or with
+    `what` naming it, a training several cells start from).
     """
     folder = out_dir / CELLS_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a", encoding="utf-8") as handle:
+    with open(folder / f".{what}.lock" if what else folder / ".lock", "a", encoding="utf-8") as handle:
         with contextlib.suppress(OSError):  # a file system without locks: go on unlocked
             fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
         yield

@@ -287,6 +287,19 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
 
 
+def finished_run(run_dir: Path, config: Config) -> torch.nn.Module | None:
+    """The model of a run in `run_dir` that finished training `config` (same hash and steps), else None."""
+    from octlm.storage.checkpoint import load_model
+
+    if not Run.of(run_dir).checkpoint_dir.is_dir():
+        return None
+    try:
+        model, old, _ = load_model(run_dir)
+    except UserError:
+        return None
+    return model if old.hash() == config.hash() and old.train.steps == config.train.steps else None
+
+
 def trained_model(
     config: Config, run_dir: Path, retrain: bool, progress: bool
 ) -> tuple[torch.nn.Module, dict]:
@@ -294,13 +307,8 @@ def trained_model(
     from octlm.storage.checkpoint import load_model
     from octlm.training.loop import train
 
-    if not retrain and Run.of(run_dir).checkpoint_dir.is_dir():
-        try:
-            model, old, _ = load_model(run_dir)
-            if old.hash() == config.hash() and old.train.steps == config.train.steps:
-                return model, {"reused": True}
-        except UserError:
-            pass
+    if not retrain and (model := finished_run(run_dir, config)) is not None:
+        return model, {"reused": True}
     result = train(config, run_dir, progress=progress, overwrite=True)
     if result.interrupted:
         raise KeyboardInterrupt

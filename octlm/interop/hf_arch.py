@@ -179,8 +179,9 @@ def check_rope_untouched(model: Decoder) -> None:
         or not torch.allclose(inv_freq, default)
     ):
         raise UserError(
-            "not representable in transformers: this model's RoPE frequencies were replaced with "
-            "set_frequencies (context extension); export the model as trained, before scaling them"
+            "not representable in transformers: this model's RoPE frequencies are rescaled (a run fine-tuned "
+            f"with model.rope_scaling = {model.config.rope_scaling!r}, or frequencies set by set_frequencies); "
+            "octlm exports RoPE as trained, unscaled"
         )
 
 

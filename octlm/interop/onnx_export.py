@@ -235,7 +235,8 @@ def export_length(model: Decoder, max_length: int | None) -> int:
 
 
 def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None, length: int) -> dict | None:
-    """Give a RoPE model the frequencies of `method` (rope_scaling.METHODS); None leaves it as trained.
+    """Give a RoPE model the frequencies of `method` (rope_scaling.METHODS); None leaves it as trained (with
+    `model.rope_scaling`'s, when it was fine-tuned with them).
 
     `factor` defaults to length / training length (as the length experiment's static factor). Returns what
     model.json records: {"method", "factor"}, or None.
@@ -246,10 +247,14 @@ def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None,
             raise UserError(
                 f"--rope-factor {factor} needs --rope-scaling METHOD ({', '.join(STATIC_SCALING)})"
             )
-        return None
+        # A run fine-tuned with rescaled frequencies has them from its config: the graph keeps them.
+        return None if mc.rope_scaling == "none" else {"method": mc.rope_scaling, "factor": mc.rope_factor}
     if mc.position != "rope":
         raise UserError(f"--rope-scaling {method}: the {mc.position} scheme has no RoPE frequencies to scale; "
                         "drop the flag or export a rope run")  # fmt: skip
+    if mc.rope_scaling != "none":
+        raise UserError(f"--rope-scaling {method}: this run was fine-tuned with model.rope_scaling = "
+                        f"{mc.rope_scaling!r} (factor {mc.rope_factor:g}), which the export keeps; drop the flag")  # fmt: skip
     if method == "dynamic":
         raise UserError("--rope-scaling dynamic: dynamic NTK changes RoPE's frequencies with each text's length, "
                         "and an ONNX graph holds one fixed cos/sin table; use ntk, linear or yarn")  # fmt: skip

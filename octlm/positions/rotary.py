@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from octlm.positions.formulas import apply_rope, rope_frequencies
+from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.positions.scheme import PositionScheme, register
 
 if TYPE_CHECKING:
@@ -50,7 +51,14 @@ class RotaryPositions(PositionScheme):
     """
 
     name = "rope"
-    options = ("rope_base", "rope_layout", "rope_fraction")
+    options = (
+        "rope_base",
+        "rope_layout",
+        "rope_fraction",
+        "rope_scaling",
+        "rope_factor",
+        "rope_original_length",
+    )
     shows = ("frequencies",)
     tables: ClassVar[tuple[str, ...]] = (
         "cos",
@@ -60,7 +68,11 @@ class RotaryPositions(PositionScheme):
     @classmethod
     def from_config(cls, config: ModelConfig) -> RotaryPositions:
         dims = rotary_dims(config.head_dim, config.rope_fraction)
-        return cls(config.head_dim, config.rope_base, config.rope_layout, config.context_length, dims)
+        rope = cls(config.head_dim, config.rope_base, config.rope_layout, config.context_length, dims)
+        if config.rope_scaling != "none":  # a model fine-tuned (or to be) with rescaled frequencies
+            rope.set_frequencies(*scaled_frequencies(config.rope_scaling, dims, config.rope_base,
+                                                     config.rope_factor, config.rope_original_length))  # fmt: skip
+        return rope
 
     @classmethod
     def problems(cls, config: ModelConfig) -> list[str]:
@@ -93,7 +105,9 @@ class RotaryPositions(PositionScheme):
         if inv_freq.shape != self.inv_freq.shape:
             raise ValueError(f"{self.name} rotates {self.rotary_dims} channels of each head and needs "
                              f"{self.rotary_dims // 2} frequencies, got shape {list(inv_freq.shape)}")  # fmt: skip
-        self.inv_freq = inv_freq.to(torch.float64).cpu()
+        self.inv_freq = inv_freq.to(
+            device=self.inv_freq.device, dtype=torch.float64
+        )  # CPU (meta in a shape check)
         self.attention_scaling = attention_scaling
         self._build(self.cos.shape[0])
 

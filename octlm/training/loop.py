@@ -61,7 +61,7 @@ from octlm.storage.checkpoint import Checkpoint, save_checkpoint
 from octlm.storage.run import Run
 from octlm.training.optimizer import lr_at, make_optimizer, set_lr
 from octlm.training.precision import Precision
-from octlm.training.resume import checkpoint_to_resume, data_for_run
+from octlm.training.resume import checkpoint_to_resume, data_for_run, initial_weights
 from octlm.training.scoring import evaluate
 from octlm.training.tracking import make_tracker
 
@@ -152,7 +152,8 @@ def build_state(
     config: Config, ckpt: Checkpoint | None, data: PreparedData, hashes: dict[str, str], device: torch.device,
     dist: Dist,
 ) -> TrainState:  # fmt: skip
-    """Model, optimizer and batch generator, fresh or as the checkpoint left them."""
+    """Model, optimizer and batch generator: fresh, started from `train.init_from`'s weights, or as the
+    checkpoint left them."""
     tc = config.train
     torch.manual_seed(tc.seed)  # before the model is built: the seed fixes the initial weights
     model = Decoder(config.model)
@@ -160,6 +161,14 @@ def build_state(
     generator = torch.Generator().manual_seed(tc.seed)
     if ckpt:
         model.load_state_dict(ckpt.model_state)
+    elif (weights := initial_weights(config, data)) is not None:
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as error:  # e.g. a learned table of another length: its rows cannot grow
+            first = str(error).strip().splitlines()[-1].strip()[:300]
+            raise UserError(
+                f"the weights of train.init_from = {tc.init_from!r} do not fit this model ({first})"
+            ) from None
     model.to(device)
     optimizer = make_optimizer(model, tc)
     precision = Precision(model, device, tc.dtype)  # after loading: a bf16 copy is made of the loaded weights

@@ -1,12 +1,18 @@
-"""What a run starts from: nothing (a new run), or a checkpoint and the data it was trained on, both checked.
+"""What a run starts from: nothing (a new run), another run's weights (`train.init_from`: fine-tuning), or a
+checkpoint and the data it was trained on, each checked.
 
 A resume may change only bookkeeping (`RESUMABLE_FIELDS`); the corpus, the tokenizer and the token files must
-hash the same as when the run started. Everything is checked before anything is written.
+hash the same as when the run started. A run started from another's weights may change the context and how RoPE
+scales it (`EXTENSION_FIELDS`), not the model, and must read tokens with the same tokenizer. Everything is
+checked before anything is written.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from torch import Tensor
 
 from octlm.config import Config, config_from_dict, load_config
 from octlm.data.cache import PreparedData, prepare_data
@@ -23,6 +29,11 @@ RESUMABLE_FIELDS = frozenset({
     "train.run_name", "train.device", "train.compile", "train.report", "train.sample_tokens", "train.log",
     "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
 })  # fmt: skip
+
+
+# Model fields a run started from another run's weights may change: the context, and RoPE's rescaling for it.
+EXTENSION_FIELDS = frozenset({"model.context_length", "model.rope_scaling", "model.rope_factor",
+                              "model.rope_original_length"})  # fmt: skip
 
 
 def config_differences(old: Config, new: Config) -> list[str]:
@@ -99,6 +110,36 @@ def data_for_run(
                 "the corpus or tokenizer changed since the run started, so it cannot be resumed"
             )
     return data, hashes
+
+
+def initial_weights(config: Config, data: PreparedData) -> dict[str, Tensor] | None:
+    """The weights of the run `train.init_from` names, for a new run to start from (None: none named).
+
+    Its model must be this one up to EXTENSION_FIELDS (a weight of the same shape in another scheme would load
+    and mean something else), and its tokenizer the one the data is read with (ids would name other tokens).
+    """
+    source = config.train.init_from
+    if not source:
+        return None
+    try:
+        ckpt = load_checkpoint(Path(source), map_location="cpu", load_optimizer=False)
+    except UserError as error:
+        raise UserError(f"train.init_from: {error}") from None
+    ours, theirs = config.flat(), ckpt.config.flat()
+    diffs = [f"{k} {ours[k]} != {theirs.get(k)}" for k in sorted(ours)
+             if k.startswith("model.") and k not in EXTENSION_FIELDS and ours[k] != theirs.get(k)]  # fmt: skip
+    if diffs:
+        raise UserError(
+            f"train.init_from = {source!r} holds another model: {'; '.join(diffs)}; a run may start from "
+            f"another's weights changing only {', '.join(sorted(EXTENSION_FIELDS))}"
+        )
+    if ckpt.meta["sha256"].get("tokenizer") != data.tokenizer.sha256:
+        raise UserError(
+            f"train.init_from = {source!r} was trained with another tokenizer than this run's data "
+            f"({str(ckpt.meta['sha256'].get('tokenizer'))[:12]} != {data.tokenizer.sha256[:12]}); use the "
+            "same data section (source, text, vocab_size) as that run"
+        )
+    return ckpt.model_state
 
 
 def config_for_resume(run: Run, overrides: dict[str, Any], config_path: str | None = None) -> Config:

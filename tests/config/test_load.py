@@ -197,7 +197,7 @@ def test_config_fields_picks_sections_and_fields() -> None:
         "model.vocab_size", "data.source", "data.text", "data.hub_dataset", "data.hub_split", "data.hub_text_field",
         "data.hub_max_documents", "data.val_fraction", "data.data_dir",
     )  # fmt: skip
-    assert len(config_fields()) == 60 and config_fields()[0] == "model.vocab_size"
+    assert len(config_fields()) == 64 and config_fields()[0] == "model.vocab_size"
     with pytest.raises(ValueError, match="model.widht"):
         config_fields("model.widht")
 

@@ -63,6 +63,13 @@ VARIANTS = {
     "rope": {"norm": "rmsnorm", "mlp": "swiglu", "bias": False, "n_kv_heads": 2},
     "rope-yarn": {"position": "rope", "rope_layout": "interleaved"},  # exported with --rope-scaling yarn
     "rope-fraction": {"position": "rope", "rope_fraction": 0.5},  # GPT-NeoX's partial rotary
+    # Fine-tuned with position interpolation (model.rope_scaling): the graph keeps the config's frequencies.
+    "rope-pi-tuned": {
+        "position": "rope",
+        "rope_scaling": "linear",
+        "rope_factor": 2.0,
+        "rope_original_length": 8,
+    },
     "p-rope": {"prope_fraction": 0.5},
     "xpos": {"xpos_scale_base": 8.0},  # a strong decay at these lengths, so that a dropped scale shows
     "alibi": {},
@@ -365,9 +372,11 @@ def test_folder_holds_the_graph_the_tokenizer_and_model_json(exported: Exported)
     assert info["files"] == {
         name: (exported.out / name).stat().st_size for name in (ONNX_FILE, TOKENIZER_FILE)
     }
-    assert info["rope_scaling"] == (
-        {"method": "yarn", "factor": 3.0} if c.rope_layout == "interleaved" else None
-    )
+    expected = {
+        "rope-yarn": {"method": "yarn", "factor": 3.0},
+        "rope-pi-tuned": {"method": "linear", "factor": 2.0},
+    }
+    assert info["rope_scaling"] == expected.get(exported.name)
     names = [o.name for o in exported.session.get_outputs()]
     assert names == ["logits", "attn_0", "attn_1"] == list(info["outputs"])
     assert sorted(p.name for p in exported.out.parent.iterdir()) == ["onnx", "run"], "a temporary was left"
@@ -401,6 +410,16 @@ def test_dynamic_ntk_is_refused_in_one_line(tokenizer: Tokenizer, tmp_path: Path
     with pytest.raises(UserError, match="--rope-scaling dynamic: dynamic NTK changes") as caught:
         export_onnx(tmp_path / "run", tmp_path / "out", rope_scaling="dynamic")
     assert "\n" not in str(caught.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fine_tuned_rope_run_refuses_a_second_scaling(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position="rope", rope_scaling="yarn",
+                                 rope_factor=4.0, rope_original_length=4)  # fmt: skip
+    make_run(tmp_path / "run", config, tokenizer)
+    with pytest.raises(UserError, match=r"^--rope-scaling ntk: this run was fine-tuned with model.rope_scaling = "
+                                        r"'yarn' \(factor 4\), which the export keeps; drop the flag$"):  # fmt: skip
+        export_onnx(tmp_path / "run", tmp_path / "out", rope_scaling="ntk")
     assert not (tmp_path / "out").exists()
 
 

@@ -1,0 +1,314 @@
+"""`octlm experiment extend`: train short, fine-tune a little at a longer length, with each way of extending a
+context (Chen et al., 2023; Peng et al., 2023).
+
+For every row and seed: the base model is the length experiment's training at L = `--train-length` (found in
+`--base DIR`'s runs when that experiment ran with the same config, else trained here); it is scored **before**
+fine-tuning, then fine-tuned `--steps` steps at L' = `--extend-length` from its weights (`train.init_from`), its
+validation bits per byte at L' recorded every `--curve-interval` steps (how many steps a method needs), and
+scored **after**. Scoring: bits per byte at every length of `--eval-lengths` (non-overlapping windows of the
+held-out text, `octlm.experiments.length.score`) and passkey retrieval at each length (`octlm.experiments.passkey`).
+
+Rows: `plain`, `pi`, `ntk` and `yarn` are the RoPE base model fine-tuned with each method's frequencies for the
+factor s = L' / L (`model.rope_scaling`; plain: none); before fine-tuning they are the base model with those
+frequencies at inference. `alibi`, `fire`, `nope`, `fox`, `path` and `stick-breaking` need no rescaling: they are
+fine-tuned the same way as controls.
+
+The grid (row × seed) is cells as in the other experiments (`octlm.experiments.cells`);
+`octlm.experiments.extend_results.collect` builds results.md, results.jsonl, extend.png and extend.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from octlm.config import Config, config_from_dict
+from octlm.errors import UserError
+from octlm.experiments import cells, length, passkey
+from octlm.experiments.length import EvalText, finished_run, make_eval_text, run_config, score, trained_model
+from octlm.positions import scheme_names
+from octlm.positions.rope_scaling import scaled_frequencies
+from octlm.runtime import in_processes, torch_threads
+from octlm.storage.run import Run
+
+# Row -> (the scheme it fine-tunes, RoPE's rescaling for it: a rope_scaling method or "none").
+ROPE_ROWS = {"plain": "none", "pi": "linear", "ntk": "ntk", "yarn": "yarn"}
+CONTROLS = ("alibi", "fire", "nope", "fox", "path", "stick-breaking")
+ROWS = (*ROPE_ROWS, *CONTROLS)
+AXES = cells.Axes(("row", "seed"), "octlm experiment extend", {
+    "train_length": "--train-length", "extend_length": "--extend-length", "eval_lengths": "--eval-lengths",
+    "eval_windows": "--eval-windows", "steps": "fine-tuning --steps", "curve_interval": "--curve-interval",
+    "passkey_per_depth": "--passkey-windows", "rows": "--rows", "seeds": "seeds (--seed, --seeds)",
+    "config_sha256": "base training config (SHA-256)", "eval_sha256": "evaluation tokens (SHA-256)",
+})  # fmt: skip
+PHASES = ("before", "after")
+
+# The base trainings are the length experiment's (its FULL_DEFAULTS, at 64 tokens): `--base` reuses them.
+FULL = {"train_length": 64, "extend_length": 256, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3,
+        "eval_windows": 8, "steps": 100, "curve_interval": 10, "passkey_per_depth": 8}  # fmt: skip
+QUICK = {"train_length": 16, "extend_length": 32, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4,
+         "steps": 4, "curve_interval": 2, "passkey_per_depth": 2}  # fmt: skip
+# The fine-tuning's optimisation: a tenth of the base run's peak rate, a short warm-up, the same tokens per step.
+FINE_TUNE = {"train.lr": 3e-4, "train.min_lr": 3e-5, "train.warmup_steps": 10}
+
+
+@dataclass
+class Settings:
+    """What the experiment varies and measures (the base training config comes from `Config`)."""
+
+    train_length: int = 64
+    extend_length: int = 256
+    eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
+    seeds: int = 3
+    rows: list[str] = field(default_factory=lambda: list(ROWS))
+    eval_windows: int = 8
+    steps: int = 100  # fine-tuning steps
+    curve_interval: int = 10  # fine-tuning steps between evaluations at the extended length
+    passkey_per_depth: int = 8  # passkey windows per depth and length
+    base: Path | None = None  # a length experiment's output folder whose base runs are reused
+    batch_tokens: int = 8192
+    retrain: bool = False
+    jobs: int = 0
+    threads: int = 1
+
+    def problems(self) -> list[str]:
+        unknown = [r for r in self.rows if r not in ROWS or (r in CONTROLS and r not in scheme_names())]
+        checks = [
+            (not 2 <= self.train_length <= length.MAX_LENGTH,
+             f"--train-length {self.train_length} must be from 2 to {length.MAX_LENGTH:,}"),
+            (not self.train_length < self.extend_length <= length.MAX_LENGTH,
+             f"--extend-length {self.extend_length} must be longer than --train-length {self.train_length}"),
+            (not self.eval_lengths or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= length.MAX_LENGTH,
+             f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {length.MAX_LENGTH:,} tokens"),
+            (self.seeds < 1, f"--seeds {self.seeds} must be at least 1"),
+            (unknown or not self.rows, f"--rows {' '.join(unknown)} unknown; choose from {' '.join(ROWS)}"),
+            (not 1 <= self.eval_windows <= length.MAX_WINDOWS,
+             f"--eval-windows {self.eval_windows} must be from 1 to {length.MAX_WINDOWS:,}"),
+            (not 1 <= self.curve_interval <= self.steps,
+             f"--curve-interval {self.curve_interval} must be from 1 to --steps {self.steps}"),
+            (self.passkey_per_depth < 1, f"--passkey-windows {self.passkey_per_depth} must be at least 1"),
+            (self.jobs < 0 or self.threads < 1,
+             f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1"),
+        ]  # fmt: skip
+        return [message for failed, message in checks if failed]
+
+    @property
+    def factor(self) -> float:
+        """The extension factor s = L' / L every RoPE method uses."""
+        return self.extend_length / self.train_length
+
+
+def scheme_of(row: str) -> str:
+    return "rope" if row in ROPE_ROWS else row
+
+
+# ----------------------------------------------------------------------------------------------------
+# The configs: the base training (the length experiment's), and its fine-tuning
+
+
+def base_config(config: Config, row: str, seed: int, settings: Settings, runs_dir: Path) -> Config:
+    """The length experiment's training of this row's scheme and seed at the short length."""
+    return run_config(
+        config, scheme_of(row), seed, length.Settings(train_length=settings.train_length), runs_dir
+    )
+
+
+def fine_tune_config(base: Config, row: str, base_dir: Path, settings: Settings, runs_dir: Path) -> Config:
+    """`base` continued from its weights at the extended length: the same tokens per step (fewer, longer
+    rows), FINE_TUNE's rates, an evaluation every `curve_interval` steps, and RoPE's rescaling for this row."""
+    seed = base.train.seed
+    batch = max(1, base.train.batch_size * settings.train_length // settings.extend_length)
+    scaling = ROPE_ROWS.get(row, "none")
+    overrides: dict[str, Any] = {
+        **FINE_TUNE, "model.context_length": settings.extend_length, "train.init_from": str(base_dir),
+        "train.steps": settings.steps, "train.batch_size": batch, "train.eval_interval": settings.curve_interval,
+        "train.checkpoint_interval": settings.steps, "train.out_dir": str(runs_dir),
+        "train.run_name": f"{cells.cell_name((row, seed))}-extended",
+        "train.warmup_steps": min(FINE_TUNE["train.warmup_steps"], settings.steps),
+    }  # fmt: skip
+    if scaling != "none":
+        overrides |= {"model.rope_scaling": scaling, "model.rope_factor": settings.factor,
+                      "model.rope_original_length": settings.train_length}  # fmt: skip
+    return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
+
+
+def base_model(config: Config, settings: Settings, out_dir: Path) -> tuple[torch.nn.Module, Path, bool]:
+    """The trained base model, its run folder, and whether it was trained just now.
+
+    A finished run of the same config in `--base`'s runs is reused as it is (never written to); otherwise the
+    run is trained (or reused) in this experiment's own runs, under a lock, since the four RoPE rows share it.
+    """
+    name = config.train.run_name
+    if settings.base is not None and not settings.retrain:
+        found = finished_run(settings.base / "runs" / name, config)
+        if found is not None:
+            return found, settings.base / "runs" / name, False
+    with cells.locked(out_dir, f"base-{name}"):
+        model, info = trained_model(
+            config, Path(config.train.out_dir) / name, settings.retrain, progress=False
+        )
+    return model, Path(config.train.out_dir) / name, not info["reused"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Scoring
+
+
+@dataclass
+class Probe:
+    """What every model is scored on: the held-out text, and the passkey windows at each length."""
+
+    text: EvalText
+    windows: dict[int, passkey.PasskeyWindows]
+
+
+def make_probe(val: np.ndarray, tokenizer: Any, settings: Settings) -> Probe:
+    """The length experiment's held-out text, and passkey windows filled from the validation tokens after it."""
+    text = make_eval_text(val, tokenizer, settings.eval_lengths, settings.eval_windows)
+    rest = np.asarray(val[text.start + text.count + 1 :]).astype(np.int64)
+    filler = rest if len(rest) > 2 * max(settings.eval_lengths) else text.tokens
+    shortest = passkey.shortest_window(tokenizer)
+    windows = {n: passkey.passkey_windows(tokenizer, filler, n, per_depth=settings.passkey_per_depth, seed=n)
+               for n in settings.eval_lengths if n >= shortest}  # fmt: skip
+    return Probe(text, windows)
+
+
+def use_inference_scaling(model: torch.nn.Module, row: str, settings: Settings) -> None:
+    """Before fine-tuning, a RoPE row is the base model with its method's frequencies (factor L' / L)."""
+    method = ROPE_ROWS.get(row, "none")
+    if method != "none":
+        rope, mc = model.positions, model.config
+        model.positions.set_frequencies(*scaled_frequencies(
+            method, rope.rotary_dims, mc.rope_base, settings.factor, settings.train_length))  # fmt: skip
+
+
+def scored(
+    model: torch.nn.Module, row: str, seed: int, phase: str, probe: Probe, settings: Settings
+) -> list[dict]:
+    """One record per length: bits per byte, and passkey accuracy (overall and by depth) where it fits."""
+    model.eval()
+    records = []
+    for n in settings.eval_lengths:
+        s = score(model, probe.text, n, "windows", settings.batch_tokens)
+        record: dict[str, Any] = {"row": row, "scheme": scheme_of(row), "seed": seed, "phase": phase,
+                                  "length": n, "bpb": s.bpb, "tokens": s.tokens, "bytes": s.bytes}  # fmt: skip
+        if n in probe.windows:
+            asked = passkey.retrieval(model, probe.windows[n], settings.batch_tokens)
+            record |= {"passkey": asked.accuracy, "retrieval_bits": asked.retrieval_bits,
+                       "passkey_by_depth": passkey.accuracy_by_depth(probe.windows[n], asked.hits),
+                       "passkey_windows": int(asked.hits.size)}  # fmt: skip
+        else:  # the window cannot hold the needle and the question
+            record |= {"passkey": None, "retrieval_bits": None}
+        records.append(record)
+    return records
+
+
+def curve_of(run_dir: Path) -> list[dict]:
+    """The fine-tuning's validation bits per byte at the extended length, by step (step 0: before any)."""
+    return [
+        {"step": r["step"], "val_bpb": r["val_bpb"]} for r in Run.of(run_dir).read_metrics() if "val_bpb" in r
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------
+# One cell, and the grid
+
+
+def extend_cell(key: tuple[str, int], config: Config, probe: Probe, settings: Settings,
+                out_dir: Path) -> tuple[list[dict], dict[str, Any]]:  # fmt: skip
+    """Score the base model before, fine-tune it, score it after; (records, info). One worker's unit."""
+    from octlm.storage.checkpoint import load_model
+    from octlm.training.loop import train
+
+    row, seed = key
+    runs = out_dir / "runs"
+    with torch_threads(settings.threads):
+        t0 = time.perf_counter()
+        base = base_config(config, row, seed, settings, runs)
+        model, base_dir, trained = base_model(base, settings, out_dir)
+        t1 = time.perf_counter()
+        use_inference_scaling(model, row, settings)
+        records = scored(model, row, seed, "before", probe, settings)
+        t2 = time.perf_counter()
+        tune = fine_tune_config(base, row, base_dir, settings, runs)
+        tuned_dir = runs / tune.train.run_name
+        # A base trained again makes its old fine-tuning stale, though the config (a path) is the same.
+        reuse = finished_run(tuned_dir, tune) if not (settings.retrain or trained) else None
+        if reuse is None:
+            result = train(tune, tuned_dir, progress=False, overwrite=True)
+            if result.interrupted:
+                raise KeyboardInterrupt
+            reuse, _, _ = load_model(tuned_dir)
+        t3 = time.perf_counter()
+        records += scored(reuse, row, seed, "after", probe, settings)
+        t4 = time.perf_counter()
+    info = {"base_run": str(base_dir), "base_trained": trained, "base_seconds": t1 - t0, "before_seconds": t2 - t1,
+            "fine_tune_seconds": t3 - t2, "after_seconds": t4 - t3, "curve": curve_of(tuned_dir)}  # fmt: skip
+    return records, info
+
+
+def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
+    """The settings that define the grid (AXES.settings), recorded with every cell."""
+    from octlm.files import sha256_bytes
+
+    normal = base_config(config, settings.rows[0], 0, settings, Path("runs"))  # nothing of any one cell
+    return {"train_length": settings.train_length, "extend_length": settings.extend_length,
+            "eval_lengths": list(settings.eval_lengths), "eval_windows": settings.eval_windows,
+            "steps": settings.steps, "curve_interval": settings.curve_interval,
+            "passkey_per_depth": settings.passkey_per_depth, "rows": list(settings.rows), "seeds": seeds,
+            "config_sha256": normal.hash(),
+            "eval_sha256": sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())}  # fmt: skip
+
+
+def run_cells(config: Config, settings: Settings, out_dir: Path, command: str = "octlm experiment extend",
+              progress: bool = True, only: Sequence[str] = ()) -> length.CellsRun:  # fmt: skip
+    """Every row × seed cell (or the `--only ROW:SEED` ones), each written to `out_dir/cells/` as it finishes."""
+    from octlm.data.cache import prepare_data
+
+    problems = settings.problems()
+    if problems:
+        raise UserError("; ".join(problems))
+    started = time.perf_counter()
+    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    seeds = [config.train.seed + i for i in range(settings.seeds)]
+    rows = [r for r in ROWS if r in settings.rows]
+    jobs = cells.parse_only(only, AXES, [rows, seeds]) if only else cells.grid_cells([rows, seeds])
+    with cells.locked(out_dir):  # cells started together: the first builds the token cache
+        data = prepare_data(
+            config.data, config.model.vocab_size, progress=progress, block=settings.extend_length
+        )
+    probe = make_probe(data.val, data.tokenizer, settings)
+    grid = grid_of(config, settings, seeds, probe.text)
+    say(f"extend experiment: {len(jobs)} of {len(rows) * len(seeds)} cells ({len(rows)} rows × {len(seeds)} seeds):"
+        f" trained at {settings.train_length}, fine-tuned {settings.steps} steps at {settings.extend_length}, "
+        f"scored at {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
+    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    facts = {"command": command, "config": config.to_dict(), "config_name": config.name,
+             "scored_tokens": probe.text.count}  # fmt: skip
+    job = functools.partial(extend_cell, config=config, probe=probe,
+                            settings=dataclasses.replace(settings, rows=rows), out_dir=out_dir)  # fmt: skip
+    results = map(job, jobs) if workers == 1 else in_processes(job, jobs, workers)
+    for done, (records, info) in enumerate(results, 1):
+        row, seed = records[0]["row"], records[0]["seed"]
+        cells.write_cell(out_dir, AXES, (row, seed), grid, {**facts, "info": info}, records)
+        say(progress_line(done, len(jobs), records, info))
+    return length.CellsRun([cells.cell_name(key) for key in jobs], workers, started)
+
+
+def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
+    """`[i/n] row seed k: fine-tuned in ... s; bits/byte at the longest length before -> after`."""
+    before = [r for r in records if r["phase"] == "before"][-1]
+    after = [r for r in records if r["phase"] == "after"][-1]
+    base = "base trained" if info["base_trained"] else "base reused"
+    return (f"[{done}/{total}] {before['row']} seed {before['seed']}: {base}, fine-tuned in "
+            f"{info['fine_tune_seconds']:.0f} s; bits/byte at {before['length']}: {before['bpb']:.3f} -> "
+            f"{after['bpb']:.3f}")  # fmt: skip

@@ -1,0 +1,174 @@
+"""The extension experiment: --quick end to end on a tiny corpus, each cell's base and fine-tuning as designed,
+the base runs shared and reused from a length experiment, and its option checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tiny
+
+from octlm.cli import main
+from octlm.config import config_from_dict
+from octlm.experiments import extend, extend_results
+from octlm.experiments.length import make_eval_text, score
+from octlm.positions.rope_scaling import scaled_frequencies
+from octlm.storage.checkpoint import load_checkpoint, load_model
+from octlm.storage.run import Run
+
+WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while"]
+ROWS = ["plain", "pi", "yarn", "alibi"]
+LENGTHS = [16, 32, 64, 128]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`octlm experiment extend --quick` on four rows, scored up to 128 tokens (passkey from 128 on)."""
+    root = tmp_path_factory.mktemp("extend")
+    corpus = tiny.write_corpus(root / "text", 12, 120, words=WORDS, per_line=10)
+    out = root / "out"
+    argv = ["experiment", "extend", "--quick", "--text", str(corpus), "--data-dir", str(root / "data"),
+            "--out", str(out), "--rows", *ROWS, "--eval-lengths", *map(str, LENGTHS), "--jobs", "1",
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return {"root": root, "out": out, "records": records, "corpus": corpus, "argv": argv}
+
+
+def test_every_row_seed_phase_and_length_is_recorded(quick: dict[str, Any]) -> None:
+    keys = {(r["row"], r["seed"], r["phase"], r["length"]) for r in quick["records"]}
+    assert keys == {(row, seed, phase, n) for row in ROWS for seed in (1337, 1338) for phase in ("before", "after")
+                    for n in LENGTHS}  # fmt: skip
+    assert len(keys) == len(quick["records"])
+    for r in quick["records"]:
+        assert 0 < r["bpb"] < 20 and r["tokens"] == 4 * 128
+        if r["length"] == 128:  # the only length that holds the needle and the question
+            assert 0 <= r["passkey"] <= 1 and r["passkey_windows"] == 10  # 2 per depth
+            assert set(r["passkey_by_depth"]) == {"0.0", "0.25", "0.5", "0.75", "1.0"}
+            assert isinstance(r["retrieval_bits"], float)
+        else:
+            assert r["passkey"] is None and r["retrieval_bits"] is None
+    for name in ("results.md", "results.jsonl", "extend.png", "extend.json"):
+        assert (quick["out"] / name).stat().st_size > 0
+
+
+def test_rope_rows_share_one_base_and_fine_tune_with_their_frequencies(quick: dict[str, Any]) -> None:
+    runs = quick["out"] / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == sorted(
+        [f"{s}-seed{k}" for s in ("rope", "alibi") for k in (1337, 1338)]
+        + [f"{r}-seed{k}-extended" for r in ROWS for k in (1337, 1338)])  # fmt: skip
+    base = load_checkpoint(runs / "rope-seed1337", load_optimizer=False).config
+    assert base.model.context_length == 16 and base.train.steps == 15 and base.model.rope_scaling == "none"
+    expected = {"plain": ("none", 1.0, 0), "pi": ("linear", 2.0, 16), "yarn": ("yarn", 2.0, 16)}
+    for row, scaling in expected.items():
+        tuned = load_checkpoint(runs / f"{row}-seed1337-extended", load_optimizer=False).config
+        mc, tc = tuned.model, tuned.train
+        assert (mc.rope_scaling, mc.rope_factor, mc.rope_original_length) == scaling
+        assert (
+            mc.context_length == 32 and tc.batch_size == 4 and tc.steps == 4
+        )  # 8 × 16 tokens per step, as the base
+        assert tc.init_from == str(runs / "rope-seed1337") and tc.lr == extend.FINE_TUNE["train.lr"]
+    cells = {c.name: json.loads(c.read_text()) for c in (quick["out"] / "cells").glob("*.json")}
+    trained = [name for name, c in cells.items() if c["facts"]["info"]["base_trained"]]
+    assert sorted(trained) == ["alibi-seed1337.json", "alibi-seed1338.json", "plain-seed1337.json",
+                               "plain-seed1338.json"]  # fmt: skip
+
+
+def test_before_and_after_are_the_models_scored_again(quick: dict[str, Any]) -> None:
+    """A record is the score of the model it names: before = the base with the method's frequencies, after =
+    the fine-tuned run."""
+    from octlm.data.cache import prepare_data
+
+    runs = quick["out"] / "runs"
+    base, config, tokenizer = load_model(runs / "rope-seed1338")
+    data = prepare_data(config.data, config.model.vocab_size, progress=False)
+    text = make_eval_text(data.val, tokenizer, LENGTHS, 4)
+    at = {(r["row"], r["phase"], r["length"]): r["bpb"] for r in quick["records"] if r["seed"] == 1338}
+    base.positions.set_frequencies(*scaled_frequencies("yarn", 16, 10000.0, 2.0, 16))
+    assert score(base, text, 64, "windows").bpb == pytest.approx(at[("yarn", "before", 64)], abs=1e-9)
+    tuned, _, _ = load_model(runs / "pi-seed1338-extended")
+    assert score(tuned, text, 128, "windows").bpb == pytest.approx(at[("pi", "after", 128)], abs=1e-9)
+    assert at[("pi", "before", 16)] != at[("plain", "before", 16)]  # PI's frequencies change even short text
+
+
+def test_the_curve_is_the_fine_tunings_validation(quick: dict[str, Any]) -> None:
+    cell = json.loads((quick["out"] / "cells" / "yarn-seed1337.json").read_text())
+    curve = cell["facts"]["info"]["curve"]
+    metrics = Run.of(quick["out"] / "runs" / "yarn-seed1337-extended").read_metrics()
+    assert [p["step"] for p in curve] == [0, 2, 4]
+    assert [p["val_bpb"] for p in curve] == [m["val_bpb"] for m in metrics]
+    data = json.loads((quick["out"] / "extend.json").read_text())
+    assert data["curves"]["yarn"]["steps"] == [0, 2, 4] and data["extend_length"] == 32
+
+
+def test_results_md_tables(quick: dict[str, Any]) -> None:
+    text = (quick["out"] / "results.md").read_text()
+    tables = [b for b in text.split("\n\n") if b.startswith("| row | L = ")]
+    # bits per byte after and before; passkey accuracy after; retrieval bits after and before
+    assert len(tables) == 5
+    for table in tables:
+        lines = table.splitlines()
+        assert lines[0] == "| row | L = 16 | L = 32 | L = 64 | L = 128 |"
+        assert [line.split("|")[1].strip() for line in lines[2:]] == ["rope, plain", "rope + PI", "rope + YaRN",
+                                                                      "alibi"]  # fmt: skip
+    curve = next(b for b in text.split("\n\n") if b.startswith("| row | step 0"))
+    assert curve.splitlines()[0] == "| row | step 0 | step 2 | step 4 | steps to within 0.02 of the end |"
+
+
+def test_steps_to_extend_and_the_summary() -> None:
+    assert extend_results.steps_to_extend([0, 10, 20, 30], [3.0, 2.5, 2.41, 2.4]) == 20
+    assert extend_results.steps_to_extend([0, 10], [2.0, 2.0]) == 0
+    records = [{"row": "pi", "phase": "after", "length": 64, "bpb": b, "passkey": p, "retrieval_bits": None}
+               for b, p in ((1.0, 0.5), (2.0, 1.0))]  # fmt: skip
+    settings = extend.Settings(eval_lengths=[64], rows=["pi"])
+    summary = extend_results.summarize(records, ["pi"], settings)
+    after = next(s for s in summary if s["phase"] == "after")
+    assert after["bpb_mean"] == 1.5 and after["bpb_std"] == pytest.approx(0.5**0.5, abs=1e-15)
+    assert after["passkey_mean"] == 0.75 and after["retrieval_bits_mean"] is None and after["n_seeds"] == 2
+
+
+def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: dict[str, Any]) -> None:
+    length_out = tmp_path / "length"
+    assert main(["experiment", "length", "--quick", "--schemes", "rope", "--seeds", "1", "--text", str(quick["corpus"]),
+                 "--data-dir", str(quick["root"] / "data"), "--out", str(length_out), "--no-progress"]) == 0  # fmt: skip
+    before = tiny.snapshot(length_out / "runs")
+    out = tmp_path / "extend"
+    argv = ["experiment", "extend", "--quick", "--rows", "ntk", "--seeds", "1", "--base", str(length_out),
+            "--text", str(quick["corpus"]), "--data-dir", str(quick["root"] / "data"), "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    cell = json.loads((out / "cells" / "ntk-seed1337.json").read_text())
+    assert cell["facts"]["info"]["base_run"] == str(length_out / "runs" / "rope-seed1337")
+    assert not cell["facts"]["info"]["base_trained"] and not (out / "runs" / "rope-seed1337").exists()
+    assert tiny.snapshot(length_out / "runs") == before  # the other experiment's runs untouched
+    tuned = load_checkpoint(out / "runs" / "ntk-seed1337-extended", load_optimizer=False).config
+    assert tuned.train.init_from == str(length_out / "runs" / "rope-seed1337")
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--rows", "pi", "learned"], "--rows learned unknown; choose from plain pi ntk yarn alibi"),
+    (["--extend-length", "16"], "--extend-length 16 must be longer than --train-length 16"),
+    (["--curve-interval", "9"], "--curve-interval 9 must be from 1 to --steps 4"),
+    (["--set", "model.position=rope"], "octlm experiment extend trains the scheme of each of --rows"),
+])  # fmt: skip
+def test_bad_options_are_one_line(tmp_path: Path, flags: list[str], needle: str) -> None:
+    code, _, err = tiny.run_cli(["experiment", "extend", "--quick", "--out", str(tmp_path / "o"), *flags])
+    tiny.check_one_line(code, err, needle)
+    assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_fine_tune_config_keeps_the_tokens_per_step(tmp_path: Path) -> None:
+    base = config_from_dict({"model": {"position": "rope", "context_length": 64},
+                             "train": {"batch_size": 32, "seed": 5, "out_dir": str(tmp_path)}})  # fmt: skip
+    tune = extend.fine_tune_config(base, "yarn", tmp_path / "b", extend.Settings(), tmp_path / "runs")
+    assert tune.train.batch_size * tune.model.context_length == 32 * 64 and tune.model.context_length == 256
+    assert (tune.model.rope_scaling, tune.model.rope_factor, tune.model.rope_original_length) == (
+        "yarn",
+        4.0,
+        64,
+    )
+    assert tune.train.run_name == "yarn-seed5-extended" and tune.train.eval_interval == 10
+    control = extend.fine_tune_config(base, "alibi", tmp_path / "b", extend.Settings(), tmp_path / "runs")
+    assert control.model.rope_scaling == "none"
