@@ -198,10 +198,7 @@ class BatteryResult:
 def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> BatteryResult:
     """results.jsonl, results.md, the figures and tasks.json from the cells in `out_dir/cells/` (whichever are
     there, or those `ran` wrote); they must share their settings, and the grid's missing cells are named."""
-    found = cells.read_cells(out_dir, AXES, ran.names if ran else None)
-    grid = cells.agreed_grid(found, AXES)
-    found = cells.in_grid_order(grid, found, AXES)
-    missing = cells.missing(grid, found, AXES)
+    found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     records = [record for cell in found for record in cell.records]
     write_atomic(out_dir / RECORDS_FILE, "".join(json.dumps(r) + "\n" for r in records).encode())
     seconds = sum(c.facts["info"]["train_seconds"] + c.facts["info"]["score_seconds"] for c in found)

@@ -163,6 +163,16 @@ def in_grid_order(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> li
     return sorted(cells, key=lambda c: order.get(c.key, len(order)))
 
 
+def gathered(
+    out_dir: Path, axes: Axes, names: Sequence[str] | None = None
+) -> tuple[list[Cell], dict[str, Any], list[str]]:
+    """What a collection starts from: the cells there (only `names` when given) in grid order, the grid they
+    share, and the grid's cells with no file (`missing`)."""
+    found = read_cells(out_dir, axes, names)
+    grid = agreed_grid(found, axes)
+    return in_grid_order(grid, found, axes), grid, missing(grid, found, axes)
+
+
 def missing(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[str]:
     """The grid's cells that have no file, as `scheme:seed` (one value per axis)."""
     have = {c.key for c in cells}

@@ -22,6 +22,7 @@ from octlm.config import config_from_dict
 from octlm.experiments import cells
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
 from octlm.experiments.length import CellsRun
+from octlm.files import write_atomic
 from octlm.inspect.figures import VARIANT_STYLES, plot_extend, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
@@ -227,10 +228,7 @@ class ExtendResult:
 def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> ExtendResult:
     """results.jsonl, results.md, extend.png and extend.json from the cells in `out_dir/cells/` (whichever are
     there, or those `ran` wrote); they must share their settings, and the grid's missing cells are named."""
-    found = cells.read_cells(out_dir, AXES, ran.names if ran else None)
-    grid = cells.agreed_grid(found, AXES)
-    found = cells.in_grid_order(grid, found, AXES)
-    missing = cells.missing(grid, found, AXES)
+    found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     present = {c.key[0] for c in found}
     rows = [r for r in ROWS if r in grid["rows"] and r in present]
     settings = Settings(train_length=grid["train_length"], extend_length=grid["extend_length"],
@@ -238,7 +236,7 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
                         eval_windows=grid["eval_windows"], steps=grid["steps"],
                         curve_interval=grid["curve_interval"], passkey_per_depth=grid["passkey_per_depth"])  # fmt: skip
     records = [r for c in found for r in c.records]
-    (out_dir / RECORDS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    write_atomic(out_dir / RECORDS_FILE, "".join(json.dumps(r) + "\n" for r in records).encode())
     info = [c.facts["info"] for c in found]
     seconds = sum(
         i["base_seconds"] + i["before_seconds"] + i["fine_tune_seconds"] + i["after_seconds"] for i in info
@@ -254,9 +252,9 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     first = found[0].facts
     facts = {**first, "seeds": grid["seeds"], "wall": wall}
     markdown = render_markdown(results_blocks(summary, curves, rows, settings, facts), out_dir)
-    (out_dir / MD_FILE).write_text(markdown, encoding="utf-8")
-    (out_dir / WEB_FILE).write_text(json.dumps(web_json(summary, curves, settings, first["command"]), indent=1) + "\n",
-                                    encoding="utf-8")  # fmt: skip
+    write_atomic(out_dir / MD_FILE, markdown.encode())
+    web = web_json(summary, curves, settings, first["command"])
+    write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     plot(summary, curves, rows, settings, out_dir / FIGURE_FILE)
     if progress:
         print(

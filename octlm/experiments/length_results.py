@@ -326,10 +326,7 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
     results.md and `missing`), and a scheme with no cell has no rows.
     """
-    found = cells.read_cells(out_dir, AXES, ran.names if ran else None)
-    grid = cells.agreed_grid(found, AXES)
-    found = cells.in_grid_order(grid, found, AXES)
-    missing = cells.missing(grid, found, AXES)
+    found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     present = {cell.key[0] for cell in found}
     settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
                         seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
