@@ -288,16 +288,20 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
 
 
 def finished_run(run_dir: Path, config: Config) -> torch.nn.Module | None:
-    """The model of a run in `run_dir` that finished training `config` (same hash and steps), else None."""
-    from octlm.storage.checkpoint import load_model
+    """The model of a run in `run_dir` that finished training `config` (same hash and steps, and its last
+    checkpoint is of the last step: a run stopped early with the same config is not finished), else None."""
+    from octlm.storage.checkpoint import load_model, read_meta
 
-    if not Run.of(run_dir).checkpoint_dir.is_dir():
+    run = Run.of(run_dir)
+    if not run.checkpoint_dir.is_dir():
         return None
     try:
+        step = read_meta(run.find_checkpoint())["step"]
         model, old, _ = load_model(run_dir)
     except UserError:
         return None
-    return model if old.hash() == config.hash() and old.train.steps == config.train.steps else None
+    same = old.hash() == config.hash() and old.train.steps == config.train.steps
+    return model if same and step == config.train.steps else None
 
 
 def trained_model(

@@ -14,7 +14,7 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments.length import AXES, MODES, Settings, default_rows
+from octlm.experiments.length import AXES, MODES, Settings, default_rows, finished_run
 from octlm.positions.rope_scaling import VARIANTS
 
 SCHEMES = default_rows()  # every registered scheme, and rope+ssmax, nope+ssmax
@@ -141,6 +141,19 @@ def test_a_second_run_reuses_the_trained_models(quick: dict[str, Any], capsys: p
 
 # ---------------------------------------------------------------------------------------------------------------
 # The grid in cells: --only in separate processes, --collect
+
+
+def test_only_a_run_trained_to_its_last_step_is_reused(tmp_path: Path) -> None:
+    """A run stopped at step 10 of 20 has the same config as a finished one: it is trained again, not scored."""
+    from octlm.training.loop import train
+
+    config = tiny.tiny_config(tmp_path, tiny.write_train_corpus(tmp_path / "text"), steps=20)
+    run_dir = tmp_path / "runs" / "stopped"
+    assert train(config, run_dir, progress=False, stop_after=10).interrupted
+    assert finished_run(run_dir, config) is None
+    train(config, run_dir, progress=False, resume=True)
+    assert finished_run(run_dir, config) is not None
+    assert finished_run(tmp_path / "runs" / "absent", config) is None
 
 
 def bpb_tables(out: Path) -> list[str]:

@@ -12,7 +12,8 @@ import { chromium } from "playwright-core";
 
 export const WEB = resolve(import.meta.dirname, "../..");
 export const REPO = resolve(WEB, "..");
-const DIST = join(WEB, "dist");
+// WEB_DIST: a build elsewhere (`npx vite build --outDir DIR --emptyOutDir`), so that two builds never share one folder
+const DIST = resolve(process.env.WEB_DIST ?? join(WEB, "dist"));
 export const RESULTS = join(WEB, "test-results");
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const AXE = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
