@@ -1,9 +1,15 @@
 """`octlm export onnx`: a trained run as one ONNX graph for a full forward pass, attention included.
 
-    ids [B, T] int64 -> logits [B, T, V], attn_0 .. attn_{L-1} [B, H, T, T]    (float32, 1 <= T <= max length)
+    ids [B, T] int64 -> logits [B, T, V], attn_0 .. attn_{L-1} [B, H, T, T],   (float32, 1 <= T <= max length)
+                        token_rows, embedded [B, T, C], q_0, q_rot_0 [B, H, T, D],
+                        k_0, k_rot_0 [B, Hkv, T, D], bias_0 [B, H, T, T]
 
-The explainer site runs it in the browser (onnxruntime-web) to show bits per token along a text and the
-attention pattern of any layer and head, so the probabilities must be the very ones that made the logits.
+The explainer site runs it in the browser (onnxruntime-web) to show bits per token along a text, the
+attention pattern of any layer and head, and the first layer's numbers (`FIRST_LAYER`): the token rows, the
+residual stream after the scheme's embed hook, layer 0's queries and keys before and after its rotate hook,
+and the additive position term on layer 0's scores. All are the model's own tensors, as its hooks took and
+gave them (`FirstLayerProbe`), so the probabilities and the first layer's numbers are the very ones that made
+the logits. model.json's "signal" says where the scheme's position signal enters (`signal`).
 The model attends through `scaled_dot_product_attention`, which never materialises them. For export only,
 `octlm.model.decoder.attention`, the one function every layer calls, is swapped for `explicit_attention`
 (octlm/model/attention_record.py): softmax(q·kᵀ/√D + bias + causal mask)·v, which also records the softmax it
@@ -47,6 +53,7 @@ from octlm.model.attention_record import recording_attention
 from octlm.model.decoder import Decoder
 from octlm.positions import PositionScheme
 from octlm.positions.absolute import SinusoidalPositions
+from octlm.positions.forgetting import ForgettingPositions, decay_bias
 from octlm.positions.formulas import add_positions
 from octlm.positions.rope_scaling import METHODS, scaled_frequencies
 from octlm.positions.rotary import RotaryPositions
@@ -61,6 +68,17 @@ DEFAULT_MAX_LENGTH = (
 LENGTH_RANGE = (2, 65536)  # torch.export needs a range of at least two lengths; 65,536: tables stay small
 STATIC_SCALING = ("linear", "ntk", "yarn")  # rope_scaling methods with one set of frequencies for all lengths
 CHECK_TOLERANCE = 1e-3  # |logit| difference past which the written graph is wrong, not merely rounded
+# The first layer's outputs, after logits and attn_*, in this order (the Models page reads them by name).
+FIRST_LAYER = ("token_rows", "embedded", "q_0", "k_0", "q_rot_0", "k_rot_0", "bias_0")
+# model.json's "signal": where a scheme's position signal enters, from the hooks it overrides
+# (PositionScheme.hooks). A scheme that computes attention itself is "attend" whatever else it overrides.
+SIGNALS = {
+    "embed": "embed",
+    "rotate": "rotate",
+    "bias": "bias",
+    "contextual_bias": "bias",
+    "attend": "attend",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -127,9 +145,67 @@ class FixedTables(PositionScheme):
         return self.scheme.replaces_attention
 
 
+class FirstLayerProbe(PositionScheme):
+    """Layer 0's scheme (`scheme`, a `FixedTables` or NoPE), recording in `seen` what its hooks take and give.
+
+    `rotate`: q `[B, H, T, D]` and k `[B, Hkv, T, D]` before it ("q_0", "k_0") and after it ("q_rot_0",
+    "k_rot_0"); `contextual_bias` (CoPE): the bias it returns, "bias_0" `[B, H, T, T]`; `attend` (FoX): the
+    decay its attention adds to the scores, c_i - c_j, from the scheme's own `running_sums` and `decay_bias`
+    (the very functions its `attend` calls next, on the same input). Everything else is passed through.
+    """
+
+    def __init__(self, scheme: PositionScheme) -> None:
+        super().__init__()
+        self.scheme, self.name, self.seen = scheme, scheme.name, {}
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        q_rot, k_rot = self.scheme.rotate(q, k, positions)
+        self.seen.update(q_0=q, k_0=k, q_rot_0=q_rot, k_rot_0=k_rot)
+        return q_rot, k_rot
+
+    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
+                        layer: int) -> Tensor | None:  # fmt: skip
+        bias = self.scheme.contextual_bias(q, k, q_positions, k_positions, layer)
+        self.seen["bias_0"] = bias
+        return bias
+
+    @property
+    def is_contextual(self) -> bool:
+        return self.scheme.is_contextual
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, call: AttentionCall) -> Tensor:
+        fox = getattr(self.scheme, "scheme", self.scheme)  # FixedTables passes FoX through unchanged
+        if isinstance(fox, ForgettingPositions) and call.state is None:  # a full pass: no cached gates
+            c = fox.running_sums(call.x, call.layer, None, k.shape[2])  # [B, H, T] float64
+            self.seen["bias_0"] = decay_bias(c, c, call.q_positions, call.k_positions, q.dtype)
+        return self.scheme.attend(q, k, v, call)
+
+    @property
+    def replaces_attention(self) -> bool:
+        return self.scheme.replaces_attention
+
+
+def first_layer_bias(seen: dict[str, Tensor], mask: Tensor | None, q: Tensor, positions: Tensor) -> Tensor:
+    """bias_0 `[B, H, T, T]`: the bias layer 0 recorded (CoPE, FoX), else the shared mask when it is a bias
+    (ALiBi, T5, FIRE: float, the scheme's `bias`), else zeros; for queries `q` `[B, H, T, D]` at `positions`.
+
+    Every hook folds the causal rule into its bias as -inf above the diagonal; those cells are written as 0,
+    so that the output is finite (a page's min or max over it stays a number; it draws them as masked)."""
+    bias = seen.get("bias_0")
+    if bias is None and mask is not None and mask.is_floating_point():
+        bias = mask  # [H, T, T]
+    B, H, T = q.shape[0], q.shape[1], q.shape[2]
+    if bias is None:
+        return q.new_zeros(B, H, T, T)
+    future = positions.unsqueeze(0) > positions.unsqueeze(1)  # [T, T]: key after query
+    return bias.to(q.dtype).masked_fill(future, 0.0).expand(B, H, T, T)
+
+
 class ProbedDecoder(nn.Module):
     """`Decoder.forward` for a full pass, through the model's own blocks, that also returns every layer's
-    attention: ids `[B, T]` -> (logits `[B, T, V]`, attn_0, ..., attn_{L-1} each `[B, H, T, T]`)."""
+    attention and the first layer's numbers: ids `[B, T]` -> (logits `[B, T, V]`, attn_0, ..., attn_{L-1}
+    each `[B, H, T, T]`, then `FIRST_LAYER` in order: token_rows, embedded `[B, T, C]`, q_0 `[B, H, T, D]`,
+    k_0 `[B, Hkv, T, D]`, q_rot_0, k_rot_0 (the same shapes), bias_0 `[B, H, T, T]`)."""
 
     def __init__(self, model: Decoder, max_length: int) -> None:
         super().__init__()
@@ -138,28 +214,52 @@ class ProbedDecoder(nn.Module):
     def forward(self, ids: Tensor) -> tuple[Tensor, ...]:
         m, T = self.model, ids.shape[1]
         positions = torch.arange(T, device=ids.device)
-        x = self.scheme.embed(m.token_embedding(ids), positions)  # [B, T, C]
+        token_rows = m.token_embedding(ids)  # [B, T, C]
+        x = self.scheme.embed(token_rows, positions)
+        embedded = x
         # the same masks the model builds for this pass; layers in nope_layers use NoPE's
         masks = {
             False: m._attention_mask(positions, positions),
             True: m._attention_mask(positions, positions, m.no_positions),
         }
         record: list[Tensor] = []
+        probe = FirstLayerProbe(m.no_positions if 0 in m.config.nope_layers else self.scheme)
         with recording_attention(record):
             for layer, block in enumerate(m.blocks):
                 plain = layer in m.config.nope_layers
-                x = block(x, positions, m.no_positions if plain else self.scheme, *masks[plain], None, layer)
+                scheme = probe if layer == 0 else m.no_positions if plain else self.scheme
+                x = block(x, positions, scheme, *masks[plain], None, layer)
         if len(record) != len(
             m.blocks
         ):  # octlm.model.decoder stopped calling `attention`: the hook went stale
             raise RuntimeError(
                 f"recorded {len(record)} attention layers of {len(m.blocks)}; see recording_attention"
             )
-        return (m.head(m.norm(x)), *record)
+        seen = probe.seen
+        bias = first_layer_bias(seen, masks[0 in m.config.nope_layers][0], seen["q_rot_0"], positions)
+        first = (token_rows, embedded, seen["q_0"], seen["k_0"], seen["q_rot_0"], seen["k_rot_0"], bias)
+        return (m.head(m.norm(x)), *record, *first)
 
 
 def output_names(n_layers: int) -> list[str]:
-    return ["logits"] + [f"attn_{layer}" for layer in range(n_layers)]
+    """The graph's outputs in order: logits, every layer's attention, then the first layer's numbers."""
+    return ["logits"] + [f"attn_{layer}" for layer in range(n_layers)] + list(FIRST_LAYER)
+
+
+def output_shapes(n_layers: int) -> dict[str, list[str]]:
+    """Each output's axes by name, for model.json."""
+    rows, scores = ["batch", "length", "d_model"], ["batch", "head", "length", "length"]
+    queries, keys = ["batch", "head", "length", "head_dim"], ["batch", "kv_head", "length", "head_dim"]
+    shapes = {"logits": ["batch", "length", "vocab"], "token_rows": rows, "embedded": rows, "q_0": queries,
+              "k_0": keys, "q_rot_0": queries, "k_rot_0": keys, "bias_0": scores}  # fmt: skip
+    return {name: shapes.get(name, scores) for name in output_names(n_layers)}  # attn_*: scores' axes
+
+
+def position_signal(scheme: type[PositionScheme]) -> str:
+    """How a scheme's position signal enters the model (`SIGNALS`): "embed", "rotate", "bias", "attend", or
+    "none" for a scheme that overrides no hook (NoPE)."""
+    kinds = [SIGNALS[hook] for hook in scheme.hooks()]
+    return "attend" if "attend" in kinds else kinds[0] if kinds else "none"
 
 
 @contextlib.contextmanager
@@ -278,8 +378,9 @@ def model_info(model: Decoder, length: int, scaling: dict | None, eot_id: int) -
         "train_length": mc.context_length,  # the length the model was trained at
         "vocab_size": mc.vocab_size, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_model": mc.d_model,
         "eot_id": eot_id, "opset": OPSET, "inputs": {"ids": ["batch", "length"]},
-        "outputs": {name: ["batch", "length", "vocab"] if name == "logits" else
-                    ["batch", "head", "length", "length"] for name in output_names(mc.n_layers)},
+        "outputs": output_names(mc.n_layers), "output_shapes": output_shapes(mc.n_layers),
+        "n_kv_heads": mc.kv_heads, "head_dim": mc.head_dim,
+        "signal": position_signal(type(model.positions)),
     }  # fmt: skip
 
 

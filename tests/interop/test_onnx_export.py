@@ -2,18 +2,16 @@
 
 Every scheme is exported once (module fixtures) from a run folder holding a tiny Decoder whose weights are moved
 well away from their init (as in tests/interop/test_hf.py), then run in onnxruntime on a fixed text at several lengths.
-The attention of layer 0 is recomputed in float64 NumPy from the weights alone.
+The attention of layer 0 is recomputed in float64 NumPy from the weights alone. The first layer's outputs
+(token_rows .. bias_0) are compared with the tensors PyTorch's own forward pass hands the model's hooks, and
+the position signal in them with NumPy references (the sinusoidal table, ALiBi's slopes, T5, FIRE, CoPE, FoX).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import errno
 import json
 import math
-import resource
-import signal
 from pathlib import Path
 
 import numpy as np
@@ -25,25 +23,25 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 # The scheme tests' own float64 references, reused for layer 0 (see numpy_first_layer_attention).
+from onnx_runs import TINY, make_run, small_tokenizer  # noqa: E402
 from references import np_cope_bias, np_fire, np_xpos  # noqa: E402
 
-from octlm.commands.export_onnx import add_arguments, run  # noqa: E402
-from octlm.config import Config, ModelConfig  # noqa: E402
-from octlm.data.sources import Document  # noqa: E402
-from octlm.data.tokenizer import Tokenizer, train_tokenizer  # noqa: E402
+from octlm.config import ModelConfig  # noqa: E402
+from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.onnx_export import (  # noqa: E402
+    FIRST_LAYER,
     INFO_FILE,
     ONNX_FILE,
     TOKENIZER_FILE,
     ProbedDecoder,
     export_onnx,
+    position_signal,
 )
 from octlm.model.decoder import Decoder  # noqa: E402
-from octlm.positions import scheme_names  # noqa: E402
+from octlm.positions import SCHEMES, scheme_names  # noqa: E402
 from octlm.positions.formulas import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
 from octlm.positions.rope_scaling import scaled_frequencies  # noqa: E402
-from octlm.storage.checkpoint import save_checkpoint  # noqa: E402
 from octlm.storage.run import Run  # noqa: E402
 
 # Largest |logit difference| onnxruntime vs PyTorch measured here (float32), over every scheme and length:
@@ -53,9 +51,16 @@ LOGIT_TOL = 8e-6
 # 1.5e-6 for the others): float32 rounding of scores made 16x larger on purpose (random_model).
 ATTN_TOL = 6e-6
 ROW_SUM_TOL = 1e-6  # the issue's bound on a row's sum
+# Largest |difference| of a first-layer output against the tensor PyTorch's own pass gave the hook, over every
+# variant at the longest length, relative to max(1, the output's largest |value|) (xPos's keys reach ~10^3 at
+# scale base 8, FoX's bias 45, where a float32 ulp is 1e-4 and 4e-6): measured 5.4e-7 (CoPE's bias_0; q and k
+# 1e-7 to 3.5e-7; token_rows and embedded exactly 0). FIRST_TOL leaves about 3x.
+FIRST_TOL = 1.5e-6
+# |difference| against the float64 NumPy references, same scaling: measured 7.2e-7 (CoPE), 1.5e-7 (FIRE),
+# 8.9e-8 (sinusoidal rows), 5.3e-8 (FoX), 0 (ALiBi, T5). SIGNAL_TOL leaves 2x over CoPE's.
+SIGNAL_TOL = 1.5e-6
 
 MAX_LENGTH = 48  # unbounded schemes: three times the training length, so lengths past it are checked too
-TINY = ModelConfig(d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=16)
 VARIANTS = {
     "learned": {},
     "sinusoidal": {"sinusoidal_scale": 1.0},  # the seed's unscaled sum: position matters in the logits
@@ -90,36 +95,20 @@ REFUSED = ("path",)
 # of tests/references.py, which the scheme tests compare against). A new scheme must be added here and there.
 NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "fox",
                  "stick-breaking", "nope")  # fmt: skip
+# Where each scheme's position signal enters (model.json's "signal"), by hand from the papers: rows added,
+# q and k rotated, a term on the scores, an attention rule of its own, nothing.
+SIGNAL = {"learned": "embed", "sinusoidal": "embed", "rope": "rotate", "p-rope": "rotate", "xpos": "rotate",
+          "alibi": "bias", "t5": "bias", "fire": "bias", "cope": "bias", "fox": "attend", "path": "attend",
+          "stick-breaking": "attend", "nope": "none"}  # fmt: skip
+ROTATING = {"rope", "p-rope", "xpos"}
+ADDED_TERM = {"alibi", "t5", "fire", "cope", "fox"}  # bias_0 is not zero
 # A fixed text: tabs, CRLF, non-ASCII, an emoji; twice, to be longer than MAX_LENGTH tokens.
 TEXT = 2 * "def function_7(x):\r\n\treturn x * 7 + 'héllo, wörld' # 🙂 déjà vu\n"
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    docs = [Document(f"doc{i}", f"def function_{i}(x):\n    return x * {i} + 'text, with punctuation!'\n")
-            for i in range(40)]  # fmt: skip
-    return train_tokenizer(docs, vocab_size=300)
-
-
-def random_model(config: ModelConfig, seed: int = 0) -> Decoder:
-    """A Decoder in eval mode whose every parameter is moved well away from its initial value."""
-    torch.manual_seed(seed)
-    model = Decoder(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * (0.3 if p.dim() == 1 else 0.1))
-        for block in model.blocks:
-            block.attn.qkv.weight.mul_(4.0)  # scores 16x larger: peaked attention, where a wrong score shows
-    return model
-
-
-def make_run(folder: Path, config: ModelConfig, tokenizer: Tokenizer) -> Decoder:
-    """A run folder as `octlm train` leaves it (checkpoint/ and the tokenizer); returns its model."""
-    model = random_model(config)
-    save_checkpoint(folder, model, None, Config(model=config, name="tiny"), step=3,
-                    state={"sha256": {"tokenizer": tokenizer.sha256}})  # fmt: skip
-    tokenizer.save(Run.of(folder).tokenizer_path)
-    return model
+    return small_tokenizer()
 
 
 @dataclasses.dataclass
@@ -206,7 +195,8 @@ def test_logits_match_pytorch_at_every_length(exported: Exported, tokenizer: Tok
 def test_attention_is_causal_and_rows_sum_to_one(exported: Exported, tokenizer: Tokenizer) -> None:
     length = exported.info["context_length"]
     outputs = run_onnx(exported, text_ids(tokenizer, length))
-    assert len(outputs) == 1 + TINY.n_layers
+    assert len(outputs) == 1 + TINY.n_layers + len(FIRST_LAYER)
+    outputs = outputs[: 1 + TINY.n_layers]  # logits, attn_0, attn_1
     for attn in outputs[1:]:
         assert attn.shape == (2, TINY.n_heads, length, length)
         assert np.all(np.triu(attn, k=1) == 0.0), "a query attends to a later key"
@@ -349,6 +339,151 @@ def test_first_layer_attention_matches_numpy(exported: Exported, tokenizer: Toke
 
 
 # ------------------------------------------------------------------------------------------------------------
+# The first layer's numbers
+
+
+def spy(obj: object, method: str, calls: list) -> None:
+    """Record every call of `obj.method` (an instance attribute shadows the class's) as (args, result)."""
+    original = getattr(obj, method)
+
+    def recorded(*args):
+        result = original(*args)
+        calls.append((args, result))
+        return result
+
+    setattr(obj, method, recorded)
+
+
+def pytorch_first_layer(model: Decoder, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The first layer's numbers as `model(ids)` itself hands them to its hooks (module hooks and spies on its
+    scheme's methods, no ProbedDecoder): FIRST_LAYER's names, bias_0 only below the diagonal (above it: -inf or
+    anything, as the scheme's hook gives it) and only for the schemes with a term on the scores."""
+    seen: dict[str, torch.Tensor] = {}
+    calls: dict[str, list] = {name: [] for name in ("rotate", "bias", "contextual_bias", "running_sums")}
+    scheme, attn = model.positions, model.blocks[0].attn
+    for name, found in calls.items():
+        if hasattr(scheme, name):
+            spy(scheme, name, found)
+
+    def keep(name: str, x: torch.Tensor) -> None:  # a hook that returns None leaves the pass as it is
+        seen.setdefault(name, x)
+
+    handles = [
+        model.token_embedding.register_forward_hook(lambda m, a, out: keep("token_rows", out)),
+        model.blocks[0].register_forward_pre_hook(lambda m, a: keep("embedded", a[0])),
+    ]
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+        for name in calls:
+            scheme.__dict__.pop(name, None)
+    (q, k, _), (q_rot, k_rot) = calls["rotate"][0]  # layer 0's is the first call
+    seen.update(q_0=q, k_0=k, q_rot_0=q_rot, k_rot_0=k_rot)
+    assert (q.shape[1], k.shape[1]) == (attn.n_heads, attn.n_kv_heads)
+    if calls["bias"] and calls["bias"][0][1] is not None:  # built once per pass, shared by every layer
+        seen["bias_0"] = calls["bias"][0][1].expand(ids.shape[0], -1, -1, -1)
+    if calls["contextual_bias"]:
+        seen["bias_0"] = calls["contextual_bias"][0][1]
+    if calls["running_sums"]:  # FoX: c_i - c_j of layer 0's running sums of log forget gates
+        c = calls["running_sums"][0][1]
+        seen["bias_0"] = (c.unsqueeze(-1) - c.unsqueeze(-2)).float()
+    return seen
+
+
+def test_first_layer_outputs_are_what_pytorch_hands_its_hooks(
+    exported: Exported, tokenizer: Tokenizer
+) -> None:
+    ids = text_ids(tokenizer, exported.info["context_length"])
+    graph = dict(zip(exported.info["outputs"], run_onnx(exported, ids), strict=True))
+    reference = pytorch_first_layer(exported.model, ids)
+    below = np.tril(np.ones((ids.shape[1],) * 2, dtype=bool))  # key j <= query i
+    errors = {}
+    for name in FIRST_LAYER:
+        mine = graph[name]
+        if name == "bias_0":
+            assert np.all(mine[..., ~below] == 0.0), "cells above the diagonal are written as 0"
+            if "bias_0" not in reference:
+                assert np.all(mine == 0.0)
+                continue
+            mine, theirs = mine[..., below], reference[name].numpy()[..., below]
+        else:
+            theirs = reference[name].numpy()
+        assert mine.shape == theirs.shape, name
+        errors[name] = float(np.abs(mine - theirs).max()) / max(1.0, float(np.abs(theirs).max()))
+    print(
+        f"{exported.name}: max |first-layer difference| / max(1, max |value|) "
+        + ", ".join(f"{n} {e:.2g}" for n, e in errors.items())
+    )
+    assert max(errors.values()) <= FIRST_TOL
+
+
+def numpy_sinusoidal(length: int, width: int, base: float) -> np.ndarray:
+    """Vaswani et al.'s table `[length, width]`: sin(t / base^(2i / width)) in column 2i, cos in 2i + 1."""
+    angle = np.arange(length)[:, None] / base ** (np.arange(0, width, 2)[None, :] / width)
+    table = np.empty((length, width))
+    table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+    return table
+
+
+def test_first_layer_outputs_hold_each_schemes_signal(exported: Exported, tokenizer: Tokenizer) -> None:
+    """embedded - token_rows is the position rows (0 without), q_rot_0 differs from q_0 exactly where the
+    scheme rotates, bias_0 is the scheme's term on the scores (0 without), each against NumPy."""
+    c, model = exported.model.config, exported.model
+    ids = text_ids(tokenizer, exported.info["context_length"])
+    out = dict(zip(exported.info["outputs"], run_onnx(exported, ids), strict=True))
+    T, scheme = ids.shape[1], c.position
+    added = out["embedded"].astype(np.float64) - out["token_rows"]  # [B, T, C]
+    if scheme == "sinusoidal":
+        error = np.abs(added - numpy_sinusoidal(T, c.d_model, c.sinusoidal_base) * c.sinusoidal_scale).max()
+        print(f"{exported.name}: max |embedded - token_rows - sinusoidal table| {error:.2g}")
+        assert error <= SIGNAL_TOL
+    elif scheme == "learned":
+        table = model.positions.table.weight.detach().double().numpy()[:T]
+        assert np.abs(added - table).max() <= SIGNAL_TOL
+    else:
+        assert np.all(added == 0.0)
+    for x in ("q", "k"):
+        turned = np.abs(out[f"{x}_rot_0"] - out[f"{x}_0"]).max()
+        assert turned > 0.1 if scheme in ROTATING else turned == 0.0, (x, turned)
+    bias = out["bias_0"]
+    assert bias.shape == (2, c.n_heads, T, T)
+    if scheme not in ADDED_TERM:
+        assert np.all(bias == 0.0)
+        return
+    below = np.tril(np.ones((T, T), dtype=bool))
+    q, k = out["q_rot_0"].astype(np.float64), out["k_rot_0"].astype(np.float64)  # CoPE's gates read these
+    w = {name: p.detach().double().numpy() for name, p in model.state_dict().items()}
+    h = numpy_norm(
+        out["embedded"].astype(np.float64), c, w["blocks.0.norm1.weight"], w.get("blocks.0.norm1.bias")
+    )
+    if scheme == "alibi":  # 4 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8 (Press et al.), times -(i - j)
+        slopes = 2.0 ** (-8.0 / c.n_heads * np.arange(1, c.n_heads + 1))
+        reference = -slopes[:, None, None] * (np.arange(T)[:, None] - np.arange(T)[None, :])
+    else:
+        reference = numpy_bias(model, q, k, h)
+    reference = np.broadcast_to(reference, bias.shape)
+    error = float(np.abs(bias[..., below] - reference[..., below]).max()) / max(
+        1.0, np.abs(reference[..., below]).max()
+    )
+    print(
+        f"{exported.name}: max |bias_0 - NumPy| / max(1, max |NumPy|) {error:.2g}, max |bias_0| {np.abs(bias).max():.2g}"
+    )
+    assert error <= SIGNAL_TOL and np.abs(bias).max() > 0.1
+    assert np.all(bias[..., ~below] == 0.0)
+
+
+def test_signal_says_where_each_scheme_acts(exported: Exported) -> None:
+    assert exported.info["signal"] == SIGNAL[exported.model.config.position]
+
+
+def test_signal_covers_every_registered_scheme() -> None:
+    assert {name: position_signal(cls) for name, cls in SCHEMES.items()} == SIGNAL
+
+
+# ------------------------------------------------------------------------------------------------------------
 # The folder
 
 
@@ -378,99 +513,7 @@ def test_folder_holds_the_graph_the_tokenizer_and_model_json(exported: Exported)
     }
     assert info["rope_scaling"] == expected.get(exported.name)
     names = [o.name for o in exported.session.get_outputs()]
-    assert names == ["logits", "attn_0", "attn_1"] == list(info["outputs"])
+    assert names == ["logits", "attn_0", "attn_1", "token_rows", "embedded", "q_0", "k_0", "q_rot_0",
+                     "k_rot_0", "bias_0"] == info["outputs"] == list(info["output_shapes"])  # fmt: skip
+    assert (info["n_kv_heads"], info["head_dim"]) == (c.kv_heads, c.head_dim)
     assert sorted(p.name for p in exported.out.parent.iterdir()) == ["onnx", "run"], "a temporary was left"
-
-
-@pytest.fixture(scope="module")
-def learned_run(tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("refusals") / "run"
-    make_run(folder, dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size), tokenizer)
-    return folder
-
-
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        ({"max_length": 17}, "--max-length 17 is longer than the learned position table (16 rows)"),
-        ({"rope_scaling": "ntk"}, "--rope-scaling ntk: the learned scheme has no RoPE frequencies to scale"),
-        ({"rope_factor": 2.0}, "--rope-factor 2.0 needs --rope-scaling METHOD"),
-        ({"max_length": 1}, "--max-length 1 is outside [2, 65536]"),
-    ],
-)
-def test_refusals_write_nothing(learned_run: Path, tmp_path: Path, kwargs: dict, message: str) -> None:
-    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        export_onnx(learned_run, tmp_path / "out", **kwargs)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_dynamic_ntk_is_refused_in_one_line(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position="rope")
-    make_run(tmp_path / "run", config, tokenizer)
-    with pytest.raises(UserError, match="--rope-scaling dynamic: dynamic NTK changes") as caught:
-        export_onnx(tmp_path / "run", tmp_path / "out", rope_scaling="dynamic")
-    assert "\n" not in str(caught.value)
-    assert not (tmp_path / "out").exists()
-
-
-def test_a_fine_tuned_rope_run_refuses_a_second_scaling(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position="rope", rope_scaling="yarn",
-                                 rope_factor=4.0, rope_original_length=4)  # fmt: skip
-    make_run(tmp_path / "run", config, tokenizer)
-    with pytest.raises(UserError, match=r"^--rope-scaling ntk: this run was fine-tuned with model.rope_scaling = "
-                                        r"'yarn' \(factor 4\), which the export keeps; drop the flag$"):  # fmt: skip
-        export_onnx(tmp_path / "run", tmp_path / "out", rope_scaling="ntk")
-    assert not (tmp_path / "out").exists()
-
-
-def test_output_folder_refusals(learned_run: Path, tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("x")
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "mine.txt").write_text("mine")
-    for out, message in [
-        (learned_run, "is or holds the run folder"),
-        (learned_run.parent, "is or holds the run folder"),
-        (learned_run / "onnx", "is inside the run folder"),
-        (tmp_path / "file", "is a file, not a folder"),
-        (tmp_path / "notes", "already exists and is not empty; pass --force"),
-    ]:
-        with pytest.raises(UserError, match=message):
-            export_onnx(learned_run, out)
-    with pytest.raises(UserError, match="is no earlier ONNX export"):
-        export_onnx(learned_run, tmp_path / "notes", force=True)
-    assert (tmp_path / "notes" / "mine.txt").read_text() == "mine"
-    assert sorted(p.name for p in learned_run.iterdir()) == ["checkpoint", "tokenizer.json"]
-
-
-def test_force_replaces_an_export_and_a_full_disk_keeps_it(
-    learned_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--force over an earlier export, through the command; then a real write failure (RLIMIT_FSIZE below the
-    graph's size, SIGXFSZ ignored so that the write fails with EFBIG) leaves that export untouched."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    out = tmp_path / "onnx"
-    out.mkdir()
-    (out / INFO_FILE).write_text(
-        json.dumps({"format": "octlm-onnx"})
-    )  # an earlier export, as far as it shows
-    (out / "stale.bin").write_bytes(b"old")
-    run(parser.parse_args([str(learned_run), "--out", str(out), "--force"]))
-    assert f"wrote {out}: {ONNX_FILE}" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == sorted([ONNX_FILE, TOKENIZER_FILE, INFO_FILE])
-    assert [p.name for p in tmp_path.iterdir()] == ["onnx"], "a temporary or set-aside folder was left"
-    with pytest.raises(SystemExit):
-        parser.parse_args([str(learned_run), "--out", str(out), "--max-length", "1"])
-
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    limit, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, limit[1]))  # the graph is about 200 kB
-        with pytest.raises(OSError) as caught:
-            export_onnx(learned_run, out, force=True)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
-        signal.signal(signal.SIGXFSZ, handler)
-    assert caught.value.errno == errno.EFBIG, caught.value
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert [p.name for p in tmp_path.iterdir()] == ["onnx"], "a temporary or set-aside folder was left"
