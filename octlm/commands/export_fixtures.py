@@ -6,7 +6,11 @@ import argparse
 from pathlib import Path
 
 from octlm.errors import UserError
+from octlm.experiments.task_export import task_fixtures
 from octlm.interop.site_fixtures import DEFAULT_OUT, stale_fixtures, write_fixtures
+
+# fixture files from layers above interop: the task battery's examples
+EXTRA = (task_fixtures,)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,13 +33,13 @@ def run(args: argparse.Namespace) -> int:
             f"there is no {out.parent}/ folder here; run from the octlm repository root or pass --out DIR"
         )
     if args.check:
-        stale = stale_fixtures(out)
+        stale = stale_fixtures(out, EXTRA)
         if stale:
             names = ", ".join(stale)
             print(f"{len(stale)} fixture file(s) in {out} are stale ({names}); run `octlm export fixtures`")
             return 1
         print(f"fixtures in {out} are up to date")
         return 0
-    written = write_fixtures(out)
+    written = write_fixtures(out, EXTRA)
     print(f"wrote {len(written)} fixture files to {out}")
     return 0

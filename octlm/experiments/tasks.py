@@ -355,9 +355,12 @@ class Passkey(Task):
         return cls.example_at(rng, size, float(rng.random()))
 
     @classmethod
-    def example_at(cls, rng: np.random.Generator, size: int, depth: float) -> Example:
-        """The key after `round(depth x size)` characters of filler (0: first, 1: last)."""
-        text = filler_text()
+    def example_at(
+        cls, rng: np.random.Generator, size: int, depth: float, text: str | None = None
+    ) -> Example:
+        """The key after `round(depth x size)` characters of filler (0: first, 1: last), the filler cut from
+        `text` (default: `filler_text()`, the built-in corpus)."""
+        text = filler_text() if text is None else text
         start = int(rng.integers(0, len(text) - size))
         filler = text[start : start + size]
         key = "".join(str(int(d)) for d in rng.integers(0, 10, cls.KEY_DIGITS))

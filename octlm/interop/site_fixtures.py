@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ from octlm.storage.jsonable import to_json
 DEFAULT_OUT = Path("web") / "fixtures"
 SCHEMA = 1
 DIGITS = 12
+
+# a function that adds fixture files through build_fixtures' `add(name, note, cases, source)`
+FixtureBuilder = Callable[[Callable[..., None]], None]
 
 
 def _clean(value: Any) -> Any:
@@ -78,9 +81,10 @@ def scheme_table() -> dict[str, Any]:
     return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
 
 
-def build_fixtures() -> dict[str, dict[str, Any]]:
+def build_fixtures(extra: Sequence[FixtureBuilder] = ()) -> dict[str, dict[str, Any]]:
     """Every fixture file by name: {"function", "source", "schema", "note", "cases": [{inputs, output}]}, and
-    `schemes.json` (the registry as data)."""
+    `schemes.json` (the registry as data). `extra` builders add files from layers above this one (the task
+    battery's examples), each called with the same `add(name, note, cases, source)`."""
     files: dict[str, dict[str, Any]] = {}
 
     def add(
@@ -97,6 +101,8 @@ def build_fixtures() -> dict[str, dict[str, Any]]:
     _cope_fixtures(add)
     _attention_fixtures(add)
     _scaling_fixtures(add)
+    for builder in extra:
+        builder(add)
     return dict(sorted(files.items()))
 
 
@@ -382,11 +388,11 @@ def render(fixture: dict[str, Any]) -> str:
     return json.dumps(fixture, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
 
-def write_fixtures(out: Path) -> list[Path]:
+def write_fixtures(out: Path, extra: Sequence[FixtureBuilder] = ()) -> list[Path]:
     """Write every fixture file into `out` (created if needed) and return the paths written."""
     check_output(out, "--out", folder=True)
     written = []
-    for name, fixture in build_fixtures().items():
+    for name, fixture in build_fixtures(extra).items():
         path = out / name
         with writing(path):  # atomic: a failed write leaves the old file, and a symlink is replaced
             write_atomic(path, render(fixture).encode("utf-8"))
@@ -394,10 +400,10 @@ def write_fixtures(out: Path) -> list[Path]:
     return written
 
 
-def stale_fixtures(out: Path) -> list[str]:
+def stale_fixtures(out: Path, extra: Sequence[FixtureBuilder] = ()) -> list[str]:
     """Names of fixture files in `out` that are missing or differ from what would be written now."""
     stale = []
-    for name, fixture in build_fixtures().items():
+    for name, fixture in build_fixtures(extra).items():
         path = out / name
         if not path.is_file() or path.read_text(encoding="utf-8") != render(fixture):
             stale.append(name)
