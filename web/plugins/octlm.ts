@@ -16,14 +16,20 @@
  * - `data/manifest.json` lists the result files present in public/data/ when the site is built (or, in dev, when
  *   asked), so the Results page never requests a file that is not there.
  * - Math in the HTML pages, `$$...$$` (display) and `\(...\)` (inline), is typeset with KaTeX at build time.
+ * - `import bytes from "octlm-bytes:onnxruntime-web/ort-wasm-simd-threaded.wasm"` gives the size in bytes of the file
+ *   that import resolves to (the file Vite copies into the build), so a page can say how large a download is
+ *   before it starts it.
  */
-import { existsSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import katex from "katex";
 import type { Plugin } from "vite";
 
 const PREFIXES = ["octlm:", "octlm-raise:", "octlm-const:"];
 const RESOLVED = "\0octlm-source:";
+const BYTES = "octlm-bytes:";
+const RESOLVED_BYTES = "\0octlm-bytes:";
+const BYTES_END = ".bytes.js";
 
 export interface Excerpt {
   file: string;
@@ -164,6 +170,51 @@ export function extractDef(text: string, name: string, file = "<python>"): Excer
   return { file, line: first + 1, code };
 }
 
+/**
+ * Python source as highlighted lines, for the code excerpts: per line, the pieces of the line with the kind of token
+ * each is ("" for plain text), so that a page builds the spans itself (no HTML is passed around) and can still mark
+ * a whole line. Joined, the pieces are the source exactly. The kinds: `kw` keyword, `con` True/False/None, `self`,
+ * `def` the name a def or class introduces, `dec` decorator, `str` string (docstrings included, across lines), `com`
+ * comment, `num` number.
+ */
+export type CodeLine = [kind: string, text: string][];
+const KEYWORDS = new Set(
+  "and as assert async await break class continue def del elif else except finally for from global if import in is lambda nonlocal not or pass raise return try while with yield match case".split(" "),
+);
+const TOKEN = new RegExp(
+  [
+    /(?<str>[rRbBfFuU]{0,2}(?:"""[\s\S]*?"""|'''[\s\S]*?'''|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))/.source,
+    /(?<com>#[^\n]*)/.source,
+    /(?<dec>(?<=^[ \t]*)@[\w.]+)/.source,
+    /(?<num>\b\d[\d_]*(?:\.\d*)?(?:[eE][+-]?\d+)?j?\b)/.source,
+    /(?<name>[A-Za-z_]\w*)/.source,
+  ].join("|"),
+  "gm",
+);
+
+export function highlightPython(code: string): CodeLine[] {
+  const pieces: [string, string][] = [];
+  let at = 0;
+  let previous = "";
+  for (const m of code.matchAll(TOKEN)) {
+    if (m.index > at) pieces.push(["", code.slice(at, m.index)]);
+    const g = m.groups!;
+    const kind = g.str ? "str" : g.com ? "com" : g.dec ? "dec" : g.num ? "num" : previous === "def" || previous === "class" ? "def" : KEYWORDS.has(m[0]) ? "kw" : ["True", "False", "None"].includes(m[0]) ? "con" : m[0] === "self" ? "self" : "";
+    pieces.push([kind, m[0]]);
+    if (g.name) previous = m[0];
+    at = m.index + m[0].length;
+  }
+  if (at < code.length) pieces.push(["", code.slice(at)]);
+  // cut at newlines: a docstring over three lines is three pieces of kind "str", one per line
+  const lines: CodeLine[] = [[]];
+  for (const [kind, text] of pieces)
+    text.split("\n").forEach((part, i) => {
+      if (i) lines.push([]);
+      if (part) lines[lines.length - 1].push([kind, part]);
+    });
+  return lines;
+}
+
 function typeset(html: string): string {
   const render = (tex: string, displayMode: boolean) =>
     katex.renderToString(tex.trim(), { displayMode, output: "htmlAndMathml", throwOnError: true, strict: "error" });
@@ -183,6 +234,7 @@ export const PAGES: [string, string][] = [
   ["bias", "ALiBi and T5"],
   ["results", "Results"],
   ["models", "Models, live"],
+  ["tasks", "Task battery"],
   ["measured", "Measured, and skipped"],
 ];
 
@@ -226,10 +278,20 @@ export function octlmSite(repoRoot: string): Plugin {
     generateBundle() {
       this.emitFile({ type: "asset", fileName: "data/manifest.json", source: manifest(publicDir) });
     },
-    resolveId(id) {
+    async resolveId(id, importer) {
+      if (id.startsWith(BYTES)) {
+        const target = await this.resolve(id.slice(BYTES.length), importer, { skipSelf: true });
+        if (!target) throw new Error(`${id}: cannot resolve ${id.slice(BYTES.length)}`);
+        return `${RESOLVED_BYTES}${target.id.split("?")[0]}${BYTES_END}`; // not ".wasm": Vite's wasm plugin would load it
+      }
       return PREFIXES.some((p) => id.startsWith(p)) ? RESOLVED + id : null;
     },
     load(id) {
+      if (id.startsWith(RESOLVED_BYTES)) {
+        const path = id.slice(RESOLVED_BYTES.length, -BYTES_END.length);
+        this.addWatchFile(path);
+        return `export default ${statSync(path).size};`;
+      }
       if (!id.startsWith(RESOLVED)) return null;
       const spec = id.slice(RESOLVED.length);
       const kind = PREFIXES.find((p) => spec.startsWith(p))!;
@@ -244,7 +306,7 @@ export function octlmSite(repoRoot: string): Plugin {
       }
       const where = `octlm/${file}`;
       const value =
-        kind === "octlm-raise:" ? extractRaise(text, name, needle.join("#"), where) : kind === "octlm-const:" ? extractConst(text, name, where) : extractDef(text, name, where);
+        kind === "octlm-raise:" ? extractRaise(text, name, needle.join("#"), where) : kind === "octlm-const:" ? extractConst(text, name, where) : { ...extractDef(text, name, where), lines: highlightPython(extractDef(text, name, where).code) };
       return `export default ${JSON.stringify(value)};`;
     },
     transformIndexHtml: {

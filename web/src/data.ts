@@ -4,6 +4,7 @@
  *
  * - length.json: `octlm experiment length`
  * - embeddings.json: `octlm inspect runs/<name>`
+ * - tasks.json: `octlm experiment tasks` (its --export-web option copies the file here)
  */
 
 export interface LengthRow {
@@ -44,6 +45,7 @@ export interface EmbeddingsData {
 export const DATA_FILES = {
   length: { path: "data/length.json", command: "octlm experiment length" },
   embeddings: { path: "data/embeddings.json", command: "octlm inspect runs/<name>" },
+  tasks: { path: "data/tasks.json", command: "octlm experiment tasks --export-web web/public/data/tasks.json" },
 } as const;
 
 type Result<T> = { ok: true; data: T } | { ok: false; errors: string[] };
@@ -94,6 +96,69 @@ export function checkEmbeddings(raw: unknown): Result<EmbeddingsData> {
   if (sim !== null && !(Array.isArray(sim) && sim.every((r) => Array.isArray(r) && r.length === sim.length && r.every(isNum))))
     errors.push("position_similarity must be null or a square list of rows of numbers");
   return errors.length ? { ok: false, errors } : { ok: true, data: raw as unknown as EmbeddingsData };
+}
+
+export interface TaskSpec {
+  train_sizes: [number, number]; // the sizes training draws from, both ends included
+  counts: string; // what a size counts: "items", "digits", "filler characters", ...
+  test_sizes: number[]; // the largest training size times each factor
+}
+
+export interface TaskResult {
+  task: string;
+  scheme: string; // a row of the battery: a scheme, maybe with +random or +nopeK
+  size: number;
+  depth: number | null; // passkey's key depth (0: first, 1: last); null: every depth pooled
+  mean: number | null; // exact match, mean over seeds; null: no rows (a learned table cannot run this long)
+  interval: [number, number] | null; // 95 % Wilson interval of all seeds' examples pooled
+  seeds: number[]; // each seed's exact match
+  examples: number; // all seeds' examples pooled
+}
+
+export interface TasksData {
+  schema: 1;
+  command: string;
+  seeds: number[];
+  rows: string[];
+  tasks: Record<string, TaskSpec>;
+  depths: number[];
+  results: TaskResult[];
+}
+
+/** Check a parsed tasks.json (`octlm experiment tasks`, octlm/experiments/battery_results.py's web_json). */
+export function checkTasks(raw: unknown): Result<TasksData> {
+  const errors: string[] = [];
+  if (!isObj(raw)) return { ok: false, errors: ["the file is not a JSON object"] };
+  if (raw.schema !== 1) errors.push(`schema must be 1, got ${JSON.stringify(raw.schema)}`);
+  if (typeof raw.command !== "string") errors.push("command must be a string");
+  if (!Array.isArray(raw.seeds) || !raw.seeds.every(isNum)) errors.push("seeds must be a list of numbers");
+  if (!Array.isArray(raw.rows) || !raw.rows.every((r) => typeof r === "string")) errors.push("rows must be a list of strings");
+  if (!Array.isArray(raw.depths) || !raw.depths.every(isNum)) errors.push("depths must be a list of numbers");
+  const tasks = isObj(raw.tasks) ? raw.tasks : null;
+  if (!tasks) errors.push("tasks must be an object of task name to {train_sizes, counts, test_sizes}");
+  else
+    for (const [name, t] of Object.entries(tasks)) {
+      if (!isObj(t)) errors.push(`tasks.${name} must be an object`);
+      else {
+        if (!Array.isArray(t.train_sizes) || t.train_sizes.length !== 2 || !t.train_sizes.every(isNum)) errors.push(`tasks.${name}.train_sizes must be two numbers`);
+        if (typeof t.counts !== "string") errors.push(`tasks.${name}.counts must be a string`);
+        if (!Array.isArray(t.test_sizes) || !t.test_sizes.length || !t.test_sizes.every(isNum)) errors.push(`tasks.${name}.test_sizes must be a list of numbers`);
+      }
+    }
+  if (!Array.isArray(raw.results)) errors.push("results must be a list");
+  else
+    raw.results.forEach((r, i) => {
+      if (!isObj(r)) return errors.push(`results[${i}] must be an object`);
+      if (typeof r.task !== "string" || (tasks && !(r.task in tasks))) errors.push(`results[${i}].task must be one of the tasks`);
+      if (typeof r.scheme !== "string" || (Array.isArray(raw.rows) && !raw.rows.includes(r.scheme))) errors.push(`results[${i}].scheme must be one of the rows`);
+      if (!isNum(r.size)) errors.push(`results[${i}].size must be a number`);
+      if (!isNumOrNull(r.depth)) errors.push(`results[${i}].depth must be a number or null`);
+      if (!(isNumOrNull(r.mean) && (r.mean === null || (r.mean >= 0 && r.mean <= 1)))) errors.push(`results[${i}].mean must be a number in [0, 1] or null`);
+      if (!(r.interval === null || (Array.isArray(r.interval) && r.interval.length === 2 && r.interval.every(isNum)))) errors.push(`results[${i}].interval must be two numbers or null`);
+      if (!Array.isArray(r.seeds) || !r.seeds.every(isNum)) errors.push(`results[${i}].seeds must be a list of numbers`);
+      if (!isNum(r.examples)) errors.push(`results[${i}].examples must be a number`);
+    });
+  return errors.length ? { ok: false, errors } : { ok: true, data: raw as unknown as TasksData };
 }
 
 export type Loaded<T> = { state: "ok"; data: T } | { state: "missing" } | { state: "invalid"; errors: string[] };

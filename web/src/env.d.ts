@@ -1,6 +1,7 @@
 /// <reference types="vite/client" />
 declare module "octlm:*" {
-  const excerpt: { file: string; line: number; code: string };
+  // lines: the code highlighted when the site is built, per line [kind, text] pieces (plugins/octlm.ts highlightPython)
+  const excerpt: { file: string; line: number; code: string; lines: [string, string][][] };
   export default excerpt;
 }
 declare module "octlm-raise:*" {
@@ -10,4 +11,8 @@ declare module "octlm-raise:*" {
 declare module "octlm-const:*" {
   const constant: { file: string; line: number; value: string[] };
   export default constant;
+}
+declare module "octlm-bytes:*" {
+  const bytes: number; // the size of the imported file, measured when the site is built (plugins/octlm.ts)
+  export default bytes;
 }

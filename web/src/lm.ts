@@ -146,3 +146,59 @@ export function showBytes(bytes: Uint8Array): string {
   }
   return text.replace(/ /g, "·").replace(/\t/g, "→").replace(/\r/g, "␍").replace(/\n/g, "↵");
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Reading the first layer's outputs for display. Each function only slices or subtracts what the graph returned;
+// none recomputes a position formula.
+
+/** Megabytes with 3 significant digits, as the page states download sizes: 2374532 → "2.37 MB". */
+export function megabytes(bytes: number): string {
+  const mb = bytes / 1e6;
+  return `${mb >= 100 ? mb.toFixed(0) : mb.toPrecision(3)} MB`;
+}
+
+/** A download's progress in words, both numbers in MB to one decimal place: "1.2 of 2.3 MB". */
+export function progressText(received: number, total: number): string {
+  return `${(received / 1e6).toFixed(1)} of ${(total / 1e6).toFixed(1)} MB`;
+}
+
+/** The kind of position signal a scheme's hooks give (schemes.json's `hooks`), as model.json's "signal" spells it. */
+export function signalOfHooks(hooks: string[]): "embed" | "rotate" | "bias" | "attend" | "none" {
+  if (hooks.includes("attend")) return "attend";
+  if (hooks.includes("embed")) return "embed";
+  if (hooks.includes("rotate")) return "rotate";
+  if (hooks.includes("bias") || hooks.includes("contextual_bias")) return "bias";
+  return "none";
+}
+
+/**
+ * Rows `rows` and columns [c0, c1) of a row-major `[..., R, C]` block that starts at `offset` (e.g. one head of
+ * `[H, T, D]` at `h × T × D`): a small matrix for a table. Out-of-range columns are dropped.
+ */
+export function block(data: ArrayLike<number>, C: number, rows: number[], c0: number, c1: number, offset = 0): number[][] {
+  const hi = Math.min(c1, C);
+  return rows.map((r) => Array.from({ length: Math.max(0, hi - c0) }, (_, j) => data[offset + r * C + c0 + j]));
+}
+
+/** a − b, entry by entry (the position signal: embedded − token_rows). */
+export function difference(a: number[][], b: number[][]): number[][] {
+  return a.map((row, i) => row.map((v, j) => v - b[i][j]));
+}
+
+/** Largest |entry| of a flat array: how far from zero a signal is (0 for NoPE's embedded − token_rows). */
+export function largestMagnitude(values: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < values.length; i++) m = Math.max(m, Math.abs(values[i]));
+  return m;
+}
+
+/**
+ * The window of one head's `[H, T, T]` map (attention, or a bias): queries `qs`, keys `ks`, with each cell's
+ * value and whether it lies in the future (key after query), which the causal mask removes.
+ */
+export function headWindow(data: ArrayLike<number>, T: number, head: number, qs: number[], ks: number[]): { value: number; masked: boolean }[][] {
+  return qs.map((q) => ks.map((k) => ({ value: data[(head * T + q) * T + k], masked: k > q })));
+}
+
+/** The integers from .. to − 1 (a window of positions). */
+export const range = (from: number, to: number): number[] => Array.from({ length: Math.max(0, to - from) }, (_, i) => from + i);

@@ -190,18 +190,39 @@ export function select(id: string, options: [string, string][], value?: string):
   return s;
 }
 
-/** A code excerpt with its file and line; lines containing `mark` are highlighted (it must occur). */
-export function codeBlock(excerpt: { file: string; line: number; code: string }, mark?: string): HTMLElement {
+/** Excerpts longer than this many lines are folded: their first line, as a summary, opens the rest. */
+const FOLD_LINES = 12;
+type CodeLine = [kind: string, text: string][];
+
+/** One highlighted line: a span per token that has a kind (plugins/octlm.ts highlightPython), plain text between. */
+const tokens = (line: CodeLine): (Node | string)[] => line.map(([kind, text]) => (kind ? el("span", { class: `tok-${kind}`, text }) : text));
+
+/**
+ * A code excerpt with its file and line, highlighted when the site was built (`lines`); lines containing `mark` are
+ * marked (it must occur). An excerpt longer than FOLD_LINES is folded into a <details> whose summary is its def or
+ * class line, and its marked line stays in view above the fold, so a page of excerpts stays short.
+ */
+export function codeBlock(excerpt: { file: string; line: number; code: string; lines?: CodeLine[] }, mark?: string): HTMLElement {
+  if (mark !== undefined && !excerpt.code.includes(mark)) throw new Error(`${excerpt.file}: the excerpt no longer contains ${JSON.stringify(mark)}`);
+  const source = excerpt.code.split("\n");
+  const lines = excerpt.lines ?? source.map((l): CodeLine => [["", l]]);
+  const marked = (i: number) => mark !== undefined && source[i].includes(mark);
   const code = el("code");
-  if (mark === undefined) code.textContent = excerpt.code;
-  else {
-    if (!excerpt.code.includes(mark)) throw new Error(`${excerpt.file}: the excerpt no longer contains ${JSON.stringify(mark)}`);
-    code.append(...excerpt.code.split("\n").flatMap((l, i) => [i ? "\n" : "", l.includes(mark) ? el("mark", { text: l }) : l]));
-  }
-  return el(
+  lines.forEach((line, i) => code.append(...(i ? ["\n"] : []), ...(marked(i) ? [el("mark", {}, ...tokens(line))] : tokens(line))));
+  const full = el("pre", { class: "code-full", tabindex: 0, "aria-label": `${excerpt.file}, from line ${excerpt.line}` }, code);
+  const figure = el(
     "figure",
     { class: "code", "data-file": excerpt.file, "data-line": String(excerpt.line) },
     el("figcaption", {}, el("code", { text: excerpt.file }), ` line ${excerpt.line} (cut from the source when this site was built)`),
-    el("pre", { tabindex: 0, "aria-label": `${excerpt.file}, from line ${excerpt.line}` }, code),
   );
+  if (source.length <= FOLD_LINES) {
+    figure.append(full);
+    return figure;
+  }
+  const at = source.findIndex((_, i) => marked(i));
+  if (at >= 0) figure.append(el("pre", { class: "code-mark", tabindex: 0, "aria-label": `${excerpt.file}, line ${excerpt.line + at}` }, el("code", {}, el("span", { class: "code-lineno", text: `${excerpt.line + at}` }), el("mark", {}, ...tokens(lines[at])))));
+  const head = Math.max(0, source.findIndex((l) => /^\s*(async\s+)?(def|class)\b/.test(l)));
+  const summary = el("summary", {}, el("code", {}, ...tokens(lines[head])), el("span", { class: "code-more", text: ` … show all ${source.length} lines` }));
+  figure.append(el("details", { class: "code-fold" }, summary, full));
+  return figure;
 }

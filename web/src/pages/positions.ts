@@ -7,8 +7,9 @@ import learnedEmbed from "octlm:positions/absolute.py#LearnedPositions.embed";
 import registerCode from "octlm:positions/scheme.py#register";
 import tooLong from "octlm-raise:model/decoder.py#Decoder.check_ids#longer than the learned position table";
 import { randomMatrix, sinusoidalTable } from "../math";
+import { loadTokenizer, pipelineSteps } from "./positions-pipeline";
 import { schemeRows, tooLongMessage } from "../schemes";
-import { $, codeBlock, el, labelled, legend, numberSlider, numberTable, readNumber, scaleFor, select } from "../ui";
+import { $, codeBlock, el, labelled, legend, live, numberSlider, numberTable, readNumber, scaleFor, select } from "../ui";
 
 const TOKENS = ["the", " cat", " sat", " on", " a", " mat", ".", " dog"];
 const T = 6;
@@ -29,6 +30,7 @@ const scheme = el(
   el("label", {}, el("input", { type: "radio", name: "scheme", value: "sinusoidal" }), " sinusoidal"),
 );
 $("#pos-controls").append(...pickers.map((p, t) => labelled(`Token at position ${t}`, p)), scheme);
+$("#pos-grid").style.setProperty("--channels", String(C)); // the three tables' shared column widths (style.css)
 $("#code-add").append(codeBlock(addPositions));
 $("#code-learned").append(codeBlock(learnedEmbed));
 $("#code-forward").append(codeBlock(forwardCode, "self.positions.embed("));
@@ -36,13 +38,35 @@ $("#code-scheme").append(codeBlock(schemeCode));
 $("#code-build").append(codeBlock(buildCode));
 $("#code-register").append(codeBlock(registerCode));
 
+// ---- from raw text to the model's input, as the article builds it in PyTorch (positions-pipeline.ts)
+const BATCH = 8; // the article's batch_size
+const pipeText = el("textarea", { id: "pipe-text", rows: 3, spellcheck: "false" }) as HTMLTextAreaElement;
+pipeText.value = "def greet(name):\n    return 'Hello, ' + name + '!'\n\nfor who in ['Ada', 'Alan']:\n    print(greet(who))\n";
+const ctxLen = numberSlider("pipe-t", "context_length", 4, 1, 16, () => renderPipe(), { hint: "the article: 4" });
+const outDim = numberSlider("pipe-c", "output_dim", 256, 1, 512, () => renderPipe(), { hint: "the article: 256" });
+$("#pipe-controls").append(el("div", { class: "control wide pipe-text" }, el("label", { for: "pipe-text", text: "Text" }), pipeText), ctxLen.control, outDim.control);
+let tok: Awaited<ReturnType<typeof loadTokenizer>> | null = null;
+
+function renderPipe(): void {
+  if (tok) $("#pipe-steps").replaceChildren(...pipelineSteps(tok, pipeText.value, BATCH, readNumber(ctxLen.input), readNumber(outDim.input)));
+}
+live(renderPipe, pipeText);
+$("#pipe-steps").replaceChildren(el("li", { id: "pipe-loading", text: "Loading octlm's tokenizer…" }));
+loadTokenizer(`${import.meta.env.BASE_URL}models/learned/tokenizer.json`)
+  .then((t) => {
+    tok = t;
+    renderPipe();
+  })
+  .catch((e: Error) => $("#pipe-steps").replaceChildren(el("li", { class: "error", role: "alert", text: `octlm's tokenizer could not be loaded (${e.message}), so this playground has no ids to start from.` })));
+
 // ---- every registered scheme, from web/fixtures/schemes.json (octlm's registry, exported with the fixtures)
 {
   // The columns of phrases wrap (table.plain keeps cells on one line), so that the table fits a desktop column; a phone
   // scrolls it sideways in its .scroll box, whose cue says so.
   const prose = "white-space: normal; min-width: 8rem; text-align: left";
   const columns = ["scheme", "acts in", "maximum length", "family", "cost beyond T²", "explained"];
-  const head = el("tr", {}, ...columns.map((h, i) => el("th", { scope: "col", text: h, style: [1, 2, 4].includes(i) ? "text-align: left" : undefined })));
+  // every column is words, so every column reads from the left (table.plain right-aligns, for numbers)
+  const head = el("tr", {}, ...columns.map((h) => el("th", { scope: "col", text: h, style: "text-align: left" })));
   const body = schemeRows().map((r) =>
     el(
       "tr",
@@ -50,13 +74,13 @@ $("#code-register").append(codeBlock(registerCode));
       el("th", { scope: "row" }, el("code", { text: r.name })),
       el("td", { text: r.acts, style: prose }),
       el("td", { text: r.max, style: prose }),
-      el("td", { text: r.family }),
+      el("td", { text: r.family, style: "text-align: left" }),
       el("td", { text: r.cost, style: prose }),
-      el("td", {}, r.href ? el("a", { href: r.href, text: r.href.replace(/^\.\//, "") }) : "not yet"),
+      el("td", { style: "text-align: left" }, r.href ? el("a", { href: r.href, text: r.href.replace(/^\.\//, "") }) : "not yet"),
     ),
   );
   $("#scheme-table").replaceChildren(
-    el("table", { class: "plain", id: "schemes" }, el("caption", { text: `The ${body.length} registered position schemes, in octlm's table order`, style: "text-align: left" }), el("thead", {}, head), el("tbody", {}, ...body)),
+    el("table", { class: "plain", id: "schemes" }, el("caption", { text: `The ${body.length} registered position schemes, in octlm's table order` }), el("thead", {}, head), el("tbody", {}, ...body)),
   );
 }
 
@@ -74,10 +98,11 @@ function render(): void {
   // one scale for the three tables, fitted to what they show, so equal numbers get equal colours across them
   const scale = scaleFor([...tok.flat(), ...rows.flat(), ...sum.flat()]);
   const same = repeated(ids);
-  const labels = ids.map((id, t) => `pos ${t} "${TOKENS[id]}"`);
+  // no-break spaces: a narrow label column breaks between the position and the token, never inside either
+  const labels = ids.map((id, t) => `pos\u00a0${t} "${TOKENS[id].replaceAll(" ", "\u00a0")}"`);
   const corner = "position \\ channel";
   $("#pos-tokens").replaceChildren(numberTable(tok, { caption: `token_embedding[ids] (${T} × ${C})`, rowLabels: labels, scale, highlight: same, corner }));
-  $("#pos-rows").replaceChildren(numberTable(rows, { caption: `${which} rows 0..${T - 1} (${T} × ${C})`, rowLabels: rows.map((_, t) => `pos ${t}`), scale, highlight: same, corner }));
+  $("#pos-rows").replaceChildren(numberTable(rows, { caption: `${which} rows 0..${T - 1} (${T} × ${C})`, rowLabels: rows.map((_, t) => `pos\u00a0${t}`), scale, highlight: same, corner }));
   const sumTable = numberTable(sum, { caption: `sum = model input (${T} × ${C})`, rowLabels: labels, scale, highlight: same, corner });
   sumTable.id = "pos-sum-table";
   $("#pos-sum").replaceChildren(sumTable);

@@ -64,7 +64,7 @@ function lengthChart(data: LengthData, names: string[], width: number): HTMLElem
       xTicks: lengths,
       yRange: [Math.min(...ys), Math.max(...ys)],
       marker: { x: data.train_length, label: `trained at ${data.train_length}` },
-      extra: ({ X, Y, bottom, styles }) => {
+      extra: ({ X, Y, bottom, left, styles }) => {
         const kids: SVGElement[] = [];
         // one-point series last, and ringed in white, so no other series hides them
         const order = [...series].sort((a, b) => (b.points.length > 1 ? 1 : 0) - (a.points.length > 1 ? 1 : 0));
@@ -88,7 +88,11 @@ function lengthChart(data: LengthData, names: string[], width: number): HTMLElem
             kids.push(svg("path", { d: `M${x - d},${y - d}L${x + d},${y + d}M${x - d},${y + d}L${x + d},${y - d}`, stroke: c, "stroke-width": 2, class: "no-rows-mark", "data-series": name, "data-length": String(l) }));
           }
           const first = Math.min(...ls);
-          kids.push(label(X(first) - 8, y + 4, `${name}: no rows`, "end", c, "no-rows-label"));
+          const words = `${name}: no rows`;
+          // left of the first cross when it fits between the y axis and the cross (0.62 em a character is wide
+          // enough for this font); on a narrow chart it would run over the y ticks, so it goes above the crosses
+          const fits = X(first) - 8 - left >= 0.62 * FONT * words.length;
+          kids.push(fits ? label(X(first) - 8, y + 4, words, "end", c, "no-rows-label") : label(X(first) - 6, y - 8, words, "start", c, "no-rows-label"));
         });
         return kids;
       },

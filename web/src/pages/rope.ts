@@ -38,10 +38,40 @@ const R = 90;
 const C0 = 110;
 const deg = (a: number) => ((((a * 180) / Math.PI) % 360) + 360) % 360;
 
-/** An arrow from the centre to (x, y) on the unit circle, with a tip that can be dragged or turned by keys. */
-function arrow(x: number, y: number, colour: string, name: "q" | "k", angle: number): SVGElement {
+type Point = [number, number];
+// two labels closer than this (13 px bold letters) would touch
+const LABEL_GAP = 18;
+
+/**
+ * Where q's and k's labels go: 14 px past the tip of each arrow (arrow ends at (x, y) of the unit disc). When the
+ * two would touch (arrows on top of each other, or nearly), both move apart by half the shortfall, along the line
+ * between them, or across q's arrow when they coincide.
+ */
+function labelPoints(q: Point, k: Point): [Point, Point] {
+  const at = ([x, y]: Point): Point => {
+    const len = Math.hypot(x, y) || 1;
+    return [C0 + (x / len) * (len * R + 14), C0 - (y / len) * (len * R + 14)];
+  };
+  const [a, b] = [at(q), at(k)];
+  const d = Math.hypot(b[0] - a[0], b[1] - a[1]);
+  if (d >= LABEL_GAP) return [a, b];
+  const qLen = Math.hypot(...q) || 1;
+  const [ux, uy] = d > 0.01 ? [(b[0] - a[0]) / d, (b[1] - a[1]) / d] : [q[1] / qLen, q[0] / qLen];
+  const half = (LABEL_GAP - d) / 2;
+  const inside = (v: number) => Math.min(212, Math.max(8, v)); // within the 220 × 220 drawing
+  return [
+    [inside(a[0] - ux * half), inside(a[1] - uy * half)],
+    [inside(b[0] + ux * half), inside(b[1] + uy * half)],
+  ];
+}
+
+/**
+ * An arrow from the centre to (x, y) on the unit circle, with a tip that can be dragged or turned by keys, and
+ * its name at `label` (past its tip, unless the other arrow's name would touch it: labelPoints).
+ */
+function arrow(x: number, y: number, colour: string, name: "q" | "k", angle: number, label: Point): SVGElement {
   const [tx, ty] = [C0 + x * R, C0 - y * R];
-  const text = svg("text", { x: C0 + x * (R + 14), y: C0 + 4 - y * (R + 14), "text-anchor": "middle", "font-size": 13, "font-weight": 700, "pointer-events": "none" });
+  const text = svg("text", { x: label[0], y: label[1] + 4, "text-anchor": "middle", "font-size": 13, "font-weight": 700, "pointer-events": "none" });
   text.textContent = name;
   const handle = svg(
     "g",
@@ -161,6 +191,7 @@ function render(): void {
   const norm = Math.max(Math.hypot(qr[p0], qr[p1]), Math.hypot(kr[p0], kr[p1])) || 1;
   const turned = (t: number) => deg(t * theta[i]);
   const [aq, ak] = [Math.atan2(qr[p1], qr[p0]), Math.atan2(kr[p1], kr[p0])];
+  const [lq, lk] = labelPoints([qr[p0] / norm, qr[p1] / norm], [kr[p0] / norm, kr[p1] / norm]);
   const focused = document.activeElement?.id;
   picture.replaceChildren(
     svg(
@@ -169,8 +200,8 @@ function render(): void {
       svg("circle", { cx: C0, cy: C0, r: R, fill: "none", stroke: "#8a8a84" }),
       svg("line", { x1: 15, x2: 205, y1: C0, y2: C0, stroke: "#d0d0ca" }),
       svg("line", { y1: 15, y2: 205, x1: C0, x2: C0, stroke: "#d0d0ca" }),
-      arrow(qr[p0] / norm, qr[p1] / norm, "#2166ac", "q", aq),
-      arrow(kr[p0] / norm, kr[p1] / norm, "#c8510a", "k", ak),
+      arrow(qr[p0] / norm, qr[p1] / norm, "#2166ac", "q", aq, lq),
+      arrow(kr[p0] / norm, kr[p1] / norm, "#c8510a", "k", ak, lk),
     ),
   );
   if (focused?.startsWith("rope-drag-")) (document.getElementById(focused) as SVGElement | null)?.focus({ preventScroll: true });

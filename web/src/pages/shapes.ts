@@ -34,32 +34,73 @@ const shape = (s: number[]) => `[${s.join(", ")}]`;
 const stage = (title: string, s: string, bad = false) =>
   el("div", { class: bad ? "stage bad" : "stage" }, el("div", { text: title }), el("div", { class: "shape", text: s }));
 
-function picture(b: number, t: number, c: number, tp: number, cp: number): SVGElement {
-  // the batch as a stack of T × C sheets, the position table as one sheet beside it; widths and heights are
-  // scaled apart (and drawn at least 3 px) so that [8, 4, 256] stays a readable picture on a phone
-  const ux = Math.min(10, 110 / Math.max(c, cp));
-  const uy = Math.min(10, 80 / Math.max(t, tp));
-  const [cw, ch, pw, ph] = [Math.max(3, c * ux), Math.max(3, t * uy), Math.max(3, cp * ux), Math.max(3, tp * uy)];
-  const shown = Math.min(b, 8);
-  const sheets = Array.from({ length: shown }, (_, i) =>
-    svg("rect", { x: 10 + i * 6, y: 10 + i * 6, width: cw, height: ch, fill: "#92c5de", stroke: "#2166ac" }),
-  ).reverse();
-  const x0 = 40 + cw + shown * 6;
-  const table = svg("rect", { x: x0, y: 10, width: pw, height: ph, fill: "#fdb863", stroke: "#c8510a" });
-  const w = Math.max(x0 + pw + 20, x0 + 150);
-  const h = Math.max(ch + shown * 6, ph) + 30;
-  const text = (x: number, s: string) => {
-    const node = svg("text", { x, y: h - 6, "font-size": 12 });
-    node.textContent = s;
-    return node;
-  };
+const BLUE = { fill: "#92c5de", stroke: "#2166ac" };
+const ORANGE = { fill: "#fdb863", stroke: "#c8510a" };
+const SUM = { fill: "#cbb7dc", stroke: "#5e3c99" };
+const FONT = 12;
+
+/** SVG text at (x, y); `mono` for shapes. */
+function words(x: number, y: number, s: string, opts: { anchor?: string; mono?: boolean; bold?: boolean; fill?: string } = {}): SVGElement {
+  const node = svg("text", { x, y, "text-anchor": opts.anchor ?? "middle", "font-size": FONT, "font-family": opts.mono ? "ui-monospace, monospace" : undefined, "font-weight": opts.bold ? 700 : undefined, fill: opts.fill });
+  node.textContent = s;
+  return node;
+}
+
+/**
+ * The broadcast, drawn: one row per sequence of the batch (the first three and the last when B > 4), each its
+ * [T, C] token block, plus the position table, equals the sum. The table is drawn solid once, on the first row,
+ * and dashed on every other row with a line down from it: the same rows are added to every sequence, not copies.
+ * Blocks are scaled to T and C (clamped, so [8, 4, 256] stays readable on a phone); every label has a column of
+ * its own width, so labels never run into each other, however small C is. A mismatch draws the table with its own
+ * shape, in red, and no sum.
+ */
+function picture(b: number, t: number, c: number, tp: number, cp: number, bad: boolean): SVGElement {
+  const longest = Math.max(...[shape([b, t, c]), shape([tp, cp])].map((x) => x.length));
+  const col = Math.max(96, Math.ceil(0.62 * FONT * longest) + 8); // every column fits its longest label
+  const [gap, lab] = [22, 34]; // the + and = columns; the sequence labels
+  const blockW = (w: number) => Math.max(10, Math.min(col - 12, (col - 12) * (w / Math.max(c, cp))));
+  const blockH = (h: number) => Math.max(8, Math.min(34, 34 * (h / Math.max(t, tp))));
+  const [tw, th, pw, ph] = [blockW(c), blockH(t), blockW(cp), blockH(tp)];
+  const rowH = Math.max(th, ph) + 12;
+  const shown = b <= 4 ? Array.from({ length: b }, (_, i) => i) : [0, 1, 2, b - 1];
+  const x = [lab, lab + col + gap, lab + 2 * (col + gap)]; // left edges of the three columns
+  const top = 44;
+  const kids: SVGElement[] = [
+    words(x[0] + col / 2, 14, "token vectors", { bold: true }),
+    words(x[0] + col / 2, 30, shape([b, t, c]), { mono: true }),
+    words(x[1] + col / 2, 14, "position table", { bold: true, fill: bad ? "#a1160a" : undefined }),
+    words(x[1] + col / 2, 30, shape([tp, cp]), { mono: true, fill: bad ? "#a1160a" : undefined }),
+    words(x[2] + col / 2, 14, "model input", { bold: true }),
+    words(x[2] + col / 2, 30, bad ? "error" : shape([b, t, c]), { mono: true, fill: bad ? "#a1160a" : undefined }),
+  ];
+  let y = top;
+  shown.forEach((seq, k) => {
+    if (k === 3) {
+      kids.push(words(lab / 2, y + 6, "⋮"), words(x[0] + col / 2, y + 6, `${b - 4} more`), words(x[1] + col / 2, y + 6, "⋮"));
+      y += 16;
+    }
+    const mid = y + rowH / 2;
+    kids.push(words(4, mid + 4, `b=${seq}`, { anchor: "start" }));
+    kids.push(svg("rect", { x: x[0] + (col - tw) / 2, y: mid - th / 2, width: tw, height: th, fill: BLUE.fill, stroke: BLUE.stroke }));
+    kids.push(words(x[0] + col + gap / 2, mid + 5, "+", { bold: true }));
+    const first = k === 0;
+    kids.push(svg("rect", { x: x[1] + (col - pw) / 2, y: mid - ph / 2, width: pw, height: ph, fill: first ? ORANGE.fill : "none", stroke: bad ? "#a1160a" : ORANGE.stroke, "stroke-width": first ? 1 : 1.5, "stroke-dasharray": first ? undefined : "4 3" }));
+    kids.push(words(x[1] + col + gap / 2, mid + 5, "=", { bold: true }));
+    if (bad) kids.push(words(x[2] + col / 2, mid + 5, "✗", { bold: true, fill: "#a1160a" }));
+    else kids.push(svg("rect", { x: x[2] + (col - tw) / 2, y: mid - th / 2, width: tw, height: th, fill: SUM.fill, stroke: SUM.stroke }));
+    y += rowH;
+  });
+  // the one table, reaching every row: a line down the table's column from the solid block
+  const lineX = x[1] + col / 2 + pw / 2 + 5;
+  const end = y - rowH / 2;
+  if (shown.length > 1) kids.push(svg("path", { d: `M${lineX},${top + rowH / 2}V${end}M${lineX - 4},${end - 6}L${lineX},${end}L${lineX + 4},${end - 6}`, fill: "none", stroke: ORANGE.stroke, "stroke-width": 1.5, class: "broadcast" }));
+  const h = y + 22;
+  kids.push(words(x[1] + col / 2, h - 6, b > 1 ? `the same ${shape([tp, cp])}, added to all ${b}` : "one sequence: nothing to broadcast"));
+  const w = x[2] + col + 4;
   return svg(
     "svg",
-    { width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img", "aria-label": `token vectors ${shape([b, t, c])} drawn as ${b} sheets of ${t} by ${c}; position table ${shape([tp, cp])} drawn beside them` },
-    ...sheets,
-    table,
-    text(10, `tokens ${shape([b, t, c])}`),
-    text(x0, `positions ${shape([tp, cp])}`),
+    { class: "shape-picture", width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img", "aria-label": bad ? `token vectors ${shape([b, t, c])} and a position table ${shape([tp, cp])} that does not fit them: no sum` : `the one position table ${shape([tp, cp])} added to each of the ${b} sequences of token vectors ${shape([b, t, c])}, giving ${shape([b, t, c])}` },
+    ...kids,
   );
 }
 
@@ -86,7 +127,7 @@ function render(): void {
       ? el("p", { class: "error", id: "shape-error", role: "alert" }, el("strong", { text: "UserError: " }), error)
       : el("p", { class: "ok", id: "shape-ok", text: `The table is broadcast over the batch: ${shape([tp, cp])} acts as ${shape([1, tp, cp])} and is added to each of the ${b} sequences. The result is ${shape([b, t, c])}.` }),
   );
-  $("#shape-picture").replaceChildren(picture(b, t, c, tp, cp));
+  $("#shape-picture").replaceChildren(picture(b, t, c, tp, cp, error !== null));
   // the position table itself, random as at initialization (octlm starts every row at std 0.02)
   const rows = randomMatrix(tp, cp, 4242).map((r) => r.map((v) => 0.02 * v));
   table.update(rows, scaleFor(rows.flat()));

@@ -6,6 +6,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { REPO, WEB, close, open, readout, settle, text } from "./harness.mjs";
+import { collisions } from "./look.mjs";
 
 /** WCAG 2 contrast ratio of two "#rrggbb" / "rgb(r, g, b)" colours. */
 function contrast(a, b) {
@@ -120,29 +121,66 @@ describe("defects that were seen, each pinned", () => {
     assert.ok(Math.max(...heights) < 1.5 * Math.min(...heights), `cells from ${Math.min(...heights)} to ${Math.max(...heights)} px tall: some wrap`);
   });
 
-  test("positions at 375 px: a table wider than its box shows a scroll cue and scrolls by keyboard", async () => {
+  test("positions at 375 px: the three tables share one box that scrolls, with its cue under it, by keyboard too", async () => {
     const { page } = await open("positions", { width: 375 });
     await settle(page);
-    const boxes = await page.locator("#pos-tokens, #pos-rows, #pos-sum").evaluateAll((bs) => bs.map((b) => ({ id: b.id, over: b.scrollWidth > b.clientWidth + 1, flag: b.dataset.overflow, tab: b.tabIndex, hint: !b.nextElementSibling.hidden && b.nextElementSibling.classList.contains("scroll-hint") })));
-    assert.ok(boxes.some((b) => b.over), "at 375 px the tables are wider than their boxes");
-    for (const b of boxes) {
-      assert.equal(b.flag, String(b.over), b.id);
-      assert.equal(b.hint, b.over, `${b.id}: hint shown exactly when it overflows`);
-      if (b.over) assert.equal(b.tab, 0, `${b.id} is focusable`);
-    }
-    const id = boxes.find((b) => b.over).id;
-    await page.focus(`#${id}`);
+    // one scroll box holds all three tables; none of them scrolls on its own
+    assert.deepEqual(await page.locator("#pos-grid .scroll, #pos-tokens.scroll, #pos-rows.scroll, #pos-sum.scroll").count(), 0);
+    const box = await page.locator("#pos-grid").evaluate((b) => ({ over: b.scrollWidth > b.clientWidth + 1, flag: b.dataset.overflow, tab: b.tabIndex, tables: b.querySelectorAll("table").length }));
+    assert.deepEqual(box, { over: true, flag: "true", tab: 0, tables: 3 }, "at 375 px the grid is wider than its box, flagged and focusable");
+    // the cue is one line under the grid, as wide as the grid's box: not a column beside each table
+    const [grid, hint] = await Promise.all([page.locator("#pos-grid").boundingBox(), page.locator("#pos-grid + .scroll-hint").boundingBox()]);
+    assert.ok(hint && hint.y >= grid.y + grid.height - 1, "the hint is under the grid");
+    assert.equal(await page.locator(".scroll-hint:visible").evaluateAll((hs) => hs.filter((h) => h.closest(".playground")?.querySelector("#pos-grid")).length), 1, "one hint for the three tables");
+    await page.focus("#pos-grid");
     await page.keyboard.press("ArrowRight");
     await page.keyboard.press("ArrowRight");
     // keyboard scrolling is smooth (animated): wait for it to move rather than for a fixed time
-    await page.waitForFunction((sel) => document.querySelector(sel).scrollLeft > 0, `#${id}`, { timeout: 3000 });
-    assert.equal(await page.locator(`#${id}`).getAttribute("data-at-end"), "false");
-    await page.locator(`#${id}`).evaluate((b) => b.scrollTo({ left: b.scrollWidth, behavior: "instant" }));
-    await page.waitForFunction((sel) => document.querySelector(sel).dataset.atEnd === "true", `#${id}`, { timeout: 3000 });
+    await page.waitForFunction(() => document.querySelector("#pos-grid").scrollLeft > 0, null, { timeout: 3000 });
+    assert.equal(await page.locator("#pos-grid").getAttribute("data-at-end"), "false");
+    await page.locator("#pos-grid").evaluate((b) => b.scrollTo({ left: b.scrollWidth, behavior: "instant" }));
+    await page.waitForFunction(() => document.querySelector("#pos-grid").dataset.atEnd === "true", null, { timeout: 3000 });
     // at desktop width the one-row product table fits: no cue
     const wide = await open("embeddings");
     assert.equal(await wide.page.locator("#embed-result").getAttribute("data-overflow"), "false");
     assert.equal(await wide.page.locator("#embed-result + .scroll-hint").isVisible(), false);
+  });
+
+  test("positions: channel c is one column through the token, position and sum tables, at 1280 and 390 px, scrolled or not", async () => {
+    const { page } = await open("positions", { width: 1280 });
+    const columns = () =>
+      page.evaluate(() =>
+        ["#pos-tokens", "#pos-rows", "#pos-sum"].map((sel) =>
+          [...document.querySelectorAll(`${sel} tbody tr:first-child td`)].map((td) => {
+            const r = td.getBoundingClientRect();
+            return [r.left, r.right];
+          }),
+        ),
+      );
+    for (const width of [1280, 390]) {
+      await page.setViewportSize({ width, height: 900 });
+      await settle(page);
+      for (const scroll of [0, 120]) {
+        await page.locator("#pos-grid").evaluate((b, x) => b.scrollTo({ left: x, behavior: "instant" }), scroll);
+        await settle(page);
+        const [tok, pos, sum] = await columns();
+        assert.equal(tok.length, 8);
+        for (let c = 0; c < 8; c++)
+          for (const [name, other] of [["position", pos], ["sum", sum]])
+            assert.ok(Math.abs(other[c][0] - tok[c][0]) < 0.5 && Math.abs(other[c][1] - tok[c][1]) < 0.5, `${width} px, scrolled ${scroll}: channel ${c} of the ${name} table at ${other[c].map((v) => v.toFixed(1))}, of the token table at ${tok[c].map((v) => v.toFixed(1))}`);
+      }
+      // on a phone at least five of the eight channels are in view, beside the row labels (which stay in view)
+      const seen = await page.locator("#pos-grid").evaluate((b) => {
+        b.scrollTo({ left: b.scrollWidth, behavior: "instant" });
+        const box = b.getBoundingClientRect();
+        const label = b.querySelector("#pos-sum tbody th").getBoundingClientRect();
+        // a cell under the sticky label is not in view
+        const inView = [...b.querySelectorAll("#pos-sum tbody tr:first-child td")].filter((td) => td.getBoundingClientRect().left >= label.right - 0.5 && td.getBoundingClientRect().right <= box.right + 0.5).length;
+        return { inView, label: label.left >= box.left - 0.5 && label.right <= box.right };
+      });
+      assert.ok(seen.inView >= 5, `${width} px: ${seen.inView} channels in view`);
+      assert.ok(seen.label, `${width} px: the row labels stay in view when the grid is scrolled to its end`);
+    }
   });
 
   test("positions: the scheme table fits a 1280 px column and scrolls, with its cue, on a 390 px phone; no cell clips", async () => {
@@ -343,14 +381,15 @@ describe("sections added for the post", () => {
       const fig = page.locator(`${sel} figure.code`);
       assert.equal(await fig.getAttribute("data-file"), file);
       const line = Number(await fig.getAttribute("data-line"));
-      const shown = await fig.locator("pre").innerText();
+      // the whole excerpt (folded or not) is the one pre.code-full; its text, spans and all, is the source
+      const shown = await fig.locator("pre.code-full").textContent();
       const source = readFileSync(join(REPO, file), "utf-8").split("\n");
       const n = shown.split("\n").length;
       const indent = source[line - 1].length - source[line - 1].trimStart().length;
       assert.equal(shown, source.slice(line - 1, line - 1 + n).map((l) => l.slice(Math.min(indent, l.length - l.trimStart().length || indent))).join("\n"), `${sel} is ${file} from line ${line}`);
     }
     assert.match(await text(page, "#code-forward mark"), /x = self\.positions\.embed\(self\.token_embedding\(ids\), positions\)/);
-    assert.match(await text(page, "#code-scheme pre"), /def embed[\s\S]*def rotate[\s\S]*def bias/);
+    assert.match(await page.locator("#code-scheme pre.code-full").textContent(), /def embed[\s\S]*def rotate[\s\S]*def bias/);
   });
 
   test("positions: the scheme table is octlm's registry (schemes.json), each row where it acts, with working links", async () => {
@@ -431,5 +470,142 @@ describe("sections added for the post", () => {
     assert.match(await text(page, "#nn-summary"), /untrained/);
     assert.match(await text(page, "main"), /no pooling code/);
     assert.deepEqual(errors, []);
+  });
+});
+
+describe("issue 30: the defects a learner saw, each pinned", () => {
+  const reference = JSON.parse(readFileSync(join(WEB, "tests/fixtures/site-models-reference.json"), "utf-8"));
+
+  test("positions: raw text → octlm's token ids → nn.Embedding tables → their sum, shapes printed as PyTorch prints them", async () => {
+    const { page, errors } = await open("positions");
+    await page.waitForSelector("#pipe-sum");
+    const { text: sample, ids } = reference.extra_texts[0];
+    await page.fill("#pipe-text", sample);
+    const out = (sel) => page.locator(`${sel} .pipe-out`).textContent();
+    // the ids are octlm's tokenizer's, as Python wrote them with the models
+    assert.equal(await out("#pipe-ids"), String(ids.length));
+    assert.deepEqual((await page.locator("#pipe-ids .token-id").allTextContents()).map(Number), ids);
+    const code = (await page.locator("#pipe-steps .pipe-code").allTextContents()).join("\n");
+    assert.match(code, /pos_embedding_layer = torch\.nn\.Embedding\(context_length, output_dim\)/);
+    assert.match(code, /pos_embeddings = pos_embedding_layer\(torch\.arange\(context_length\)\)/);
+    assert.match(code, /token_embedding_layer = torch\.nn\.Embedding\(vocab_size, output_dim\)/);
+    for (const T of [4, 3]) {
+      await page.fill("#pipe-t", String(T));
+      const B = Math.min(8, Math.floor(ids.length / T));
+      // what PyTorch itself prints for the same ids, cut the same way (the page's code, run)
+      const python = join(REPO, ".venv/bin/python");
+      if (existsSync(python)) {
+        const script = `import sys, json, torch\nids, T = json.loads(sys.argv[1]), ${T}\nn = min(8, len(ids) // T) * T\ninputs = torch.tensor(ids[:n]).view(-1, T)\nprint(inputs.shape)\nprint(inputs)\nprint(torch.arange(T))`;
+        const [shape, ...rest] = execFileSync(python, ["-c", script, JSON.stringify(ids)], { env: { ...process.env, OMP_NUM_THREADS: "1" }, encoding: "utf-8" }).trimEnd().split("\n");
+        assert.equal(await out("#pipe-inputs"), [shape, ...rest.slice(0, -1)].join("\n"), `T = ${T}: the ids batch as torch prints it`);
+        assert.ok((await out("#pipe-positions")).startsWith(`${rest.at(-1)}\n`), `T = ${T}: torch.arange as torch prints it`);
+      }
+      assert.match(await out("#pipe-inputs"), new RegExp(`^torch\\.Size\\(\\[${B}, ${T}\\]\\)`));
+      assert.equal(await out("#pipe-tokens"), `torch.Size([${B}, ${T}, 256])`);
+      // the position table: T rows; past PyTorch's threshold of 1000 numbers (4 × 256), each row summarized to its
+      // first and last three numbers, as torch prints it; under it (3 × 256), every number
+      const pos = (await out("#pipe-positions")).split("\n");
+      assert.equal(pos[1], `torch.Size([${T}, 256])`);
+      assert.equal(pos.length, 2 + T);
+      const number = / ?-?\d\.\d{4}/.source;
+      const row = T * 256 > 1000 ? `(${number}, ){3} \\.\\.\\., (${number}, ){2}${number}` : `(${number}, ){255}${number}`;
+      for (const r of pos.slice(2)) assert.match(r, new RegExp(`^(tensor\\(\\[| {8})\\[${row}\\]`), `T = ${T}`);
+      assert.equal(await out("#pipe-sum"), `torch.Size([${B}, ${T}, 256])\nTrue`);
+    }
+    // too few ids for one row: said, not drawn
+    await page.fill("#pipe-text", "x");
+    assert.match(await text(page, "#pipe-short"), /needs context_length = 3 ids and the text has 1/);
+    assert.deepEqual(errors, []);
+  });
+
+  test("positions: code excerpts are highlighted, long ones folded with the marked line in view; the page is far shorter", async () => {
+    const { page } = await open("positions", { width: 1280 });
+    const figs = await page.locator("figure.code").evaluateAll((fs) =>
+      fs.map((f) => ({
+        id: f.parentElement.id,
+        lines: f.querySelector("pre.code-full").textContent.split("\n").length,
+        folded: !!f.querySelector("details.code-fold:not([open]) > pre.code-full"),
+        kinds: [...new Set([...f.querySelectorAll("pre.code-full span[class^=tok-]")].map((s) => s.className))],
+        height: f.getBoundingClientRect().height,
+      })),
+    );
+    assert.equal(figs.length, 6);
+    for (const f of figs) {
+      assert.ok(f.kinds.includes("tok-kw") && f.kinds.includes("tok-def"), `${f.id}: highlighted (${f.kinds})`);
+      assert.equal(f.folded, f.lines > 12, `${f.id}: ${f.lines} lines, ${f.folded ? "" : "not "}folded`);
+    }
+    // the marked line of the forward pass is on the page without opening anything
+    const mark = page.locator("#code-forward pre.code-mark mark");
+    assert.ok(await mark.isVisible());
+    assert.match(await mark.innerText(), /x = self\.positions\.embed\(/);
+    // together the excerpts were 3,537 px tall at 1280 px (about half the page): now under 1,000
+    const total = figs.reduce((s, f) => s + f.height, 0);
+    assert.ok(total < 1000, `the code excerpts take ${total.toFixed(0)} px`);
+    // a fold opens to the whole excerpt
+    await page.locator("#code-scheme summary").click();
+    assert.ok(await page.locator("#code-scheme pre.code-full").isVisible());
+  });
+
+  test("shapes: the broadcast is drawn, one table added to every sequence; no labels overlap at any size", async () => {
+    const { page, errors } = await open("shapes");
+    const pic = () =>
+      page.locator("#shape-picture svg").evaluate((s) => ({
+        rows: [...s.querySelectorAll("text")].filter((t) => /^b=\d+$/.test(t.textContent)).map((t) => t.textContent),
+        solid: [...s.querySelectorAll("rect")].filter((r) => r.getAttribute("stroke") === "#c8510a" && !r.getAttribute("stroke-dasharray")).length,
+        dashed: [...s.querySelectorAll("rect")].filter((r) => r.getAttribute("stroke-dasharray")).length,
+        broadcast: s.querySelectorAll("path.broadcast").length,
+        words: s.textContent,
+      }));
+    // the article's [8, 4, 256]: sequences 0, 1, 2 and 7 drawn, the table solid once and dashed on the other rows
+    assert.deepEqual(await pic(), { rows: ["b=0", "b=1", "b=2", "b=7"], solid: 1, dashed: 3, broadcast: 1, words: (await pic()).words });
+    assert.match((await pic()).words, /the same \[4, 256\], added to all 8/);
+    const set = async (id, v) => {
+      await page.fill(id, String(v));
+      await page.press(id, "Tab");
+    };
+    for (const [b, t, c] of [[1, 1, 1], [3, 2, 1], [64, 1024, 1024], [8, 4, 2]]) {
+      await set("#shape-b", b);
+      await set("#shape-t", t);
+      await set("#shape-c", c);
+      const p = await pic();
+      assert.equal(p.rows.length, Math.min(b, 4), `[${b}, ${t}, ${c}]`);
+      assert.equal(p.dashed, Math.min(b, 4) - 1);
+      for (const width of [1280, 390]) {
+        await page.setViewportSize({ width, height: 900 });
+        await settle(page);
+        assert.deepEqual(await collisions(page, "#shape-picture"), [], `[${b}, ${t}, ${c}] at ${width} px`);
+      }
+    }
+    await page.click("#shape-mismatch");
+    assert.match((await pic()).words, /error/);
+    assert.deepEqual(await collisions(page, "#shape-picture"), []);
+    assert.deepEqual(errors, []);
+  });
+
+  test("rope: the q and k labels never collide, even with the arrows on top of each other", async () => {
+    const { page } = await open("rope");
+    // every channel pair (their q and k differ in length: some nearly equal, some not), k turned all the way round
+    // in 10° steps, so that it passes over q and through every near miss
+    for (const pair of await page.locator("#rope-pair option").evaluateAll((os) => os.map((o) => o.value))) {
+      await page.selectOption("#rope-pair", pair);
+      const q = Number(await page.locator("#rope-drag-q").getAttribute("aria-valuenow"));
+      await page.focus("#rope-drag-k");
+      for (let i = 0; i < 36; i++) {
+        const k = Number(await page.locator("#rope-drag-k").getAttribute("aria-valuenow"));
+        assert.deepEqual(await collisions(page, "#rope-picture"), [], `pair ${pair}: q at ${q}°, k at ${k}°`);
+        await page.keyboard.press("ArrowLeft");
+        await page.keyboard.press("ArrowLeft");
+      }
+    }
+  });
+
+  test("results at 390 px: no chart text on other text (the 'no rows' label sat on the y ticks)", async () => {
+    for (const width of [390, 375, 1280]) {
+      const { page } = await open("results", { width });
+      await page.waitForSelector("body[data-loaded]");
+      await settle(page);
+      assert.deepEqual(await collisions(page, "#length-chart"), [], `${width} px`);
+      await page.close();
+    }
   });
 });

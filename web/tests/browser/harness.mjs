@@ -17,7 +17,7 @@ const DIST = resolve(process.env.WEB_DIST ?? join(WEB, "dist"));
 export const RESULTS = join(WEB, "test-results");
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const AXE = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
-export const PAGES = ["index", "embeddings", "positions", "sinusoidal", "shapes", "rope", "bias", "results", "models", "measured"];
+export const PAGES = ["index", "embeddings", "positions", "sinusoidal", "shapes", "rope", "bias", "results", "models", "tasks", "measured"];
 export const fixture = (name) => JSON.parse(readFileSync(join(WEB, "fixtures", `${name}.json`), "utf-8")).cases;
 export const sample = (name) => readFileSync(join(WEB, "tests/fixtures", name), "utf-8");
 const TYPES = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".json": "application/json", ".woff2": "font/woff2", ".woff": "font/woff", ".ttf": "font/ttf", ".png": "image/png", ".svg": "image/svg+xml", ".ico": "image/x-icon", ".wasm": "application/wasm", ".onnx": "application/octet-stream" };

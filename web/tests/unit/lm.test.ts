@@ -1,9 +1,9 @@
 /** The Models page's arithmetic (src/lm.ts) on inputs whose answers are known in closed form. */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { resolve } from "node:path";
 import { expect, test } from "vitest";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { EOT, bitsPerToken, byteOfChar, logSoftmax, meanOf, movingMean, mulberry32, nextTokenDistribution, promptTokenizerJson, sampleFrom, showBytes, tokenBytes } from "../../src/lm";
+import { EOT, bitsPerToken, block, byteOfChar, difference, headWindow, largestMagnitude, logSoftmax, meanOf, megabytes, movingMean, mulberry32, nextTokenDistribution, progressText, promptTokenizerJson, range, sampleFrom, showBytes, signalOfHooks, tokenBytes } from "../../src/lm";
 
 // Closed-form answers computed in float64; the code is float64 too, so only the last bit or two may differ.
 const TOL = 1e-15;
@@ -117,4 +117,46 @@ test("the page encodes as octlm generate does: EOT first, then Python's ids; a l
   }
   expect(() => promptTokenizerJson({ ...json, model: { ...json.model, vocab: {} } })).toThrow(/no <\|endoftext\|> token/);
   expect(json.added_tokens.length).toBe(1); // the shipped file itself is left as it is
+});
+
+test("megabytes and progressText say sizes as the page states them before and during a download", () => {
+  expect(megabytes(2374532)).toBe("2.37 MB");
+  expect(megabytes(14239897)).toBe("14.2 MB");
+  expect(megabytes(123456789)).toBe("123 MB");
+  expect(progressText(0, 2374532)).toBe("0.0 of 2.4 MB");
+  expect(progressText(1234567, 2374532)).toBe("1.2 of 2.4 MB");
+  expect(progressText(2374532, 2374532)).toBe("2.4 of 2.4 MB");
+});
+
+test("signalOfHooks: where a registered scheme's position signal enters, as model.json spells it", () => {
+  // web/fixtures/schemes.json's hooks for every registered scheme: embed rows, rotate q and k, a bias on the
+  // scores (contextual or not), an attention rule of its own, or nothing
+  const registry = JSON.parse(readFileSync(resolve(import.meta.dirname, "../../fixtures/schemes.json"), "utf-8")).schemes as { name: string; hooks: string[] }[];
+  // and octlm's own answer (octlm/interop/onnx_export.py position_signal) in every shipped model.json that has one
+  const models = resolve(import.meta.dirname, "../../public/models");
+  for (const name of readdirSync(models).filter((n) => existsSync(resolve(models, n, "model.json")))) {
+    const info = JSON.parse(readFileSync(resolve(models, name, "model.json"), "utf-8"));
+    const hooks = registry.find((r) => r.name === info.scheme)?.hooks;
+    if (info.signal !== undefined && hooks) expect([name, signalOfHooks(hooks)]).toEqual([name, info.signal]);
+  }
+  const want: Record<string, string> = { learned: "embed", sinusoidal: "embed", rope: "rotate", "p-rope": "rotate", xpos: "rotate", alibi: "bias", t5: "bias", fire: "bias", cope: "bias", fox: "attend", path: "attend", "stick-breaking": "attend", nope: "none" };
+  for (const s of registry) if (s.name in want) expect([s.name, signalOfHooks(s.hooks)]).toEqual([s.name, want[s.name]]);
+  expect(signalOfHooks([])).toBe("none");
+  expect(signalOfHooks(["bias", "attend"])).toBe("attend"); // a scheme that computes attention itself decides
+});
+
+test("block, difference and headWindow slice row-major outputs without changing a number", () => {
+  // [2, 3, 4] as if [H, T, D]: entry (h, t, d) holds 100h + 10t + d
+  const data = Float32Array.from({ length: 24 }, (_, i) => 100 * Math.floor(i / 12) + 10 * Math.floor((i % 12) / 4) + (i % 4));
+  expect(block(data, 4, [0, 2], 1, 3)).toEqual([[1, 2], [21, 22]]);
+  expect(block(data, 4, [1], 2, 9, 12)).toEqual([[112, 113]]); // head 1; columns past D dropped
+  expect(difference([[3, 5]], [[1, 1.5]])).toEqual([[2, 3.5]]);
+  expect(largestMagnitude([0.5, -2, 1])).toBe(2);
+  expect(range(3, 6)).toEqual([3, 4, 5]);
+  // [H = 2, T = 3, T = 3]: value 9h + 3q + k; key after query is masked
+  const map = Float32Array.from({ length: 18 }, (_, i) => i);
+  expect(headWindow(map, 3, 1, [1, 2], [0, 2])).toEqual([
+    [{ value: 12, masked: false }, { value: 14, masked: true }],
+    [{ value: 15, masked: false }, { value: 17, masked: false }],
+  ]);
 });

@@ -42,7 +42,7 @@ describe("math.ts agrees with octlm/positions/", () => {
       [
         "add_positions", "alibi_bias", "alibi_slopes", "cosine_similarity_matrix", "decay_bias", "fire_inputs", "fire_mlp", "gated_counts", "interpolated_bias",
         "llama4_temperature", "path_weights", "prope_frequencies", "rope_frequencies", "rope_rotate", "rotary_dims", "schemes", "sinusoidal_table",
-        "ssmax_factors", "stick_breaking_weights", "t5_bucket", "xpos_safe_length", "xpos_scales",
+        "ssmax_factors", "stick_breaking_weights", "t5_bucket", "task_examples", "xpos_safe_length", "xpos_scales",
       ].map((f) => `${f}.json`),
     );
   });
