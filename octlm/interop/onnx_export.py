@@ -22,6 +22,11 @@ longest length and then reads them exactly as the scheme does (a RoPE model's sc
 `--rope-scaling`). Dynamic NTK changes the frequencies with each text's length, which fixed tables cannot
 hold, so it is refused.
 
+PaTH solves a triangular system per 64-token chunk, and ONNX has neither the solve nor a loop whose count
+depends on the length: while the export traces it, `path_as_one_chunk` hands PaTH the whole text as one chunk
+and a solve made of matrix products (`householder.solve_unit_lower_by_doubling`), the same numbers to float32
+rounding.
+
 The exporter is torch's default one (`torch.onnx.export(dynamo=True)`: torch.export, then onnxscript): batch
 and length are declared dynamic with their ranges and checked symbolically, where the deprecated TorchScript
 exporter traces one example and silently freezes what depends on its shape. The folder holds model.onnx (one
@@ -51,7 +56,7 @@ from octlm.interop.export_folder import check_out, sibling, swap_in
 from octlm.interop.hf import prompt_tokenizer
 from octlm.model.attention_record import recording_attention
 from octlm.model.decoder import Decoder
-from octlm.positions import PositionScheme
+from octlm.positions import PositionScheme, householder
 from octlm.positions.absolute import SinusoidalPositions
 from octlm.positions.forgetting import ForgettingPositions, decay_bias
 from octlm.positions.formulas import add_positions
@@ -280,12 +285,32 @@ def _quiet_exporter() -> Iterator[None]:
             logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def path_as_one_chunk(max_length: int) -> Iterator[None]:
+    """PaTH's attention in a form a graph can hold, while the export traces it: every text of up to
+    `max_length` tokens as one chunk (a full pass has no earlier keys, so one chunk is the same sum as many;
+    the chunk loop's count would depend on the length), its triangular system solved by doubling
+    (`householder.solve_unit_lower_by_doubling`: matrix products only). The graph then costs
+    O(T³ log T) per head for T tokens where the chunked solve costs O(T² · 64); PyTorch's own pass, the
+    export's check included, is unchanged."""
+    steps = max(1, math.ceil(math.log2(max_length)))
+    saved = householder.CHUNK_TOKENS, householder.solve_unit_lower
+    householder.CHUNK_TOKENS = max(max_length, householder.CHUNK_TOKENS)
+    householder.solve_unit_lower = lambda system, rhs: householder.solve_unit_lower_by_doubling(
+        system, rhs, steps
+    )
+    try:
+        yield
+    finally:
+        householder.CHUNK_TOKENS, householder.solve_unit_lower = saved
+
+
 def write_onnx(model: Decoder, path: Path, max_length: int) -> None:
     """Write `model` (eval mode, CPU) to the single file `path` as a graph over ids `[B, T]`, T <= max_length."""
     probed = ProbedDecoder(model.eval(), max_length).eval()
     example = torch.arange(2 * min(max_length, 8)).reshape(2, -1) % model.config.vocab_size
     dims = {0: torch.export.Dim("batch", min=1), 1: torch.export.Dim("length", min=1, max=max_length)}
-    with _quiet_exporter(), torch.no_grad():
+    with _quiet_exporter(), torch.no_grad(), path_as_one_chunk(max_length):
         program = torch.onnx.export(
             probed, (example,), dynamo=True, dynamic_shapes={"ids": dims}, input_names=["ids"],
             output_names=output_names(model.config.n_layers), opset_version=OPSET, verbose=False,

@@ -54,6 +54,31 @@ def householder_factors(
     return w, beta
 
 
+def solve_unit_lower(system: Tensor, rhs: Tensor) -> Tensor:
+    """a `[..., c, n]` with `system` a = `rhs`, for a lower-triangular `system` `[..., c, c]` whose diagonal is
+    taken as ones (it is never read)."""
+    return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+
+
+def solve_unit_lower_by_doubling(system: Tensor, rhs: Tensor, steps: int) -> Tensor:
+    """`solve_unit_lower` with matrix products only, for graphs (ONNX has no triangular solve): exact once
+    2^steps >= c; the diagonal is not read either.
+
+    The inverse is built block by block: X starts as the inverse of the 1 x 1 diagonal blocks (I); a step that
+    joins blocks of size b into blocks of size 2b, [[A, 0], [C, D]], sets their lower-left block to -D⁻¹ C A⁻¹,
+    which is X ← X - X (system on those lower-left blocks) X. Unlike the Neumann product Π (I + (-N)^(2^k)),
+    no power of the system is formed, so float32 stays as close to the solve as forward substitution is.
+    """
+    index = torch.arange(system.shape[-1], device=system.device)
+    inverse = (index.unsqueeze(1) == index.unsqueeze(0)).to(system.dtype)  # the identity, on index's device
+    for step in range(steps):
+        size = 2**step
+        joined = index.unsqueeze(1) // (2 * size) == index.unsqueeze(0) // (2 * size)
+        lower_left = joined & (index.unsqueeze(1) // size > index.unsqueeze(0) // size)
+        inverse = inverse - inverse @ (system * lower_left) @ inverse
+    return inverse @ rhs
+
+
 def chunk_scores(q: Tensor, keys: Tensor, new_keys: Tensor, w: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     """Unscaled scores of c new queries over every key, and the keys transformed by the c new tokens.
 
@@ -73,7 +98,7 @@ def chunk_scores(q: Tensor, keys: Tensor, new_keys: Tensor, w: Tensor, beta: Ten
     lower = (w @ w.transpose(-1, -2)) * beta.unsqueeze(-1) * after_key[:, P:]  # strictly lower: t < s
     system = lower + torch.eye(c, dtype=w.dtype, device=w.device)
     rhs = (w @ both.transpose(-1, -2)) * beta.unsqueeze(-1) * after_key
-    a = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)  # [B, Hkv, c, P + c]
+    a = solve_unit_lower(system, rhs)  # [B, Hkv, c, P + c]
     reach = (q @ w.unsqueeze(2).transpose(-1, -2)) * ones[:, P:].tril()  # q_i · w_s for s <= i: [.., c, c]
     scores = q @ both.unsqueeze(2).transpose(-1, -2) - reach @ a.unsqueeze(2)
     return scores, both - a.transpose(-1, -2) @ w
@@ -107,8 +132,10 @@ def path_attention(
     grouped = q.to(dtype).view(B, Hkv, H // Hkv, Tq, D)  # query head h reads key head h // (H / Hkv)
     new_keys, values = k[:, :, Tk - Tq :].to(dtype), v.to(dtype).unsqueeze(2)
     outputs, rows = [], []
-    for start in range(0, Tq, CHUNK_TOKENS):
-        stop = min(start + CHUNK_TOKENS, Tq)
+    # Bounds written as comparisons a graph exporter can settle from a length's declared range (at most one
+    # chunk): `range` and `min` over a symbolic length would pin it to the example's
+    for start in range(0, Tq, CHUNK_TOKENS) if Tq > CHUNK_TOKENS else (0,):
+        stop = Tq if start + CHUNK_TOKENS >= Tq else start + CHUNK_TOKENS
         scores, keys = chunk_scores(grouped[:, :, :, start:stop], keys, new_keys[:, :, start:stop],
                                     w[:, :, start:stop], beta[:, :, start:stop])  # fmt: skip
         seen = keys.shape[2]  # every key up to the chunk's last query
@@ -143,8 +170,6 @@ class PathAttention(PositionScheme):
     name = "path"
     # Under autograd each chunk's scores, solutions and keys are kept for backward: T² memory when training.
     cost = "time T²(D + 64); memory linear in T at inference, T² in training; sequential over 64-token chunks"
-    onnx_refusal = ("its triangular solve (torch.linalg.solve_triangular) has no ONNX operator, and its loop over "
-                    "64-token chunks has no fixed shape")  # fmt: skip
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> PathAttention:

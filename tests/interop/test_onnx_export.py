@@ -39,7 +39,7 @@ from octlm.interop.onnx_export import (  # noqa: E402
     position_signal,
 )
 from octlm.model.decoder import Decoder  # noqa: E402
-from octlm.positions import SCHEMES, scheme_names  # noqa: E402
+from octlm.positions import SCHEMES, householder, scheme_names  # noqa: E402
 from octlm.positions.formulas import alibi_slopes, sinusoidal_table, t5_bucket  # noqa: E402
 from octlm.positions.rope_scaling import scaled_frequencies  # noqa: E402
 from octlm.storage.run import Run  # noqa: E402
@@ -59,6 +59,8 @@ FIRST_TOL = 1.5e-6
 # |difference| against the float64 NumPy references, same scaling: measured 7.2e-7 (CoPE), 1.5e-7 (FIRE),
 # 8.9e-8 (sinusoidal rows), 5.3e-8 (FoX), 0 (ALiBi, T5). SIGNAL_TOL leaves 2x over CoPE's.
 SIGNAL_TOL = 1.5e-6
+
+SOLVE = householder.solve_unit_lower  # PaTH's own triangular solve, before any export
 
 MAX_LENGTH = 48  # unbounded schemes: three times the training length, so lengths past it are checked too
 VARIANTS = {
@@ -86,15 +88,16 @@ VARIANTS = {
     "t5": {"t5_buckets": 8, "t5_max_distance": 20},  # so that the text reaches the logarithmic buckets
     "fox": {"n_kv_heads": 2},  # forget gates from the content; grouped KV heads
     "stick-breaking": {},  # weights that need not sum to 1, and none on the query's own key
+    "path": {
+        "n_kv_heads": 2
+    },  # keys turned by the tokens after them, solved by doubling in the graph; grouped
     "nope": {},
     "rope-ssmax": {"position": "rope", "attention_scaling": "ssmax"},  # queries times s log n
 }
-# The schemes `octlm export onnx` refuses in one line (the class says why: `onnx_refusal`).
-REFUSED = ("path",)
 # The schemes numpy_first_layer_attention re-derives: all of them (xPos, FIRE and CoPE through the references
 # of tests/references.py, which the scheme tests compare against). A new scheme must be added here and there.
 NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "fox",
-                 "stick-breaking", "nope")  # fmt: skip
+                 "path", "stick-breaking", "nope")  # fmt: skip
 # Where each scheme's position signal enters (model.json's "signal"), by hand from the papers: rows added,
 # q and k rotated, a term on the scores, an attention rule of its own, nothing.
 SIGNAL = {"learned": "embed", "sinusoidal": "embed", "rope": "rotate", "p-rope": "rotate", "xpos": "rotate",
@@ -159,21 +162,27 @@ def run_onnx(e: Exported, ids: torch.Tensor) -> list[np.ndarray]:
 
 
 def test_every_config_scheme_is_covered() -> None:
-    assert {extra.get("position", name) for name, extra in VARIANTS.items()} | set(REFUSED) == set(
-        scheme_names()
-    )
-    assert set(NUMPY_SCHEMES) | set(REFUSED) == set(scheme_names()), "extend numpy_first_layer_attention"
+    assert {extra.get("position", name) for name, extra in VARIANTS.items()} == set(scheme_names())
+    assert set(NUMPY_SCHEMES) == set(scheme_names()), "extend numpy_first_layer_attention"
 
 
-@pytest.mark.parametrize("scheme", REFUSED)
 def test_a_scheme_with_no_onnx_form_is_refused_in_one_line(
-    scheme: str, tokenizer: Tokenizer, tmp_path: Path
+    tokenizer: Tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position=scheme)
+    # every built-in scheme has a graph; a plugin scheme may say it has none, as PaTH's class once did
+    monkeypatch.setattr(SCHEMES["path"], "onnx_refusal", "its attention needs an operator ONNX lacks")
+    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position="path")
     make_run(tmp_path / "run", config, tokenizer)
-    with pytest.raises(UserError, match=rf"^{scheme} models are not exported to ONNX: .*solve_triangular"):
+    with pytest.raises(
+        UserError, match=r"^path models are not exported to ONNX: its attention needs an operator"
+    ):
         export_onnx(tmp_path / "run", tmp_path / "out")
     assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_path_is_chunked_again_after_its_export(exported: Exported) -> None:
+    # the export traces PaTH as one chunk solved by doubling; PyTorch's own passes must get their solve back
+    assert (householder.CHUNK_TOKENS, householder.solve_unit_lower) == (64, SOLVE)
 
 
 def test_logits_match_pytorch_at_every_length(exported: Exported, tokenizer: Tokenizer) -> None:
@@ -287,6 +296,26 @@ def numpy_bias(model: Decoder, q: np.ndarray, k: np.ndarray, h: np.ndarray) -> n
     return np.zeros((1, T, T))
 
 
+def numpy_path_scores(model: Decoder, q: np.ndarray, k: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """PaTH's q_iᵀ H_i ⋯ H_{j+1} k_j for j <= i (-inf after) `[B, H, T, T]`, token by token: when token i
+    arrives every earlier key is turned by H_i = I - β_i w_i w_iᵀ (w_i, β_i from layer 0's normed input h)."""
+    w = {name: value.detach().double().numpy() for name, value in model.positions.state_dict().items()}
+    B, H, T, D = q.shape
+    Hkv = k.shape[1]
+    directions = (h @ w["directions.0.weight"].T).reshape(B, T, Hkv, D)
+    directions /= np.linalg.norm(directions, axis=-1, keepdims=True)
+    beta = 2.0 / (1.0 + np.exp(-(h @ w["strengths.0.weight"].T + w["strengths.0.bias"])))  # [B, T, Hkv]
+    scores = np.full((B, H, T, T), -np.inf)
+    for b, g in np.ndindex(B, Hkv):
+        keys = k[b, g].copy()  # [T, D]
+        for i in range(T):
+            u = directions[b, i, g]
+            keys[:i] -= beta[b, i, g] * np.outer(keys[:i] @ u, u)  # H_i on every earlier key
+            for head in range(g * (H // Hkv), (g + 1) * (H // Hkv)):
+                scores[b, head, i, : i + 1] = keys[: i + 1] @ q[b, head, i]
+    return scores
+
+
 def numpy_stick_breaking(scores: np.ndarray) -> np.ndarray:
     """Stick-breaking weights A_ij = σ(z_ij) Π_{j<m<i} (1 - σ(z_im)) for j < i (0 elsewhere), as products."""
     beta, T = 1.0 / (1.0 + np.exp(-scores)), scores.shape[-1]
@@ -317,6 +346,10 @@ def numpy_first_layer_attention(model: Decoder, ids: np.ndarray) -> np.ndarray:
     if c.position == "xpos":
         q, k = numpy_xpos(q, model, key=False), numpy_xpos(k, model, key=True)
     bias = numpy_bias(model, q, k, h)
+    if c.position == "path":
+        scores = numpy_path_scores(model, q, k, h) / math.sqrt(D)
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
     k = np.repeat(k, H // Hkv, axis=1)  # query head h reads KV head h // (H / Hkv)
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(D)
     if c.attention_scaling == "ssmax":  # query i sees i + 1 keys: its scores times s_h log(i + 1)
