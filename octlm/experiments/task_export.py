@@ -37,7 +37,7 @@ FORMAT = "octlm-task-onnx"
 def load_task_model(path: Path) -> tuple[Decoder, dict[str, Any]]:
     """The model saved by scripts/site-task-models (`{"config", "state", ...}`, torch.save) in eval mode, and
     everything saved with it."""
-    saved = torch.load(path, map_location="cpu", weights_only=False)
+    saved = torch.load(path, map_location="cpu", weights_only=True)  # plain data: loading runs no code
     model = Decoder(ModelConfig(**saved["config"]))
     model.load_state_dict(saved["state"])
     return model.eval(), saved
