@@ -29,6 +29,7 @@ from references import np_cope_bias, np_fire, np_xpos  # noqa: E402
 from octlm.config import ModelConfig  # noqa: E402
 from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
+from octlm.inspect.probe import forward_with_hooks  # noqa: E402
 from octlm.interop.onnx_export import (  # noqa: E402
     FIRST_LAYER,
     INFO_FILE,
@@ -406,11 +407,8 @@ def pytorch_first_layer(model: Decoder, ids: torch.Tensor) -> dict[str, torch.Te
         model.blocks[0].register_forward_pre_hook(lambda m, a: keep("embedded", a[0])),
     ]
     try:
-        with torch.no_grad():
-            model(ids)
+        forward_with_hooks(model, ids, handles)
     finally:
-        for handle in handles:
-            handle.remove()
         for name in calls:
             scheme.__dict__.pop(name, None)
     (q, k, _), (q_rot, k_rot) = calls["rotate"][0]  # layer 0's is the first call
