@@ -354,6 +354,11 @@ class Passkey(Task):
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         return cls.example_at(rng, size, float(rng.random()))
 
+    @staticmethod
+    def needle(key: str) -> str:
+        """The sentence that hides `key` in the filler, its spaces included."""
+        return f" The pass key is {key}. "
+
     @classmethod
     def example_at(
         cls, rng: np.random.Generator, size: int, depth: float, text: str | None = None
@@ -365,5 +370,5 @@ class Passkey(Task):
         filler = text[start : start + size]
         key = "".join(str(int(d)) for d in rng.integers(0, 10, cls.KEY_DIGITS))
         cut = math.floor(depth * size + 0.5)
-        prompt = f"{filler[:cut]} The pass key is {key}. {filler[cut:]}"
+        prompt = filler[:cut] + cls.needle(key) + filler[cut:]
         return Example.of([*cls.ids(prompt), SEP], cls.ids(key))

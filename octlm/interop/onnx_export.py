@@ -334,6 +334,17 @@ def check_onnx(path: Path, model: Decoder, length: int) -> float:
 # What is exported
 
 
+def write_checked_onnx(model: Decoder, path: Path, max_length: int, check_length: int) -> float:
+    """`write_onnx`, then `check_onnx` at `check_length`: returns the max |logit difference|. Past
+    CHECK_TOLERANCE the graph is wrong (an exporter or runtime bug, not rounding): RuntimeError, and the caller
+    keeps no such file."""
+    write_onnx(model, path, max_length)
+    error = check_onnx(path, model, check_length)
+    if not error <= CHECK_TOLERANCE:
+        raise RuntimeError(f"the ONNX graph's logits differ from PyTorch's by {error:.3g}")
+    return error
+
+
 def need_exporter() -> None:
     """UserError naming the install command when a package of the `onnx` extra is missing."""
     missing = [
@@ -452,13 +463,10 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
     tmp.mkdir()
     try:
         with writing(out):
-            write_onnx(model, tmp / ONNX_FILE, length)
+            checked = min(length, 64)
+            error = write_checked_onnx(model, tmp / ONNX_FILE, length, checked)
             # The run's tokenizer with the post-processor that puts EOT first, as octlm's prompts have it.
             (tmp / TOKENIZER_FILE).write_text(prompt_tokenizer(tokenizer).to_str(), encoding="utf-8")
-            checked = min(length, 64)
-            error = check_onnx(tmp / ONNX_FILE, model, checked)
-            if not error <= CHECK_TOLERANCE:  # an exporter or runtime bug, not rounding: keep no such file
-                raise RuntimeError(f"the ONNX graph's logits differ from PyTorch's by {error:.3g}")
             info["checked"] = {"length": checked, "max_logit_difference": error}  # onnxruntime vs PyTorch
             info["files"] = {name: (tmp / name).stat().st_size for name in (ONNX_FILE, TOKENIZER_FILE)}
             (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
