@@ -172,8 +172,13 @@ def _named_stdout() -> io.TextIOWrapper | None:
     # Buffered as Python's own stdout was: by line on a terminal, by block into a file or a pipe, not at all
     # under `python -u` or PYTHONUNBUFFERED (where Python itself puts the text layer straight on the fd).
     layer = raw if old.write_through else io.BufferedWriter(raw)
-    return io.TextIOWrapper(layer, encoding=old.encoding, errors=old.errors, line_buffering=old.line_buffering,
-                            write_through=old.write_through)  # fmt: skip
+    return io.TextIOWrapper(
+        layer,
+        encoding=old.encoding,
+        errors=old.errors,
+        line_buffering=old.line_buffering,
+        write_through=old.write_through,
+    )
 
 
 def _silence_stdout() -> None:

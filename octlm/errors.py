@@ -36,12 +36,12 @@ OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.EFBIG: (
         "file too large for the file-size limit or the file system",
         "raise the limit (`ulimit -f unlimited`) or write to another file system",
-    ),  # fmt: skip
+    ),
     errno.EACCES: ("permission denied", "fix its permissions (`ls -ld`) or choose a path you can write to"),
     errno.EPERM: (
         "operation not permitted (an immutable or append-only attribute, or a protected path)",
         "check it with `lsattr -d` and remove the attribute, or choose another path",
-    ),  # fmt: skip
+    ),
     errno.EROFS: ("the file system is read-only", "choose a path on a writable file system"),
     errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose a path through folders only"),
     errno.EISDIR: ("it is a folder, not a file", "give the path of a file"),
@@ -174,7 +174,9 @@ def check_output(path: str | Path, flag: str, *, folder: bool) -> Path:
     path = Path(path)
     shown = f"{flag} {str(path)!r}"
     if path.is_symlink() and not path.exists():
-        raise UserError(f"{shown} is a broken symbolic link (to {os.readlink(path)!r}); remove it or choose another path")  # fmt: skip
+        raise UserError(
+            f"{shown} is a broken symbolic link (to {os.readlink(path)!r}); remove it or choose another path"
+        )
     if path.exists():
         if folder and not path.is_dir():
             raise UserError(f"{shown} is a file, not a folder; choose another path")
@@ -185,7 +187,9 @@ def check_output(path: str | Path, flag: str, *, folder: bool) -> Path:
     parent = path.parent
     while not parent.exists():
         if parent.is_symlink():
-            raise UserError(f"{shown}: {str(parent)!r} is a broken symbolic link; fix it or choose another path")  # fmt: skip
+            raise UserError(
+                f"{shown}: {str(parent)!r} is a broken symbolic link; fix it or choose another path"
+            )
         parent = parent.parent
     if not parent.is_dir():
         raise UserError(f"{shown}: {str(parent)!r} is a file, not a folder; choose another path")

@@ -256,9 +256,11 @@ class CpuShare:
         return self.threads < self.cores
 
     def note(self, what: str) -> str:
-        return (f"note: the machine is busy (other processes keep {self.busy:.1f} of {self.cores} cores busy), "
-                f"so {what} uses {self.threads} thread{'s' * (self.threads > 1)}: more threads than idle cores "
-                "wait on each other; --threads N to choose")  # fmt: skip
+        return (
+            f"note: the machine is busy (other processes keep {self.busy:.1f} of {self.cores} cores busy), "
+            f"so {what} uses {self.threads} thread{'s' * (self.threads > 1)}: more threads than idle cores "
+            "wait on each other; --threads N to choose"
+        )
 
 
 def _cpu_times(stat: Path, cpus: set[int]) -> tuple[int, int] | None:

@@ -16,8 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="report folder (default: reports/compare-<run>-<run>...)"
     )
-    parser.add_argument("--windows", type=int_in_range(1, 10_000), default=DEFAULT_WINDOWS, metavar="N",
-                        help=f"validation windows for the attention numbers (default {DEFAULT_WINDOWS})")  # fmt: skip
+    parser.add_argument(
+        "--windows",
+        type=int_in_range(1, 10_000),
+        default=DEFAULT_WINDOWS,
+        metavar="N",
+        help=f"validation windows for the attention numbers (default {DEFAULT_WINDOWS})",
+    )
     options.add_threads(parser)
 
 

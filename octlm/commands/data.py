@@ -24,10 +24,14 @@ def run(args: argparse.Namespace) -> int:
     documents, corpus_mb = data.manifest["documents"], data.manifest["bytes"] / 1e6
     print(f"corpus           {documents:,} documents, {corpus_mb:.2f} MB")
     print(f"tokenizer        {data.tokenizer.vocab_size:,} entries, sha256 {data.tokenizer_sha256[:12]}")
-    print(f"train tokens     {len(data.train):,} ({data.train_documents:,} documents, "
-          f"{data.train_bytes_per_token:.3f} bytes/token)")  # fmt: skip
-    print(f"val tokens       {len(data.val):,} ({data.val_documents:,} documents, "
-          f"{data.val_bytes_per_token:.3f} bytes/token)")  # fmt: skip
+    print(
+        f"train tokens     {len(data.train):,} ({data.train_documents:,} documents, "
+        f"{data.train_bytes_per_token:.3f} bytes/token)"
+    )
+    print(
+        f"val tokens       {len(data.val):,} ({data.val_documents:,} documents, "
+        f"{data.val_bytes_per_token:.3f} bytes/token)"
+    )
     if data.encode_mb_per_s is not None:
         print(f"encode           {data.encode_mb_per_s:.2f} MB/s")
     else:

@@ -44,24 +44,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         key for key in config_fields() if key not in SET_PER_CELL and key not in ROPE_SCALING_FIELDS
     )
     add_config_arguments(parser, fields, refused=SET_PER_CELL, no_flag=("train.out_dir",))
-    options.add_deprecated(parser, "--out-dir", "cfg__train__out_dir",
-                           "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",
-                           metavar="DIR")  # fmt: skip
+    options.add_deprecated(
+        parser,
+        "--out-dir",
+        "cfg__train__out_dir",
+        "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",
+        metavar="DIR",
+    )
     parser.add_argument("--train-length", type=int, default=None, help="training context length (default 64)")
-    parser.add_argument("--eval-lengths", type=int, nargs="+", default=None, metavar="L",
-                        help="evaluation lengths (default 64 128 256 512 1024)")  # fmt: skip
+    parser.add_argument(
+        "--eval-lengths",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="L",
+        help="evaluation lengths (default 64 128 256 512 1024)",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
-    parser.add_argument("--schemes", nargs="+", default=None, metavar="SCHEME",
-                        help=f"position schemes, each alone or as SCHEME+ssmax (queries scaled by s log n) "
-                             f"(default: {' '.join(length.default_rows())})")  # fmt: skip
-    parser.add_argument("--eval-windows", type=int, default=None,
-                        help="scored tokens = this × the longest evaluation length (default 16)")  # fmt: skip
-    parser.add_argument("--rope-factor", type=float, default=None,
-                        help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)")  # fmt: skip
-    parser.add_argument("--quick", action="store_true",
-                        help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute")  # fmt: skip
-    parser.add_argument("--long", action="store_true",
-                        help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)")  # fmt: skip
+    parser.add_argument(
+        "--schemes",
+        nargs="+",
+        default=None,
+        metavar="SCHEME",
+        help=f"position schemes, each alone or as SCHEME+ssmax (queries scaled by s log n) "
+        f"(default: {' '.join(length.default_rows())})",
+    )
+    parser.add_argument(
+        "--eval-windows",
+        type=int,
+        default=None,
+        help="scored tokens = this × the longest evaluation length (default 16)",
+    )
+    parser.add_argument(
+        "--rope-factor",
+        type=float,
+        default=None,
+        help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)",
+    )
     parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
     experiment.add_grid_arguments(
         parser,
@@ -79,10 +108,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     keys = ("train_length", "eval_lengths", "seeds", "eval_windows")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
-    return Settings(train_length=chosen["train_length"], eval_lengths=sorted(set(chosen["eval_lengths"])),
-                    seeds=chosen["seeds"], schemes=args.schemes or length.default_rows(),
-                    eval_windows=chosen["eval_windows"], rope_factor=args.rope_factor, retrain=args.retrain,
-                    jobs=args.jobs, threads=args.threads)  # fmt: skip
+    return Settings(
+        train_length=chosen["train_length"],
+        eval_lengths=sorted(set(chosen["eval_lengths"])),
+        seeds=chosen["seeds"],
+        schemes=args.schemes or length.default_rows(),
+        eval_windows=chosen["eval_windows"],
+        rope_factor=args.rope_factor,
+        retrain=args.retrain,
+        jobs=args.jobs,
+        threads=args.threads,
+    )
 
 
 def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any]) -> str:
@@ -94,9 +130,16 @@ def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[s
         parts.append("--long")  # what it sets is spelled out below; this names the mode
     if args.config:
         parts += ["--config", args.config]
-    parts += ["--train-length", str(settings.train_length),
-              "--eval-lengths", *map(str, settings.eval_lengths),
-              "--seeds", str(settings.seeds), "--eval-windows", str(settings.eval_windows)]  # fmt: skip
+    parts += [
+        "--train-length",
+        str(settings.train_length),
+        "--eval-lengths",
+        *map(str, settings.eval_lengths),
+        "--seeds",
+        str(settings.seeds),
+        "--eval-windows",
+        str(settings.eval_windows),
+    ]
     if settings.schemes != length.default_rows():
         parts += ["--schemes", *settings.schemes]
     if settings.rope_factor is not None:

@@ -31,8 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", type=_device_name, default="auto", help=DEVICES + " (default auto)")
     parser.add_argument("--no-cache", action="store_true", help="re-run the whole sequence for every token")
     parser.add_argument("--keep-going", action="store_true", help="do not stop at the end-of-text token")
-    parser.add_argument("--num-samples", type=int_in_range(*NUM_SAMPLES_RANGE), default=1,
-                        help="continuations decoded together as one batch, printed when done (default 1: stream)")  # fmt: skip
+    parser.add_argument(
+        "--num-samples",
+        type=int_in_range(*NUM_SAMPLES_RANGE),
+        default=1,
+        help="continuations decoded together as one batch, printed when done (default 1: stream)",
+    )
     # One token at a time is a chain of tiny matmuls: a second thread only adds synchronisation (on a busy
     # 2-core machine two threads measured 15x slower), so one is the default.
     add_threads(parser, default=1)
@@ -75,8 +79,16 @@ def _run(args: argparse.Namespace) -> int:
             model, tokenizer, args.prompt, args.max_new_tokens, sampling, sys.stdout, **options
         )
     else:
-        count = print_samples(model, tokenizer, args.prompt, args.num_samples, args.max_new_tokens, sampling,
-                              sys.stdout, **options)  # fmt: skip
+        count = print_samples(
+            model,
+            tokenizer,
+            args.prompt,
+            args.num_samples,
+            args.max_new_tokens,
+            sampling,
+            sys.stdout,
+            **options,
+        )
     seconds = time.perf_counter() - start
     sys.stdout.flush()
     for line in dict.fromkeys(notices):  # each once, in order

@@ -16,22 +16,43 @@ from octlm.storage.run import Run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", nargs="?", metavar="RUN",
-                        help="a run folder made by `octlm train`, e.g. runs/day1-learned")  # fmt: skip
-    parser.add_argument("--hf", metavar="NAME_OR_PATH",
-                        help="instead of RUN: a pretrained GPT-2, Llama or GPT-NeoX model of Hugging Face "
-                        "transformers, a local folder or a Hub name (e.g. gpt2); safetensors weights only")  # fmt: skip
-    parser.add_argument("--tokens", nargs="+", metavar="TEXT",
-                        help="tokens to inspect, by text (each must be one token), e.g. --tokens ' def' ' self'; "
-                        "in bash, $'\\n    ' gives a newline")  # fmt: skip
+    parser.add_argument(
+        "run", nargs="?", metavar="RUN", help="a run folder made by `octlm train`, e.g. runs/day1-learned"
+    )
+    parser.add_argument(
+        "--hf",
+        metavar="NAME_OR_PATH",
+        help="instead of RUN: a pretrained GPT-2, Llama or GPT-NeoX model of Hugging Face "
+        "transformers, a local folder or a Hub name (e.g. gpt2); safetensors weights only",
+    )
+    parser.add_argument(
+        "--tokens",
+        nargs="+",
+        metavar="TEXT",
+        help="tokens to inspect, by text (each must be one token), e.g. --tokens ' def' ' self'; "
+        "in bash, $'\\n    ' gives a newline",
+    )
     parser.add_argument("--ids", nargs="+", type=int, metavar="ID", help="tokens to inspect, by id")
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                        help=f"neighbours listed per token and position (default {DEFAULT_TOP})")  # fmt: skip
-    parser.add_argument("--frequent", type=int, default=DEFAULT_FREQUENT, metavar="N",
-                        help=f"without --tokens/--ids: token 0 and the N most frequent (default {DEFAULT_FREQUENT})")  # fmt: skip
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"neighbours listed per token and position (default {DEFAULT_TOP})",
+    )
+    parser.add_argument(
+        "--frequent",
+        type=int,
+        default=DEFAULT_FREQUENT,
+        metavar="N",
+        help=f"without --tokens/--ids: token 0 and the N most frequent (default {DEFAULT_FREQUENT})",
+    )
     parser.add_argument("--out", help="report folder (default: RUN/report; with --hf: reports/NAME)")
-    parser.add_argument("--export-web", metavar="PATH",
-                        help="also copy embeddings.json here, e.g. web/public/data/embeddings.json")  # fmt: skip
+    parser.add_argument(
+        "--export-web",
+        metavar="PATH",
+        help="also copy embeddings.json here, e.g. web/public/data/embeddings.json",
+    )
     parser.add_argument("--no-probe", action="store_true", help="skip the position probe (octlm probe)")
     options.add_threads(parser)
 

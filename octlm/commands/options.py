@@ -32,8 +32,13 @@ def add_threads(
 ) -> None:
     """`--threads N` (1 to 4096); default None: octlm's default, as `runtime.torch_threads(None)` decides."""
     said = "chosen by octlm for this machine" if default is None else str(default)
-    parser.add_argument("--threads", type=int_in_range(*THREADS_RANGE), default=default, metavar="N",
-                        help=f"{what} (default: {said})")  # fmt: skip
+    parser.add_argument(
+        "--threads",
+        type=int_in_range(*THREADS_RANGE),
+        default=default,
+        metavar="N",
+        help=f"{what} (default: {said})",
+    )
 
 
 @contextlib.contextmanager
@@ -56,8 +61,13 @@ class _Deprecated(argparse.Action):
         super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
         self.fix = fix
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         note(namespace, parser.prog, f"{option_string} is deprecated; {self.fix}")
 

@@ -13,15 +13,28 @@ from octlm.experiments.score import DEFAULT_WINDOWS, MAX_WINDOWS, score_lines, s
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="a run folder made by `octlm train`, e.g. runs/day1-alibi")
-    parser.add_argument("--lengths", nargs="+", required=True, type=int_in_range(2, MAX_LENGTH), metavar="L",
-                        help="window lengths in tokens, e.g. --lengths 64 128 256")  # fmt: skip
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        required=True,
+        type=int_in_range(2, MAX_LENGTH),
+        metavar="L",
+        help="window lengths in tokens, e.g. --lengths 64 128 256",
+    )
     parser.add_argument(
         "--text", metavar="FILE", help="score this UTF-8 text (default: the run's validation stream)"
     )
-    parser.add_argument("--windows", type=int_in_range(1, MAX_WINDOWS), metavar="N",
-                        help=f"score N x max(lengths) tokens (default {DEFAULT_WINDOWS}, or as many as the text holds)")  # fmt: skip
-    parser.add_argument("--sliding", action="store_true",
-                        help="also score sliding windows (stride L/2, every token sees >= L/2 of context; twice the work)")  # fmt: skip
+    parser.add_argument(
+        "--windows",
+        type=int_in_range(1, MAX_WINDOWS),
+        metavar="N",
+        help=f"score N x max(lengths) tokens (default {DEFAULT_WINDOWS}, or as many as the text holds)",
+    )
+    parser.add_argument(
+        "--sliding",
+        action="store_true",
+        help="also score sliding windows (stride L/2, every token sees >= L/2 of context; twice the work)",
+    )
     parser.add_argument("--out", metavar="FILE.json", help="also write the numbers as JSON here")
     options.add_threads(parser)
 

@@ -36,12 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its config is reused, and only bookkeeping such as --steps may change",
     )
     parser.add_argument("--name", default=None, help="run name: the run lives in runs/<name>/ (see --out)")
-    parser.add_argument("--out", metavar="RUN_DIR", default=None,
-                        help="the run folder to write, e.g. runs/my-run (default: runs/<name>, or "
-                        "runs/<config>-<position> without --name)")  # fmt: skip
+    parser.add_argument(
+        "--out",
+        metavar="RUN_DIR",
+        default=None,
+        help="the run folder to write, e.g. runs/my-run (default: runs/<name>, or "
+        "runs/<config>-<position> without --name)",
+    )
     options.add_deprecated(parser, "--run-name", "name", "give the run name with --name NAME", metavar="NAME")
-    options.add_deprecated(parser, "--out-dir", "cfg__train__out_dir",
-                           "give the run folder: octlm train --out DIR/NAME", metavar="DIR")  # fmt: skip
+    options.add_deprecated(
+        parser,
+        "--out-dir",
+        "cfg__train__out_dir",
+        "give the run folder: octlm train --out DIR/NAME",
+        metavar="DIR",
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="start again in a run folder that holds a run"
     )

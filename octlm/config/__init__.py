@@ -18,5 +18,16 @@ from octlm.config.load import (
 )
 from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
 
-__all__ = ["Config", "DataConfig", "ModelConfig", "TrainConfig", "add_config_arguments", "builtin_config_names",
-           "config_fields", "config_from_args", "config_from_dict", "load_config", "overrides_from_args"]  # fmt: skip
+__all__ = [
+    "Config",
+    "DataConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "add_config_arguments",
+    "builtin_config_names",
+    "config_fields",
+    "config_from_args",
+    "config_from_dict",
+    "load_config",
+    "overrides_from_args",
+]

@@ -126,8 +126,12 @@ def config_fields(*wanted: str) -> tuple[str, ...]:
     return tuple(chosen)
 
 
-def add_config_arguments(parser: Any, fields: tuple[str, ...] | None = None, refused: dict[str, str] | None = None,
-                         no_flag: tuple[str, ...] = ()) -> None:  # fmt: skip
+def add_config_arguments(
+    parser: Any,
+    fields: tuple[str, ...] | None = None,
+    refused: dict[str, str] | None = None,
+    no_flag: tuple[str, ...] = (),
+) -> None:
     """Add `--config`, `--set` and one `--<field>` flag per config field in `fields` (`config_fields`; default:
     every one), e.g. `--position rope`, `--steps 200`. A command lists only the fields it reads, so its --help
     shows no flag it would ignore, and `--set` refuses the others (`overrides_from_args`).
@@ -142,8 +146,13 @@ def add_config_arguments(parser: Any, fields: tuple[str, ...] | None = None, ref
     refused = refused or {}
     example = "train.lr=1e-3" if "train.lr" in fields else f"{fields[0]}=VALUE"
     parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help=f"override a config field this command reads, e.g. --set {example}")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help=f"override a config field this command reads, e.g. --set {example}",
+    )
     parser.set_defaults(config_fields=fields, config_refused=refused)
     seen: dict[str, str] = {}
     for section, cls in SECTIONS.items():
@@ -155,9 +164,15 @@ def add_config_arguments(parser: Any, fields: tuple[str, ...] | None = None, ref
             kind = field_types(SECTIONS[section])[name]
             # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
             nargs = "+" if is_list(kind) else "?" if kind is bool else None
-            parser.add_argument("--" + name.replace("_", "-"), dest=f"cfg__{section}__{name}", default=None,
-                                nargs=nargs, const="true" if kind is bool else None, metavar=name.upper(),
-                                help=argparse.SUPPRESS if key in refused else _field_help(key))  # fmt: skip
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                dest=f"cfg__{section}__{name}",
+                default=None,
+                nargs=nargs,
+                const="true" if kind is bool else None,
+                metavar=name.upper(),
+                help=argparse.SUPPRESS if key in refused else _field_help(key),
+            )
 
 
 def _field_help(key: str) -> str:

@@ -29,8 +29,13 @@ ATTENTION_SCALINGS = ("none", "ssmax", "llama4")
 # length, so it is an inference-time option only (`octlm experiment length`).
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
 # (section, field, default) of fields added after runs were first hashed (see Config.hash).
-LATER_FIELDS = (("train", "dtype", "auto"), ("train", "init_from", ""), ("model", "rope_scaling", "none"),
-                ("model", "rope_factor", 1.0), ("model", "rope_original_length", 0))  # fmt: skip
+LATER_FIELDS = (
+    ("train", "dtype", "auto"),
+    ("train", "init_from", ""),
+    ("model", "rope_scaling", "none"),
+    ("model", "rope_factor", 1.0),
+    ("model", "rope_original_length", 0),
+)
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
 # train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
@@ -140,20 +145,26 @@ class ModelConfig:
         if self.rope_scaling == "none" or self.rope_scaling not in ROPE_SCALINGS:
             return []
         if self.position != "rope":
-            return [f"model.rope_scaling = {self.rope_scaling!r} rescales RoPE's frequencies, and model.position "
-                    f"= {self.position!r} has none; use model.position = 'rope' or model.rope_scaling = 'none'"]  # fmt: skip
+            return [
+                f"model.rope_scaling = {self.rope_scaling!r} rescales RoPE's frequencies, and model.position "
+                f"= {self.position!r} has none; use model.position = 'rope' or model.rope_scaling = 'none'"
+            ]
         if self.rope_original_length < 1:
-            return [f"model.rope_scaling = {self.rope_scaling!r} needs model.rope_original_length, the length "
-                    "the model was first trained at (e.g. 64)"]  # fmt: skip
+            return [
+                f"model.rope_scaling = {self.rope_scaling!r} needs model.rope_original_length, the length "
+                "the model was first trained at (e.g. 64)"
+            ]
         return []
 
     def _scaling_problems(self) -> list[str]:
         """Llama 4's temperature acts only in layers with no position signal: a model without one would
         silently train as if the option were off."""
         if self.attention_scaling == "llama4" and self.position != "nope" and not self.nope_layers:
-            return [f"model.attention_scaling = 'llama4' scales the layers with no position signal, and "
-                    f"model.position = {self.position!r} with no model.nope_layers has none; list layers in "
-                    "model.nope_layers, use model.position = 'nope', or use 'ssmax' (every layer)"]  # fmt: skip
+            return [
+                f"model.attention_scaling = 'llama4' scales the layers with no position signal, and "
+                f"model.position = {self.position!r} with no model.nope_layers has none; list layers in "
+                "model.nope_layers, use model.position = 'nope', or use 'ssmax' (every layer)"
+            ]
         return []
 
     def _nope_layer_problems(self) -> list[str]:
@@ -168,8 +179,10 @@ class ModelConfig:
             return [f"model.nope_layers = {self.nope_layers} names a layer twice"]
         scheme = SCHEMES.get(self.position)
         if self.nope_layers and scheme is not None and "embed" in scheme.hooks():
-            return [f"model.nope_layers needs a scheme that acts inside attention, and model.position = "
-                    f"{self.position!r} adds its vectors once, before every layer; use rope, alibi, t5 or another"]  # fmt: skip
+            return [
+                f"model.nope_layers needs a scheme that acts inside attention, and model.position = "
+                f"{self.position!r} adds its vectors once, before every layer; use rope, alibi, t5 or another"
+            ]
         return []
 
 
@@ -266,8 +279,11 @@ class Config:
         return self.model.problems() + self.data.problems() + self.train.problems()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": dataclasses.asdict(self.model), "data": dataclasses.asdict(self.data),
-                "train": dataclasses.asdict(self.train)}  # fmt: skip
+        return {
+            "model": dataclasses.asdict(self.model),
+            "data": dataclasses.asdict(self.data),
+            "train": dataclasses.asdict(self.train),
+        }
 
     def flat(self) -> dict[str, Any]:
         """Every field as `section.field` -> value."""

@@ -260,8 +260,10 @@ def _encode_corpus(
     interactive = progress and sys.stderr.isatty()
     start = time.perf_counter()
     with tqdm(total=total, unit="B", unit_scale=True, desc="encode", disable=not interactive) as bar:
-        counts = {name: _encode_split(tokenizer, split_docs, folder / f"{name}.bin", dtype, bar)
-                  for name, split_docs in (("train", corpus.train), ("val", corpus.val))}  # fmt: skip
+        counts = {
+            name: _encode_split(tokenizer, split_docs, folder / f"{name}.bin", dtype, bar)
+            for name, split_docs in (("train", corpus.train), ("val", corpus.val))
+        }
     seconds = time.perf_counter() - start
     mb_per_s = total / 1e6 / max(seconds, 1e-9)
     n_tokens = sum(counts.values())
@@ -392,9 +394,14 @@ def check_streams(
     count = "" if exact else "at most "
     for name, tokens, docs, size, fix in (
         ("training", train_tokens, corpus.train, corpus.train_bytes, "add text"),
-        ("validation", val_tokens, corpus.val, corpus.val_bytes,
-         f"add text, raise --val-fraction (now {corpus.val_fraction:g})"),
-    ):  # fmt: skip
+        (
+            "validation",
+            val_tokens,
+            corpus.val,
+            corpus.val_bytes,
+            f"add text, raise --val-fraction (now {corpus.val_fraction:g})",
+        ),
+    ):
         if tokens < block + 1:
             raise UserError(
                 f"the {name} stream has {count}{tokens:,} tokens ({len(docs):,} document"

@@ -62,8 +62,13 @@ def total_bytes(docs: Sequence[Document]) -> int:
 
 
 def _manifest(source: str, documents: int, size: int, sha: str) -> dict[str, Any]:
-    return {"python": platform.python_version(), "source": source, "documents": documents, "bytes": size,
-            "sha256": sha}  # fmt: skip
+    return {
+        "python": platform.python_version(),
+        "source": source,
+        "documents": documents,
+        "bytes": size,
+        "sha256": sha,
+    }
 
 
 def manifest(docs: Sequence[Document], source: str) -> dict[str, Any]:

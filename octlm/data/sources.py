@@ -142,9 +142,11 @@ class ProseSource(Source):
         skipped: list[str] = []
         docs = prose_documents(skipped)
         modules = sum(d.name.startswith("docstrings/") for d in docs)
-        return (f"prose of Python {platform.python_version()} at {stdlib_root()}: docstrings of "
-                f"{MIN_DOCSTRING_CHARS}+ characters from {modules} modules, {len(docs) - modules} pydoc topics "
-                f"({len(skipped)} file{'s' * (len(skipped) != 1)} skipped: not UTF-8 or not parsable)")  # fmt: skip
+        return (
+            f"prose of Python {platform.python_version()} at {stdlib_root()}: docstrings of "
+            f"{MIN_DOCSTRING_CHARS}+ characters from {modules} modules, {len(docs) - modules} pydoc topics "
+            f"({len(skipped)} file{'s' * (len(skipped) != 1)} skipped: not UTF-8 or not parsable)"
+        )
 
     @classmethod
     def documents(cls, config: DataConfig) -> list[Document]:
@@ -273,8 +275,12 @@ def _decode_file(path: Path) -> str:
         ) from None
 
 
-SPECIAL_FILES = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFSOCK: "a socket",
-                 stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}  # fmt: skip
+SPECIAL_FILES = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 def _not_regular(path: Path, mode: int) -> UserError:
@@ -341,8 +347,10 @@ def _walk_files(folder: Path) -> list[Path]:
     """Every non-hidden file under `folder`, recursively, in sorted order (each checked by `_text_file`)."""
 
     def unreadable(error: OSError) -> None:
-        raise UserError(f"could not read folder {str(error.filename)!r}: {error.strerror or error}; check its "
-                        "permissions (ls -ld) or leave it out of --text")  # fmt: skip
+        raise UserError(
+            f"could not read folder {str(error.filename)!r}: {error.strerror or error}; check its "
+            "permissions (ls -ld) or leave it out of --text"
+        )
 
     found: list[Path] = []
     for parent, dirs, files in os.walk(folder, onerror=unreadable):
@@ -395,8 +403,10 @@ class HubSource(Source):
 
     @classmethod
     def describe(cls, config: DataConfig) -> str:
-        return (f"hub: {config.hub_dataset} split={config.hub_split} field={config.hub_text_field} "
-                f"max={config.hub_max_documents}")  # fmt: skip
+        return (
+            f"hub: {config.hub_dataset} split={config.hub_split} field={config.hub_text_field} "
+            f"max={config.hub_max_documents}"
+        )
 
     @classmethod
     def documents(cls, config: DataConfig) -> list[Document]:
@@ -428,8 +438,10 @@ def hub_documents(name: str, split: str, text_field: str, max_documents: int) ->
     else:
         args = {"path": name, "split": split}
         if not local.exists() and is_hub_id(name):  # streamed from the Hub: refused at once if it is gone
-            require_hub(f"data set {name!r} is streamed from the Hugging Face Hub",
-                        "set data.hub_dataset to a local file or folder of the data")  # fmt: skip
+            require_hub(
+                f"data set {name!r} is streamed from the Hugging Face Hub",
+                "set data.hub_dataset to a local file or folder of the data",
+            )
     try:
         with quiet_hub():
             rows = datasets.load_dataset(**args, streaming=True)

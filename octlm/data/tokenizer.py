@@ -122,8 +122,10 @@ class Tokenizer:
                 f"could not read tokenizer file {str(path)!r}: {error.strerror or error}"
             ) from None
         except UnicodeDecodeError as error:
-            raise UserError(f"tokenizer file {str(path)!r} is not UTF-8 ({error.reason}); delete it and run "
-                            "`octlm tokenizer`") from None  # fmt: skip
+            raise UserError(
+                f"tokenizer file {str(path)!r} is not UTF-8 ({error.reason}); delete it and run "
+                "`octlm tokenizer`"
+            ) from None
         try:
             hf = HFTokenizer.from_str(text)
         except Exception as error:  # tokenizers raises a bare Exception for bad JSON

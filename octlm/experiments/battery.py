@@ -37,11 +37,20 @@ from octlm.positions import SCHEMES, table_order
 from octlm.runtime import in_processes, torch_threads
 from octlm.training.optimizer import lr_at, make_optimizer, set_lr
 
-AXES = cells.Axes(("task", "scheme", "seed"), "octlm experiment tasks", {
-    "tasks": "--tasks", "schemes": "--schemes", "seeds": "seeds (--seed, --seeds)", "steps": "--steps",
-    "batch_size": "--batch-size", "examples": "--examples", "model": "the model's shape",
-    "factors": "test sizes (--factors)",
-})  # fmt: skip
+AXES = cells.Axes(
+    ("task", "scheme", "seed"),
+    "octlm experiment tasks",
+    {
+        "tasks": "--tasks",
+        "schemes": "--schemes",
+        "seeds": "seeds (--seed, --seeds)",
+        "steps": "--steps",
+        "batch_size": "--batch-size",
+        "examples": "--examples",
+        "model": "the model's shape",
+        "factors": "test sizes (--factors)",
+    },
+)
 MAX_NOPE_LAYERS = 64
 
 
@@ -68,8 +77,14 @@ def default_rows() -> list[str]:
     """Every registered scheme, then RoPE with its first layer NoPE, then randomized positions for a learned
     table and RoPE (two of the schemes Ruoss et al. test), then scalable softmax on RoPE and NoPE (add more
     rows with --schemes)."""
-    return [*table_order(list(SCHEMES)), "rope+nope0", "learned+random", "rope+random", "rope+ssmax",
-            "nope+ssmax"]  # fmt: skip
+    return [
+        *table_order(list(SCHEMES)),
+        "rope+nope0",
+        "learned+random",
+        "rope+random",
+        "rope+ssmax",
+        "nope+ssmax",
+    ]
 
 
 @dataclass(frozen=True)
@@ -106,8 +121,10 @@ class Row:
             and scheme in SCHEMES
             and not set(SCHEMES[scheme].hooks()) - {"contextual_bias", "attend"}
         ):
-            problems.append(f"row {spec!r}: {scheme} reads no position ids (only their order), so randomizing "
-                            "them changes nothing; drop +random")  # fmt: skip
+            problems.append(
+                f"row {spec!r}: {scheme} reads no position ids (only their order), so randomizing "
+                "them changes nothing; drop +random"
+            )
         if problems:
             raise UserError("; ".join(problems))
         return cls(spec, scheme, "random" in extras, tuple(sorted(set(layers))), "ssmax" in extras)
@@ -191,9 +208,14 @@ class Cell:
     def model_config(self) -> ModelConfig:
         rows = self.position_range if self.row.randomized else self.train_tokens
         scaling = "ssmax" if self.row.ssmax else "none"
-        return ModelConfig(vocab_size=len(self.task.vocabulary()), context_length=rows, position=self.row.scheme,
-                           nope_layers=list(self.row.nope_layers), attention_scaling=scaling,
-                           **self.settings.model)  # fmt: skip
+        return ModelConfig(
+            vocab_size=len(self.task.vocabulary()),
+            context_length=rows,
+            position=self.row.scheme,
+            nope_layers=list(self.row.nope_layers),
+            attention_scaling=scaling,
+            **self.settings.model,
+        )
 
 
 def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
@@ -201,8 +223,14 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
     config, s = cell.model_config(), cell.settings
     torch.manual_seed(cell.seed)
     model = Decoder(config)
-    train = TrainConfig(steps=s.steps, batch_size=s.batch_size, lr=s.lr, min_lr=s.lr / 10,
-                        warmup_steps=max(1, s.steps // 20), seed=cell.seed)  # fmt: skip
+    train = TrainConfig(
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        min_lr=s.lr / 10,
+        warmup_steps=max(1, s.steps // 20),
+        seed=cell.seed,
+    )
     optimizer = make_optimizer(model, train)
     rng = np.random.default_rng([cell.seed, 0])  # training examples; scoring draws from [seed, 1]
     generator = torch.Generator().manual_seed(cell.seed)
@@ -219,8 +247,12 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
         losses.append(train_step(model, optimizer, batch, positions))
     model.eval()
     tail = losses[-max(1, len(losses) // 10) :]
-    return model, {"train_seconds": time.perf_counter() - started, "first_loss": losses[0],
-                   "final_loss": sum(tail) / len(tail), "parameters": model.num_parameters()}  # fmt: skip
+    return model, {
+        "train_seconds": time.perf_counter() - started,
+        "first_loss": losses[0],
+        "final_loss": sum(tail) / len(tail),
+        "parameters": model.num_parameters(),
+    }
 
 
 def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor, Tensor]:
@@ -229,13 +261,19 @@ def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor
     sizes = rng.integers(lo, hi + 1, cell.settings.batch_size)
     examples = [cell.task.example(rng, int(n)) for n in sizes]
     if (longest := max(len(e.tokens) for e in examples)) > cell.train_tokens:
-        raise ValueError(f"task {cell.task.name} drew an example of {longest} tokens, past its max_tokens "
-                         f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example")  # fmt: skip
+        raise ValueError(
+            f"task {cell.task.name} drew an example of {longest} tokens, past its max_tokens "
+            f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example"
+        )
     return batch_of(examples)
 
 
-def train_step(model: Decoder, optimizer: torch.optim.Optimizer, batch: tuple[Tensor, Tensor, Tensor],
-               positions: Tensor | None) -> float:  # fmt: skip
+def train_step(
+    model: Decoder,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[Tensor, Tensor, Tensor],
+    positions: Tensor | None,
+) -> float:
     """One optimizer step on the answer-masked loss of `batch` (inputs, targets, mask, each `[B, T]`)."""
     ids, targets, mask = batch
     logits, _ = model(ids, positions=positions)
@@ -282,8 +320,10 @@ def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
             records.append(_record(base, size, None, n, hits))
             continue
         per = max(1, n // len(depths))
-        found = [score(model, cell, [cell.task.example_at(rng, size, d) for _ in range(per)], generator)
-                 for d in depths]  # fmt: skip
+        found = [
+            score(model, cell, [cell.task.example_at(rng, size, d) for _ in range(per)], generator)
+            for d in depths
+        ]
         pooled = None if found[0] is None else sum(found)
         records.append(_record(base, size, None, per * len(depths), pooled))
         records += [_record(base, size, d, per, hits) for d, hits in zip(depths, found, strict=True)]
@@ -291,9 +331,15 @@ def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
 
 
 def _record(base: dict[str, Any], size: int, depth: float | None, examples: int, hits: int | None) -> dict:
-    return {**base, "size": size, "depth": depth, "examples": examples, "hits": hits,
-            "status": "ok" if hits is not None else "no rows",
-            "accuracy": hits / examples if hits is not None else None}  # fmt: skip
+    return {
+        **base,
+        "size": size,
+        "depth": depth,
+        "examples": examples,
+        "hits": hits,
+        "status": "ok" if hits is not None else "no rows",
+        "accuracy": hits / examples if hits is not None else None,
+    }
 
 
 def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -332,23 +378,31 @@ def check_settings(settings: Settings) -> list[Row]:
     if not settings.seeds:
         problems.append("at least one seed is needed")
     if not settings.factors or min(settings.factors) < 1:
-        problems.append(f"test sizes below the training range: factors {list(settings.factors)} must be at least 1 "
-                        "(1 is the largest training size)")  # fmt: skip
+        problems.append(
+            f"test sizes below the training range: factors {list(settings.factors)} must be at least 1 "
+            "(1 is the largest training size)"
+        )
     for task in (TASKS[t] for t in settings.tasks if t in TASKS):
         largest = task.train_sizes[1] * max(settings.factors, default=1)
         if task.max_size is not None and largest > task.max_size:
-            problems.append(f"{task.name} has sizes up to {task.max_size} {task.counts}; a factor of "
-                            f"{max(settings.factors)} asks for {largest}")  # fmt: skip
+            problems.append(
+                f"{task.name} has sizes up to {task.max_size} {task.counts}; a factor of "
+                f"{max(settings.factors)} asks for {largest}"
+            )
         elif not problems:  # each row's model for this task, as its cells will build it
-            problems += [f"row {row.spec!r} cannot learn {task.name}: {'; '.join(found)}" for row in rows
-                         if (found := Cell(task, row, 0, settings).model_config().problems())]  # fmt: skip
+            problems += [
+                f"row {row.spec!r} cannot learn {task.name}: {'; '.join(found)}"
+                for row in rows
+                if (found := Cell(task, row, 0, settings).model_config().problems())
+            ]
     if problems:
         raise UserError("; ".join(problems))
     return rows
 
 
-def run_cells(settings: Settings, out_dir: Any, command: str, progress: bool = True,
-              only: Sequence[str] = ()) -> CellsRun:  # fmt: skip
+def run_cells(
+    settings: Settings, out_dir: Any, command: str, progress: bool = True, only: Sequence[str] = ()
+) -> CellsRun:
     """Train and score the battery's cells (every task x row x seed, or the `--only TASK:SCHEME:SEED` ones),
     each written to `out_dir/cells/` as it finishes."""
     rows = {row.spec: row for row in check_settings(settings)}
@@ -356,13 +410,22 @@ def run_cells(settings: Settings, out_dir: Any, command: str, progress: bool = T
     say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
     values = [settings.tasks, list(rows), settings.seeds]
     jobs = cells.parse_only(only, AXES, values) if only else cells.grid_cells(values)
-    grid = {"tasks": settings.tasks, "schemes": list(rows), "seeds": settings.seeds, "steps": settings.steps,
-            "batch_size": settings.batch_size, "examples": settings.examples, "model": settings.model,
-            "factors": list(settings.factors)}  # fmt: skip
+    grid = {
+        "tasks": settings.tasks,
+        "schemes": list(rows),
+        "seeds": settings.seeds,
+        "steps": settings.steps,
+        "batch_size": settings.batch_size,
+        "examples": settings.examples,
+        "model": settings.model,
+        "factors": list(settings.factors),
+    }
     workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
-    say(f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * len(settings.seeds)} cells "
+    say(
+        f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * len(settings.seeds)} cells "
         f"({len(settings.tasks)} tasks x {len(rows)} rows x {len(settings.seeds)} seeds), {settings.steps} steps "
-        f"each, {workers} worker process(es) -> {out_dir}")  # fmt: skip
+        f"each, {workers} worker process(es) -> {out_dir}"
+    )
     todo = [Cell(TASKS[task], rows[row], seed, settings) for task, row, seed in jobs]
     for done, (cell, (records, info)) in enumerate(_run(todo, workers), 1):
         cells.write_cell(out_dir, AXES, cell.key, grid, {"command": command, "info": info}, records)
@@ -385,9 +448,11 @@ def progress_line(done: int, total: int, cell: Cell, records: list[dict], info: 
     shown = " ".join(
         f"{r['size']}:" + ("-" if r["accuracy"] is None else f"{r['accuracy']:.0%}") for r in plain
     )
-    return (f"[{done}/{total}] {cell.task.name} {cell.row.spec} seed {cell.seed}: trained in "
-            f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
-            f"exact match {shown}")  # fmt: skip
+    return (
+        f"[{done}/{total}] {cell.task.name} {cell.row.spec} seed {cell.seed}: trained in "
+        f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
+        f"exact match {shown}"
+    )
 
 
 QUICK = replace(

@@ -90,8 +90,13 @@ def task_table(task: str, rows: list[str], summary: dict, factors: list[int]) ->
     ]
     body = []
     for row in rows:
-        cells_ = [_cell_text(s := summary.get((task, row, size, None)), s is not None and s.mean is not None
-                             and best[size] is not None and s.mean == best[size] > 0) for size in sizes]  # fmt: skip
+        cells_ = [
+            _cell_text(
+                s := summary.get((task, row, size, None)),
+                s is not None and s.mean is not None and best[size] is not None and s.mean == best[size] > 0,
+            )
+            for size in sizes
+        ]
         body.append([Code(row), *cells_])
     return Table(headers, body, align="l" + "r" * len(sizes))
 
@@ -116,15 +121,19 @@ def results_blocks(
     """results.md: how it was made, then per task what it asks and its table."""
     blocks: list[Block] = [
         Heading("Task battery", 1),
-        Paragraph(f"Exact match of every answer token, in % (mean over {len(facts['seeds'])} seed(s); in brackets "
-                  f"the 95 % Wilson interval of all seeds' {facts['examples']} examples per size pooled). The first "
-                  "column is the largest training size; the others lie past it. Best row per column in bold."),
+        Paragraph(
+            f"Exact match of every answer token, in % (mean over {len(facts['seeds'])} seed(s); in brackets "
+            f"the 95 % Wilson interval of all seeds' {facts['examples']} examples per size pooled). The first "
+            "column is the largest training size; the others lie past it. Best row per column in bold."
+        ),
         Paragraph(["Command: ", Code(facts["command"])]),
         Paragraph(facts["took"]),
         Image(folder / FIGURE_FILE, "Exact match against size, a panel per task, mean over seeds."),
-    ]  # fmt: skip
-    blocks += [Image(folder / heatmap_file(t), f"{t}: answer depth x {TASKS[t].counts}, a heatmap per row.")
-               for t in _by_depth(tasks)]  # fmt: skip
+    ]
+    blocks += [
+        Image(folder / heatmap_file(t), f"{t}: answer depth x {TASKS[t].counts}, a heatmap per row.")
+        for t in _by_depth(tasks)
+    ]
     if facts["missing"]:
         blocks.append(Paragraph(f"Missing cells, left out: {' '.join(facts['missing'])}."))
     for task in tasks:
@@ -148,8 +157,10 @@ def write_results(
     """results.md, tasks.png, the depth heatmaps and tasks.json into `out_dir`; returns the Markdown."""
     summary = summarize(records)
     sizes = {task: TASKS[task].test_sizes(tuple(facts["factors"])) for task in tasks}
-    panels = {task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows})
-              for task in tasks}  # fmt: skip
+    panels = {
+        task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows})
+        for task in tasks
+    }
     plot_accuracy(panels, {t: TASKS[t].train_sizes[1] for t in tasks}, out_dir / FIGURE_FILE)
     for task in _by_depth(tasks):
         depths = list(TASKS[task].depths)
@@ -168,15 +179,37 @@ def write_results(
 
 def web_json(summary: dict, tasks: list[str], rows: list[str], facts: dict[str, Any]) -> dict[str, Any]:
     """What the site reads: each task's sizes and training range, the rows, and every summary with its seeds."""
-    return to_json({
-        "schema": 1, "command": facts["command"], "seeds": facts["seeds"], "rows": rows,
-        "tasks": {t: {"train_sizes": list(TASKS[t].train_sizes), "counts": TASKS[t].counts,
-                      "test_sizes": TASKS[t].test_sizes(tuple(facts["factors"]))} for t in tasks},
-        "depths": list(Passkey.depths),
-        "results": [{"task": s.task, "scheme": s.scheme, "size": s.size, "depth": s.depth, "mean": s.mean,
-                     "interval": s.interval, "seeds": s.accuracies, "examples": s.examples}
-                    for s in summary.values()],
-    }, 4)  # fmt: skip
+    return to_json(
+        {
+            "schema": 1,
+            "command": facts["command"],
+            "seeds": facts["seeds"],
+            "rows": rows,
+            "tasks": {
+                t: {
+                    "train_sizes": list(TASKS[t].train_sizes),
+                    "counts": TASKS[t].counts,
+                    "test_sizes": TASKS[t].test_sizes(tuple(facts["factors"])),
+                }
+                for t in tasks
+            },
+            "depths": list(Passkey.depths),
+            "results": [
+                {
+                    "task": s.task,
+                    "scheme": s.scheme,
+                    "size": s.size,
+                    "depth": s.depth,
+                    "mean": s.mean,
+                    "interval": s.interval,
+                    "seeds": s.accuracies,
+                    "examples": s.examples,
+                }
+                for s in summary.values()
+            ],
+        },
+        4,
+    )
 
 
 def _mean(summary: dict, task: str, row: str, size: int, depth: float | None = None) -> float | None:
@@ -205,11 +238,20 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     wall = time.perf_counter() - ran.started if ran else seconds
     present = {cell.key[0] for cell in found}
     tasks = [t for t in grid["tasks"] if t in present]
-    took = (f"{len(found)} cells in {wall / 60:.1f} min with {ran.workers} worker process(es), "
-            f"{seconds / 60:.1f} min of cell time in all." if ran else
-            f"Collected from {len(found)} cells run separately: {seconds / 60:.1f} min of cell time in all.")  # fmt: skip
-    facts = {"command": found[0].facts["command"], "seeds": grid["seeds"], "examples": grid["examples"],
-             "factors": grid["factors"], "missing": missing, "took": took}  # fmt: skip
+    took = (
+        f"{len(found)} cells in {wall / 60:.1f} min with {ran.workers} worker process(es), "
+        f"{seconds / 60:.1f} min of cell time in all."
+        if ran
+        else f"Collected from {len(found)} cells run separately: {seconds / 60:.1f} min of cell time in all."
+    )
+    facts = {
+        "command": found[0].facts["command"],
+        "seeds": grid["seeds"],
+        "examples": grid["examples"],
+        "factors": grid["factors"],
+        "missing": missing,
+        "took": took,
+    }
     markdown = write_results(out_dir, records, tasks, grid["schemes"], facts)
     if progress:
         print(

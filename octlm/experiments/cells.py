@@ -95,12 +95,18 @@ def parse_only(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]])
     return [cell for cell in grid if cell in chosen]
 
 
-def write_cell(out_dir: Path, axes: Axes, key: Key, grid: dict[str, Any], facts: dict[str, Any],
-               records: list[dict]) -> Path:  # fmt: skip
+def write_cell(
+    out_dir: Path, axes: Axes, key: Key, grid: dict[str, Any], facts: dict[str, Any], records: list[dict]
+) -> Path:
     """Write `out_dir/cells/<cell name>.json` atomically; returns its path."""
     path = out_dir / CELLS_DIR / f"{cell_name(key)}.json"
-    cell = {"schema": SCHEMA, **dict(zip(axes.names, key, strict=True)), "grid": grid, "facts": facts,
-            "records": records}  # fmt: skip
+    cell = {
+        "schema": SCHEMA,
+        **dict(zip(axes.names, key, strict=True)),
+        "grid": grid,
+        "facts": facts,
+        "records": records,
+    }
     write_atomic(path, (json.dumps(cell, indent=1) + "\n").encode("utf-8"))
     return path
 

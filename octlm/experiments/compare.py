@@ -41,13 +41,21 @@ def run_facts(run_dir: Path, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
     except (UserError, OSError) as error:
         attention = {"skipped": str(error)}
     return {
-        "run": run_dir.name, "path": str(run_dir), "scheme": config.model.position, "seed": config.train.seed,
-        "steps": meta["step"], "parameters": model.num_parameters(), "context_length": config.model.context_length,
-        "val_loss": final.get("val_loss"), "val_bpb": final.get("val_bpb"), "val_step": final.get("step"),
+        "run": run_dir.name,
+        "path": str(run_dir),
+        "scheme": config.model.position,
+        "seed": config.train.seed,
+        "steps": meta["step"],
+        "parameters": model.num_parameters(),
+        "context_length": config.model.context_length,
+        "val_loss": final.get("val_loss"),
+        "val_bpb": final.get("val_bpb"),
+        "val_step": final.get("step"),
         "curve": {"step": [r["step"] for r in metrics], "val_bpb": [r["val_bpb"] for r in metrics]},
-        "tokenizer_sha256": meta["sha256"].get("tokenizer"), "corpus_sha256": meta["sha256"].get("corpus"),
+        "tokenizer_sha256": meta["sha256"].get("tokenizer"),
+        "corpus_sha256": meta["sha256"].get("corpus"),
         "attention": attention,
-    }  # fmt: skip
+    }
 
 
 def differences(runs: list[dict[str, Any]]) -> list[str]:
@@ -71,10 +79,14 @@ def attention_summary(attention: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     spread, entropy, lift = (np.asarray(attention[k]) for k in ("mean_distance", "entropy", "lift"))
     return [
-        {"layer": layer, "mean_distance": float(spread[layer].mean()), "entropy": float(entropy[layer].mean()),
-         "lift_1": float(lift[layer, :, 1].mean()) if attention["length"] > 1 else None}
+        {
+            "layer": layer,
+            "mean_distance": float(spread[layer].mean()),
+            "entropy": float(entropy[layer].mean()),
+            "lift_1": float(lift[layer, :, 1].mean()) if attention["length"] > 1 else None,
+        }
         for layer in range(len(entropy))
-    ]  # fmt: skip
+    ]
 
 
 def compare_runs(run_dirs: Sequence[str | Path], windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
@@ -105,8 +117,19 @@ def _fmt(value: float | None, spec: str) -> str:
 def compare_blocks(result: dict[str, Any], figures: dict[str, Path]) -> list[Block]:
     """The report: the runs' table, the flags, the learning curves and the attention summary."""
     runs = result["runs"]
-    rows = [[r["label"], r["scheme"], str(r["seed"]), f"{r['steps']:,}", f"{r['parameters']:,}", str(r["context_length"]),
-             _fmt(r["val_loss"], ".4f"), _fmt(r["val_bpb"], ".4f")] for r in runs]  # fmt: skip
+    rows = [
+        [
+            r["label"],
+            r["scheme"],
+            str(r["seed"]),
+            f"{r['steps']:,}",
+            f"{r['parameters']:,}",
+            str(r["context_length"]),
+            _fmt(r["val_loss"], ".4f"),
+            _fmt(r["val_bpb"], ".4f"),
+        ]
+        for r in runs
+    ]
     blocks: list[Block] = [
         Heading(f"Comparison of {len(runs)} runs", 1),
         Paragraph(
@@ -132,8 +155,17 @@ def compare_blocks(result: dict[str, Any], figures: dict[str, Path]) -> list[Blo
             "section has the per-head table)."
         )
     )
-    table = [[r["label"], str(s["layer"]), f"{s['mean_distance']:.2f}", f"{s['entropy']:.3f}", _fmt(s["lift_1"], ".3f")]
-             for r in runs for s in r["attention_summary"]]  # fmt: skip
+    table = [
+        [
+            r["label"],
+            str(s["layer"]),
+            f"{s['mean_distance']:.2f}",
+            f"{s['entropy']:.3f}",
+            _fmt(s["lift_1"], ".3f"),
+        ]
+        for r in runs
+        for s in r["attention_summary"]
+    ]
     blocks.append(Table(["run", "layer", "mean distance", "entropy", "lift d = 1"], table, "lrrrr"))
     for r in runs:
         if "skipped" in r["attention"]:

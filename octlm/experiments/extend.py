@@ -44,19 +44,46 @@ from octlm.storage.run import Run
 ROPE_ROWS = {"plain": "none", "pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 CONTROLS = ("alibi", "fire", "nope", "fox", "path", "stick-breaking")
 ROWS = (*ROPE_ROWS, *CONTROLS)
-AXES = cells.Axes(("row", "seed"), "octlm experiment extend", {
-    "train_length": "--train-length", "extend_length": "--extend-length", "eval_lengths": "--eval-lengths",
-    "eval_windows": "--eval-windows", "steps": "fine-tuning --steps", "curve_interval": "--curve-interval",
-    "passkey_per_depth": "--passkey-windows", "rows": "--rows", "seeds": "seeds (--seed, --seeds)",
-    "config_sha256": "base training config (SHA-256)", "eval_sha256": "evaluation tokens (SHA-256)",
-})  # fmt: skip
+AXES = cells.Axes(
+    ("row", "seed"),
+    "octlm experiment extend",
+    {
+        "train_length": "--train-length",
+        "extend_length": "--extend-length",
+        "eval_lengths": "--eval-lengths",
+        "eval_windows": "--eval-windows",
+        "steps": "fine-tuning --steps",
+        "curve_interval": "--curve-interval",
+        "passkey_per_depth": "--passkey-windows",
+        "rows": "--rows",
+        "seeds": "seeds (--seed, --seeds)",
+        "config_sha256": "base training config (SHA-256)",
+        "eval_sha256": "evaluation tokens (SHA-256)",
+    },
+)
 PHASES = ("before", "after")
 
 # The base trainings are the length experiment's (its FULL_DEFAULTS, at 64 tokens): `--base` reuses them.
-FULL = {"train_length": 64, "extend_length": 256, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3,
-        "eval_windows": 8, "steps": 100, "curve_interval": 10, "passkey_per_depth": 8}  # fmt: skip
-QUICK = {"train_length": 16, "extend_length": 32, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4,
-         "steps": 4, "curve_interval": 2, "passkey_per_depth": 2}  # fmt: skip
+FULL = {
+    "train_length": 64,
+    "extend_length": 256,
+    "eval_lengths": [64, 128, 256, 512, 1024],
+    "seeds": 3,
+    "eval_windows": 8,
+    "steps": 100,
+    "curve_interval": 10,
+    "passkey_per_depth": 8,
+}
+QUICK = {
+    "train_length": 16,
+    "extend_length": 32,
+    "eval_lengths": [16, 32, 64],
+    "seeds": 2,
+    "eval_windows": 4,
+    "steps": 4,
+    "curve_interval": 2,
+    "passkey_per_depth": 2,
+}
 # The fine-tuning's optimisation: a tenth of the base run's peak rate, a short warm-up, the same tokens per step.
 FINE_TUNE = {"train.lr": 3e-4, "train.min_lr": 3e-5, "train.warmup_steps": 10}
 
@@ -83,22 +110,35 @@ class Settings:
     def problems(self) -> list[str]:
         unknown = [r for r in self.rows if r not in ROWS or (r in CONTROLS and r not in scheme_names())]
         checks = [
-            (not 2 <= self.train_length <= length.MAX_LENGTH,
-             f"--train-length {self.train_length} must be from 2 to {length.MAX_LENGTH:,}"),
-            (not self.train_length < self.extend_length <= length.MAX_LENGTH,
-             f"--extend-length {self.extend_length} must be longer than --train-length {self.train_length}"),
-            (not self.eval_lengths or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= length.MAX_LENGTH,
-             f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {length.MAX_LENGTH:,} tokens"),
+            (
+                not 2 <= self.train_length <= length.MAX_LENGTH,
+                f"--train-length {self.train_length} must be from 2 to {length.MAX_LENGTH:,}",
+            ),
+            (
+                not self.train_length < self.extend_length <= length.MAX_LENGTH,
+                f"--extend-length {self.extend_length} must be longer than --train-length {self.train_length}",
+            ),
+            (
+                not self.eval_lengths
+                or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= length.MAX_LENGTH,
+                f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {length.MAX_LENGTH:,} tokens",
+            ),
             (self.seeds < 1, f"--seeds {self.seeds} must be at least 1"),
             (unknown or not self.rows, f"--rows {' '.join(unknown)} unknown; choose from {' '.join(ROWS)}"),
-            (not 1 <= self.eval_windows <= length.MAX_WINDOWS,
-             f"--eval-windows {self.eval_windows} must be from 1 to {length.MAX_WINDOWS:,}"),
-            (not 1 <= self.curve_interval <= self.steps,
-             f"--curve-interval {self.curve_interval} must be from 1 to --steps {self.steps}"),
+            (
+                not 1 <= self.eval_windows <= length.MAX_WINDOWS,
+                f"--eval-windows {self.eval_windows} must be from 1 to {length.MAX_WINDOWS:,}",
+            ),
+            (
+                not 1 <= self.curve_interval <= self.steps,
+                f"--curve-interval {self.curve_interval} must be from 1 to --steps {self.steps}",
+            ),
             (self.passkey_per_depth < 1, f"--passkey-windows {self.passkey_per_depth} must be at least 1"),
-            (self.jobs < 0 or self.threads < 1,
-             f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1"),
-        ]  # fmt: skip
+            (
+                self.jobs < 0 or self.threads < 1,
+                f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1",
+            ),
+        ]
         return [message for failed, message in checks if failed]
 
     @property
@@ -129,15 +169,23 @@ def fine_tune_config(base: Config, row: str, base_dir: Path, settings: Settings,
     batch = max(1, base.train.batch_size * settings.train_length // settings.extend_length)
     scaling = ROPE_ROWS.get(row, "none")
     overrides: dict[str, Any] = {
-        **FINE_TUNE, "model.context_length": settings.extend_length, "train.init_from": str(base_dir),
-        "train.steps": settings.steps, "train.batch_size": batch, "train.eval_interval": settings.curve_interval,
-        "train.checkpoint_interval": settings.steps, "train.out_dir": str(runs_dir),
+        **FINE_TUNE,
+        "model.context_length": settings.extend_length,
+        "train.init_from": str(base_dir),
+        "train.steps": settings.steps,
+        "train.batch_size": batch,
+        "train.eval_interval": settings.curve_interval,
+        "train.checkpoint_interval": settings.steps,
+        "train.out_dir": str(runs_dir),
         "train.run_name": f"{cells.cell_name((row, seed))}-extended",
         "train.warmup_steps": min(FINE_TUNE["train.warmup_steps"], settings.steps),
-    }  # fmt: skip
+    }
     if scaling != "none":
-        overrides |= {"model.rope_scaling": scaling, "model.rope_factor": settings.factor,
-                      "model.rope_original_length": settings.train_length}  # fmt: skip
+        overrides |= {
+            "model.rope_scaling": scaling,
+            "model.rope_factor": settings.factor,
+            "model.rope_original_length": settings.train_length,
+        }
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
 
 
@@ -177,8 +225,11 @@ def make_probe(val: np.ndarray, tokenizer: Any, settings: Settings) -> Probe:
     rest = np.asarray(val[text.start + text.count + 1 :]).astype(np.int64)
     filler = rest if len(rest) > 2 * max(settings.eval_lengths) else text.tokens
     shortest = passkey.shortest_window(tokenizer)
-    windows = {n: passkey.passkey_windows(tokenizer, filler, n, per_depth=settings.passkey_per_depth, seed=n)
-               for n in settings.eval_lengths if n >= shortest}  # fmt: skip
+    windows = {
+        n: passkey.passkey_windows(tokenizer, filler, n, per_depth=settings.passkey_per_depth, seed=n)
+        for n in settings.eval_lengths
+        if n >= shortest
+    }
     return Probe(text, windows)
 
 
@@ -187,8 +238,11 @@ def use_inference_scaling(model: torch.nn.Module, row: str, settings: Settings) 
     method = ROPE_ROWS.get(row, "none")
     if method != "none":
         rope, mc = model.positions, model.config
-        model.positions.set_frequencies(*scaled_frequencies(
-            method, rope.rotary_dims, mc.rope_base, settings.factor, settings.train_length))  # fmt: skip
+        model.positions.set_frequencies(
+            *scaled_frequencies(
+                method, rope.rotary_dims, mc.rope_base, settings.factor, settings.train_length
+            )
+        )
 
 
 def scored(
@@ -199,13 +253,24 @@ def scored(
     records = []
     for n in settings.eval_lengths:
         s = score(model, probe.text, n, "windows", settings.batch_tokens)
-        record: dict[str, Any] = {"row": row, "scheme": scheme_of(row), "seed": seed, "phase": phase,
-                                  "length": n, "bpb": s.bpb, "tokens": s.tokens, "bytes": s.bytes}  # fmt: skip
+        record: dict[str, Any] = {
+            "row": row,
+            "scheme": scheme_of(row),
+            "seed": seed,
+            "phase": phase,
+            "length": n,
+            "bpb": s.bpb,
+            "tokens": s.tokens,
+            "bytes": s.bytes,
+        }
         if n in probe.windows:
             asked = passkey.retrieval(model, probe.windows[n], settings.batch_tokens)
-            record |= {"passkey": asked.accuracy, "retrieval_bits": asked.retrieval_bits,
-                       "passkey_by_depth": passkey.accuracy_by_depth(probe.windows[n], asked.hits),
-                       "passkey_windows": int(asked.hits.size)}  # fmt: skip
+            record |= {
+                "passkey": asked.accuracy,
+                "retrieval_bits": asked.retrieval_bits,
+                "passkey_by_depth": passkey.accuracy_by_depth(probe.windows[n], asked.hits),
+                "passkey_windows": int(asked.hits.size),
+            }
         else:  # the window cannot hold the needle and the question
             record |= {"passkey": None, "retrieval_bits": None}
         records.append(record)
@@ -223,8 +288,9 @@ def curve_of(run_dir: Path) -> list[dict]:
 # One cell, and the grid
 
 
-def extend_cell(key: tuple[str, int], config: Config, probe: Probe, settings: Settings,
-                out_dir: Path) -> tuple[list[dict], dict[str, Any]]:  # fmt: skip
+def extend_cell(
+    key: tuple[str, int], config: Config, probe: Probe, settings: Settings, out_dir: Path
+) -> tuple[list[dict], dict[str, Any]]:
     """Score the base model before, fine-tune it, score it after; (records, info). One worker's unit."""
     from octlm.storage.checkpoint import load_model
     from octlm.training.loop import train
@@ -251,8 +317,15 @@ def extend_cell(key: tuple[str, int], config: Config, probe: Probe, settings: Se
         t3 = time.perf_counter()
         records += scored(reuse, row, seed, "after", probe, settings)
         t4 = time.perf_counter()
-    info = {"base_run": str(base_dir), "base_trained": trained, "base_seconds": t1 - t0, "before_seconds": t2 - t1,
-            "fine_tune_seconds": t3 - t2, "after_seconds": t4 - t3, "curve": curve_of(tuned_dir)}  # fmt: skip
+    info = {
+        "base_run": str(base_dir),
+        "base_trained": trained,
+        "base_seconds": t1 - t0,
+        "before_seconds": t2 - t1,
+        "fine_tune_seconds": t3 - t2,
+        "after_seconds": t4 - t3,
+        "curve": curve_of(tuned_dir),
+    }
     return records, info
 
 
@@ -261,16 +334,29 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
     from octlm.files import sha256_bytes
 
     normal = base_config(config, settings.rows[0], 0, settings, Path("runs"))  # nothing of any one cell
-    return {"train_length": settings.train_length, "extend_length": settings.extend_length,
-            "eval_lengths": list(settings.eval_lengths), "eval_windows": settings.eval_windows,
-            "steps": settings.steps, "curve_interval": settings.curve_interval,
-            "passkey_per_depth": settings.passkey_per_depth, "rows": list(settings.rows), "seeds": seeds,
-            "config_sha256": normal.hash(),
-            "eval_sha256": sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())}  # fmt: skip
+    return {
+        "train_length": settings.train_length,
+        "extend_length": settings.extend_length,
+        "eval_lengths": list(settings.eval_lengths),
+        "eval_windows": settings.eval_windows,
+        "steps": settings.steps,
+        "curve_interval": settings.curve_interval,
+        "passkey_per_depth": settings.passkey_per_depth,
+        "rows": list(settings.rows),
+        "seeds": seeds,
+        "config_sha256": normal.hash(),
+        "eval_sha256": sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes()),
+    }
 
 
-def run_cells(config: Config, settings: Settings, out_dir: Path, command: str = "octlm experiment extend",
-              progress: bool = True, only: Sequence[str] = ()) -> length.CellsRun:  # fmt: skip
+def run_cells(
+    config: Config,
+    settings: Settings,
+    out_dir: Path,
+    command: str = "octlm experiment extend",
+    progress: bool = True,
+    only: Sequence[str] = (),
+) -> length.CellsRun:
     """Every row × seed cell (or the `--only ROW:SEED` ones), each written to `out_dir/cells/` as it finishes."""
     from octlm.data.cache import prepare_data
 
@@ -288,14 +374,25 @@ def run_cells(config: Config, settings: Settings, out_dir: Path, command: str = 
         )
     probe = make_probe(data.val, data.tokenizer, settings)
     grid = grid_of(config, settings, seeds, probe.text)
-    say(f"extend experiment: {len(jobs)} of {len(rows) * len(seeds)} cells ({len(rows)} rows × {len(seeds)} seeds):"
+    say(
+        f"extend experiment: {len(jobs)} of {len(rows) * len(seeds)} cells ({len(rows)} rows × {len(seeds)} seeds):"
         f" trained at {settings.train_length}, fine-tuned {settings.steps} steps at {settings.extend_length}, "
-        f"scored at {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
+        f"scored at {', '.join(map(str, settings.eval_lengths))} -> {out_dir}"
+    )
     workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
-    facts = {"command": command, "config": config.to_dict(), "config_name": config.name,
-             "scored_tokens": probe.text.count}  # fmt: skip
-    job = functools.partial(extend_cell, config=config, probe=probe,
-                            settings=dataclasses.replace(settings, rows=rows), out_dir=out_dir)  # fmt: skip
+    facts = {
+        "command": command,
+        "config": config.to_dict(),
+        "config_name": config.name,
+        "scored_tokens": probe.text.count,
+    }
+    job = functools.partial(
+        extend_cell,
+        config=config,
+        probe=probe,
+        settings=dataclasses.replace(settings, rows=rows),
+        out_dir=out_dir,
+    )
     results = map(job, jobs) if workers == 1 else in_processes(job, jobs, workers)
     for done, (records, info) in enumerate(results, 1):
         row, seed = records[0]["row"], records[0]["seed"]
@@ -309,6 +406,8 @@ def progress_line(done: int, total: int, records: list[dict], info: dict[str, An
     before = [r for r in records if r["phase"] == "before"][-1]
     after = [r for r in records if r["phase"] == "after"][-1]
     base = "base trained" if info["base_trained"] else "base reused"
-    return (f"[{done}/{total}] {before['row']} seed {before['seed']}: {base}, fine-tuned in "
-            f"{info['fine_tune_seconds']:.0f} s; bits/byte at {before['length']}: {before['bpb']:.3f} -> "
-            f"{after['bpb']:.3f}")  # fmt: skip
+    return (
+        f"[{done}/{total}] {before['row']} seed {before['seed']}: {base}, fine-tuned in "
+        f"{info['fine_tune_seconds']:.0f} s; bits/byte at {before['length']}: {before['bpb']:.3f} -> "
+        f"{after['bpb']:.3f}"
+    )

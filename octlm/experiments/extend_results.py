@@ -95,8 +95,16 @@ def _cell(mean: float | None, std: float | None, digits: int, scale: float = 1.0
     return f"{mean * scale:.{digits}f}" + (f" ± {std * scale:.{digits}f}" if std is not None else "")
 
 
-def metric_table(summary: list[dict], phase: str, key: str, rows: list[str], settings: Settings,
-                 lower_is_better: bool = True, digits: int = 3, scale: float = 1.0) -> Table:  # fmt: skip
+def metric_table(
+    summary: list[dict],
+    phase: str,
+    key: str,
+    rows: list[str],
+    settings: Settings,
+    lower_is_better: bool = True,
+    digits: int = 3,
+    scale: float = 1.0,
+) -> Table:
     """Rows × lengths of one metric in one phase; the best of each column bold."""
     at = {(s["row"], s["length"]): s for s in summary if s["phase"] == phase}
     best = {}
@@ -126,14 +134,20 @@ def curve_table(curves: dict[str, tuple[list[int], list[float], list[float]]]) -
     body: list[list[Inline]] = []
     for row, (s, bpb, _) in curves.items():
         values = dict(zip(s, bpb, strict=True))
-        body.append([label(row), *(f"{values[k]:.3f}" if k in values else "n/a" for k in shown),
-                     str(steps_to_extend(s, bpb))])  # fmt: skip
+        body.append(
+            [
+                label(row),
+                *(f"{values[k]:.3f}" if k in values else "n/a" for k in shown),
+                str(steps_to_extend(s, bpb)),
+            ]
+        )
     headers = ["row", *(f"step {k}" for k in shown), f"steps to within {NEAR} of the end"]
     return Table(headers, body, align="l" + "r" * (len(shown) + 1))
 
 
-def results_blocks(summary: list[dict], curves: dict, rows: list[str], settings: Settings,
-                   facts: dict[str, Any]) -> list[Block]:  # fmt: skip
+def results_blocks(
+    summary: list[dict], curves: dict, rows: list[str], settings: Settings, facts: dict[str, Any]
+) -> list[Block]:
     config = config_from_dict(facts["config"], name=facts["config_name"])
     tc = config.train
     how = (
@@ -159,7 +173,7 @@ def results_blocks(summary: list[dict], curves: dict, rows: list[str], settings:
         Paragraph(
             f"Bits per byte on the same {facts['scored_tokens']:,} held-out tokens at every length "
             "(non-overlapping windows); mean ± std over seeds, the best of a column bold."
-        ),  # fmt: skip
+        ),
         Heading("Bits per byte after fine-tuning"),
         metric_table(summary, "after", "bpb", rows, settings),
         Heading("Bits per byte before fine-tuning"),
@@ -198,15 +212,30 @@ def plot(summary: list[dict], curves: dict, rows: list[str], settings: Settings,
         return out
 
     tuned = [(label(r), *style(r), s, b) for r, (s, b, _) in curves.items()]
-    return plot_extend(series("before", "bpb"), series("after", "bpb"), tuned, series("after", "retrieval_bits"),
-                       settings.train_length, settings.extend_length, path)  # fmt: skip
+    return plot_extend(
+        series("before", "bpb"),
+        series("after", "bpb"),
+        tuned,
+        series("after", "retrieval_bits"),
+        settings.train_length,
+        settings.extend_length,
+        path,
+    )
 
 
 def web_json(summary: list[dict], curves: dict, settings: Settings, command: str) -> dict[str, Any]:
-    return to_json({"schema": 1, "command": command, "train_length": settings.train_length,
-                    "extend_length": settings.extend_length, "eval_lengths": list(settings.eval_lengths),
-                    "rows": summary, "curves": {r: {"steps": s, "bpb_mean": b, "bpb_std": d}
-                                                for r, (s, b, d) in curves.items()}}, 6)  # fmt: skip
+    return to_json(
+        {
+            "schema": 1,
+            "command": command,
+            "train_length": settings.train_length,
+            "extend_length": settings.extend_length,
+            "eval_lengths": list(settings.eval_lengths),
+            "rows": summary,
+            "curves": {r: {"steps": s, "bpb_mean": b, "bpb_std": d} for r, (s, b, d) in curves.items()},
+        },
+        6,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -231,10 +260,17 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     present = {c.key[0] for c in found}
     rows = [r for r in ROWS if r in grid["rows"] and r in present]
-    settings = Settings(train_length=grid["train_length"], extend_length=grid["extend_length"],
-                        eval_lengths=list(grid["eval_lengths"]), seeds=len(grid["seeds"]), rows=rows,
-                        eval_windows=grid["eval_windows"], steps=grid["steps"],
-                        curve_interval=grid["curve_interval"], passkey_per_depth=grid["passkey_per_depth"])  # fmt: skip
+    settings = Settings(
+        train_length=grid["train_length"],
+        extend_length=grid["extend_length"],
+        eval_lengths=list(grid["eval_lengths"]),
+        seeds=len(grid["seeds"]),
+        rows=rows,
+        eval_windows=grid["eval_windows"],
+        steps=grid["steps"],
+        curve_interval=grid["curve_interval"],
+        passkey_per_depth=grid["passkey_per_depth"],
+    )
     records = [r for c in found for r in c.records]
     write_atomic(out_dir / RECORDS_FILE, "".join(json.dumps(r) + "\n" for r in records).encode())
     info = [c.facts["info"] for c in found]

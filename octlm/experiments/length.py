@@ -54,20 +54,40 @@ MODES = ("windows", "sliding")
 
 # The default experiment: the day1 shape at context 64, sized to train 18 models and evaluate them in
 # under 30 minutes on 2 CPU cores (see docs/LOG.md, "Length experiment").
-FULL_DEFAULTS: dict[str, Any] = {"train.steps": 600, "train.batch_size": 32, "train.warmup_steps": 60,
-                                 "train.eval_batches": 4}  # fmt: skip
+FULL_DEFAULTS: dict[str, Any] = {
+    "train.steps": 600,
+    "train.batch_size": 32,
+    "train.warmup_steps": 60,
+    "train.eval_batches": 4,
+}
 # --quick: the whole pipeline in about a minute (tests); every scheme and RoPE row, two seeds.
-QUICK_DEFAULTS: dict[str, Any] = {"model.d_model": 32, "model.n_layers": 1, "model.n_heads": 2,
-                                  "model.d_ff": 64, "train.steps": 15, "train.batch_size": 8,
-                                  "train.warmup_steps": 3, "train.eval_batches": 2}  # fmt: skip
+QUICK_DEFAULTS: dict[str, Any] = {
+    "model.d_model": 32,
+    "model.n_layers": 1,
+    "model.n_heads": 2,
+    "model.d_ff": 64,
+    "train.steps": 15,
+    "train.batch_size": 8,
+    "train.warmup_steps": 3,
+    "train.eval_batches": 2,
+}
 QUICK = {"train_length": 16, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4}
 # The grid's cells (octlm.experiments.cells): one per scheme and seed, and the settings every cell must share.
-AXES = cells.Axes(("scheme", "seed"), "octlm experiment length", {
-    "train_length": "--train-length", "eval_lengths": "--eval-lengths", "eval_windows": "--eval-windows",
-    "modes": "evaluation modes", "rope_factor": "RoPE factor (--rope-factor)", "schemes": "--schemes",
-    "seeds": "seeds (--seed, --seeds)", "config_sha256": "base training config (SHA-256)",
-    "eval_sha256": "evaluation tokens (SHA-256)",
-})  # fmt: skip
+AXES = cells.Axes(
+    ("scheme", "seed"),
+    "octlm experiment length",
+    {
+        "train_length": "--train-length",
+        "eval_lengths": "--eval-lengths",
+        "eval_windows": "--eval-windows",
+        "modes": "evaluation modes",
+        "rope_factor": "RoPE factor (--rope-factor)",
+        "schemes": "--schemes",
+        "seeds": "seeds (--seed, --seeds)",
+        "config_sha256": "base training config (SHA-256)",
+        "eval_sha256": "evaluation tokens (SHA-256)",
+    },
+)
 # Upper bounds where the numbers enter: past them a run would exhaust memory rather than finish.
 MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
 FULL = {"train_length": 64, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3, "eval_windows": 16}
@@ -99,19 +119,30 @@ class Settings:
         unknown = [s for s in self.schemes if row_overrides(s) is None]
         known = ", ".join(scheme_names()) + f" (each may add {', '.join('+' + o for o in ROW_OPTIONS)})"
         checks = [
-            (not 2 <= self.train_length <= MAX_LENGTH,
-             f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}"),
-            (not self.eval_lengths or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= MAX_LENGTH,
-             f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {MAX_LENGTH:,} tokens"),
+            (
+                not 2 <= self.train_length <= MAX_LENGTH,
+                f"--train-length {self.train_length} must be from 2 to {MAX_LENGTH:,}",
+            ),
+            (
+                not self.eval_lengths
+                or not 2 <= min(self.eval_lengths) <= max(self.eval_lengths) <= MAX_LENGTH,
+                f"--eval-lengths {self.eval_lengths} must be lengths from 2 to {MAX_LENGTH:,} tokens",
+            ),
             (self.seeds < 1, f"--seeds {self.seeds} must be at least 1"),
             (unknown or not self.schemes, f"--schemes {' '.join(unknown)} unknown; choose from {known}"),
-            (not 1 <= self.eval_windows <= MAX_WINDOWS,
-             f"--eval-windows {self.eval_windows} must be from 1 to {MAX_WINDOWS:,}"),
-            (self.jobs < 0 or self.threads < 1,
-             f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1"),
-            (self.rope_factor is not None and not 1 <= self.rope_factor < math.inf,
-             f"--rope-factor {self.rope_factor} must be a finite number of at least 1"),
-        ]  # fmt: skip
+            (
+                not 1 <= self.eval_windows <= MAX_WINDOWS,
+                f"--eval-windows {self.eval_windows} must be from 1 to {MAX_WINDOWS:,}",
+            ),
+            (
+                self.jobs < 0 or self.threads < 1,
+                f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1",
+            ),
+            (
+                self.rope_factor is not None and not 1 <= self.rope_factor < math.inf,
+                f"--rope-factor {self.rope_factor} must be a finite number of at least 1",
+            ),
+        ]
         return [message for failed, message in checks if failed]
 
     @property
@@ -226,9 +257,14 @@ def evaluate_run(
     for variant in variants:
         for length in settings.eval_lengths:
             for mode in settings.modes:
-                record: dict[str, Any] = {"scheme": scheme, "variant": variant, "seed": seed,
-                                          "length": length, "mode": mode,
-                                          "train_length": settings.train_length}  # fmt: skip
+                record: dict[str, Any] = {
+                    "scheme": scheme,
+                    "variant": variant,
+                    "seed": seed,
+                    "length": length,
+                    "mode": mode,
+                    "train_length": settings.train_length,
+                }
                 if variant not in ("", "plain", "dynamic"):
                     record["rope_factor"] = settings.factor
                 if limit is not None and length > limit:
@@ -238,8 +274,9 @@ def evaluate_run(
                 if scheme == "rope":
                     set_rope_variant(model, variant, length, settings)
                 s = score(model, text, length, mode, settings.batch_tokens)
-                record.update(status="ok", bpb=s.bpb, ppl=s.perplexity, loss=s.loss, tokens=s.tokens,
-                              bytes=s.bytes)  # fmt: skip
+                record.update(
+                    status="ok", bpb=s.bpb, ppl=s.perplexity, loss=s.loss, tokens=s.tokens, bytes=s.bytes
+                )
                 records.append(record)
     if scheme == "rope":
         set_rope_variant(model, "plain", settings.train_length, settings)
@@ -271,8 +308,11 @@ def row_overrides(row: str) -> dict[str, Any] | None:
 def row_of(config: Config) -> str:
     """The row a training's config is in (`row_overrides` read backwards): `rope`, `nope+ssmax`."""
     chosen = config.to_dict()
-    options = [o for o, fields in ROW_OPTIONS.items()
-               if all(chosen[k.split(".")[0]][k.split(".")[1]] == v for k, v in fields.items())]  # fmt: skip
+    options = [
+        o
+        for o, fields in ROW_OPTIONS.items()
+        if all(chosen[k.split(".")[0]][k.split(".")[1]] == v for k, v in fields.items())
+    ]
     return "+".join([config.model.position, *options])
 
 
@@ -280,10 +320,17 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
     """One training's config: `base` with this row's scheme (and options), seed and short context; one
     evaluation at the end."""
     steps = base.train.steps
-    overrides = {**row_overrides(scheme), "model.context_length": settings.train_length, "train.seed": seed,
-                 "train.out_dir": str(runs_dir), "train.run_name": cells.cell_name((scheme, seed)),
-                 "train.eval_interval": steps, "train.checkpoint_interval": steps, "train.sample_tokens": 0,
-                 "train.report": False}  # fmt: skip
+    overrides = {
+        **row_overrides(scheme),
+        "model.context_length": settings.train_length,
+        "train.seed": seed,
+        "train.out_dir": str(runs_dir),
+        "train.run_name": cells.cell_name((scheme, seed)),
+        "train.eval_interval": steps,
+        "train.checkpoint_interval": steps,
+        "train.sample_tokens": 0,
+        "train.report": False,
+    }
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
 
 
@@ -362,10 +409,17 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
     """The settings that define the grid (AXES.settings), recorded with every cell."""
     normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
     tokens = sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())
-    return {"train_length": settings.train_length, "eval_lengths": list(settings.eval_lengths),
-            "eval_windows": settings.eval_windows, "modes": list(settings.modes), "rope_factor": settings.factor,
-            "schemes": table_order(settings.schemes), "seeds": seeds,
-            "config_sha256": normal.hash(), "eval_sha256": tokens}  # fmt: skip
+    return {
+        "train_length": settings.train_length,
+        "eval_lengths": list(settings.eval_lengths),
+        "eval_windows": settings.eval_windows,
+        "modes": list(settings.modes),
+        "rope_factor": settings.factor,
+        "schemes": table_order(settings.schemes),
+        "seeds": seeds,
+        "config_sha256": normal.hash(),
+        "eval_sha256": tokens,
+    }
 
 
 @dataclass
@@ -409,16 +463,23 @@ def run_cells(
         )
     text = make_eval_text(data.val, data.tokenizer, settings.eval_lengths, settings.eval_windows)
     grid = grid_of(config, settings, seeds, text)
-    say(f"length experiment: {len(jobs)} of {len(schemes) * len(seeds)} trainings ({len(schemes)} schemes × "
+    say(
+        f"length experiment: {len(jobs)} of {len(schemes) * len(seeds)} trainings ({len(schemes)} schemes × "
         f"{len(seeds)} seeds) at length {settings.train_length}, {config.train.steps} steps each; scoring "
-        f"{text.count:,} tokens at lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}")  # fmt: skip
+        f"{text.count:,} tokens at lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}"
+    )
 
     configs = [run_config(config, scheme, seed, settings, out_dir / "runs") for scheme, seed in jobs]
     workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
     say(f"{workers} worker process(es), {settings.threads} torch thread(s) each")
     scored_bytes = text.bytes_of(text.tokens[text.start + 1 : text.start + text.count + 1])
-    facts = {"command": command, "config": config.to_dict(), "config_name": config.name,
-             "scored_tokens": text.count, "scored_bytes": scored_bytes}  # fmt: skip
+    facts = {
+        "command": command,
+        "config": config.to_dict(),
+        "config_name": config.name,
+        "scored_tokens": text.count,
+        "scored_bytes": scored_bytes,
+    }
     for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
         scheme, seed = records[0]["scheme"], records[0]["seed"]
         cells.write_cell(out_dir, AXES, (scheme, seed), grid, {**facts, "info": info}, records)
@@ -429,7 +490,12 @@ def run_cells(
 def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
     """`[i/n] scheme seed k: trained in ... (or reused), scored in ...; bits/byte at the first length`."""
     first = records[0]
-    trained = "reused" if info["reused"] else (
-        f"trained in {info['train_wall']:.0f} s ({info['tokens_per_second']:,.0f} tok/s)")  # fmt: skip
-    return (f"[{done}/{total}] {first['scheme']} seed {first['seed']}: {trained}, scored in "
-            f"{info['eval_seconds']:.0f} s; bits/byte at {first['length']}: {first['bpb']:.3f}")  # fmt: skip
+    trained = (
+        "reused"
+        if info["reused"]
+        else (f"trained in {info['train_wall']:.0f} s ({info['tokens_per_second']:,.0f} tok/s)")
+    )
+    return (
+        f"[{done}/{total}] {first['scheme']} seed {first['seed']}: {trained}, scored in "
+        f"{info['eval_seconds']:.0f} s; bits/byte at {first['length']}: {first['bpb']:.3f}"
+    )

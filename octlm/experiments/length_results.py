@@ -80,15 +80,20 @@ def summarize(records: list[dict], settings: Settings) -> list[dict]:
                 group = groups.get((scheme, variant, length, mode), [])
                 ok = [r for r in group if r["status"] == "ok"]
                 bpbs = [r["bpb"] for r in ok]
-                out.append({
-                    "scheme": scheme, "variant": variant, "length": length, "mode": mode,
-                    "bpb_mean": statistics.fmean(bpbs) if ok else None,
-                    "bpb_std": statistics.stdev(bpbs) if len(ok) > 1 else None,
-                    "ppl_mean": statistics.fmean(r["ppl"] for r in ok) if ok else None,
-                    "n_seeds": len({r["seed"] for r in group}),
-                    "status": "ok" if ok else "no rows",
-                    "tokens": ok[0]["tokens"] if ok else 0,
-                })  # fmt: skip
+                out.append(
+                    {
+                        "scheme": scheme,
+                        "variant": variant,
+                        "length": length,
+                        "mode": mode,
+                        "bpb_mean": statistics.fmean(bpbs) if ok else None,
+                        "bpb_std": statistics.stdev(bpbs) if len(ok) > 1 else None,
+                        "ppl_mean": statistics.fmean(r["ppl"] for r in ok) if ok else None,
+                        "n_seeds": len({r["seed"] for r in group}),
+                        "status": "ok" if ok else "no rows",
+                        "tokens": ok[0]["tokens"] if ok else 0,
+                    }
+                )
     return out
 
 
@@ -150,9 +155,14 @@ def training_table(records: list[dict], settings: Settings) -> Table:
         bpb = _seed_mean(runs[scheme], "final_val_bpb")
         seconds = _seed_mean(runs[scheme], "train_seconds")
         flag = " (did not learn in this budget)" if loss is not None and loss > min(losses) + 1.0 else ""
-        rows.append([scheme, f"{loss:.3f}{flag}" if loss is not None else "n/a",
-                     f"{bpb:.3f}" if bpb is not None else "n/a",
-                     f"{seconds:.0f}" if seconds is not None else "n/a"])  # fmt: skip
+        rows.append(
+            [
+                scheme,
+                f"{loss:.3f}{flag}" if loss is not None else "n/a",
+                f"{bpb:.3f}" if bpb is not None else "n/a",
+                f"{seconds:.0f}" if seconds is not None else "n/a",
+            ]
+        )
     headers = ["scheme", "final train loss", "val bits/byte (train.py)", "seconds per training"]
     return Table(headers, rows, align="lrrr")
 
@@ -239,8 +249,16 @@ def web_json(summary: list[dict], settings: Settings, command: str) -> dict[str,
     """length.json in web/DATA.md's schema 1 (the non-overlapping-window figures)."""
     keys = ("scheme", "variant", "length", "bpb_mean", "bpb_std", "ppl_mean", "n_seeds", "status")
     rows = [{k: s[k] for k in keys} for s in summary if s["mode"] == "windows"]
-    return to_json({"schema": 1, "command": command, "train_length": settings.train_length,
-                    "eval_lengths": list(settings.eval_lengths), "rows": rows}, WEB_DIGITS)  # fmt: skip
+    return to_json(
+        {
+            "schema": 1,
+            "command": command,
+            "train_length": settings.train_length,
+            "eval_lengths": list(settings.eval_lengths),
+            "rows": rows,
+        },
+        WEB_DIGITS,
+    )
 
 
 def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float = 1.4) -> Path | None:
@@ -272,15 +290,24 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
                 pts = [s for s in ok if (s["scheme"], s["variant"], s["mode"]) == (scheme, variant, mode)]
                 label = row_label(scheme, variant, settings)
                 # a row `rope+ssmax` in RoPE's colour, drawn as its option; RoPE's variants each their own way
-                colour, style = row_style(scheme) if variant in ("", "plain") else (
-                    scheme_colour(scheme), VARIANT_STYLES[variant])  # fmt: skip
+                colour, style = (
+                    row_style(scheme)
+                    if variant in ("", "plain")
+                    else (scheme_colour(scheme), VARIANT_STYLES[variant])
+                )
                 if pts and min(p["bpb_mean"] for p in pts) > cap:
                     left_out[label] = min(p["bpb_mean"] for p in pts)
                 elif pts:
-                    curves.append(Curve(label, np.array([p["length"] for p in pts]),
-                                        np.array([p["bpb_mean"] for p in pts]),
-                                        np.array([p["bpb_std"] or 0.0 for p in pts]),
-                                        color=colour, style=style))  # fmt: skip
+                    curves.append(
+                        Curve(
+                            label,
+                            np.array([p["length"] for p in pts]),
+                            np.array([p["bpb_mean"] for p in pts]),
+                            np.array([p["bpb_std"] or 0.0 for p in pts]),
+                            color=colour,
+                            style=style,
+                        )
+                    )
             title = "non-overlapping windows" if mode == "windows" else "sliding windows (last L/2 scored)"
             row.append((f"{group}: {title}; trained at {settings.train_length}", curves))
         panels.append(row)
@@ -328,10 +355,15 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     """
     found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     present = {cell.key[0] for cell in found}
-    settings = Settings(train_length=grid["train_length"], eval_lengths=list(grid["eval_lengths"]),
-                        seeds=len(grid["seeds"]), schemes=[s for s in grid["schemes"] if s in present],
-                        eval_windows=grid["eval_windows"], modes=tuple(grid["modes"]),
-                        rope_factor=grid["rope_factor"])  # fmt: skip
+    settings = Settings(
+        train_length=grid["train_length"],
+        eval_lengths=list(grid["eval_lengths"]),
+        seeds=len(grid["seeds"]),
+        schemes=[s for s in grid["schemes"] if s in present],
+        eval_windows=grid["eval_windows"],
+        modes=tuple(grid["modes"]),
+        rope_factor=grid["rope_factor"],
+    )
     first = found[0].facts
     config = config_from_dict(first["config"], name=first["config_name"])
     records = [record for cell in found for record in cell.records]
@@ -345,8 +377,16 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
         scheme, seed = cell.key
         if "probe" in cell.facts["info"] and scheme not in probes:
             probes[scheme] = cell.facts["info"]["probe"] | {"seed": seed}
-    facts = RunFacts(first["command"], grid["seeds"], first["scored_tokens"],
-                                    first["scored_bytes"], workers, wall, missing, probes)  # fmt: skip
+    facts = RunFacts(
+        first["command"],
+        grid["seeds"],
+        first["scored_tokens"],
+        first["scored_bytes"],
+        workers,
+        wall,
+        missing,
+        probes,
+    )
     markdown = write_results(out_dir, summary, records, settings, config, facts)
     if progress:
         files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE]

@@ -82,8 +82,18 @@ def score_model(
     for length in lengths:
         for mode in ("windows", "sliding") if sliding else ("windows",):
             s = score(model, text, length, mode, batch_tokens)
-            records.append({"length": length, "mode": mode, "tokens": s.tokens, "bytes": s.bytes,
-                            "nats": s.nats, "loss": s.loss, "bpb": s.bpb, "perplexity": s.perplexity})  # fmt: skip
+            records.append(
+                {
+                    "length": length,
+                    "mode": mode,
+                    "tokens": s.tokens,
+                    "bytes": s.bytes,
+                    "nats": s.nats,
+                    "loss": s.loss,
+                    "bpb": s.bpb,
+                    "perplexity": s.perplexity,
+                }
+            )
     return records
 
 

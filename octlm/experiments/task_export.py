@@ -71,14 +71,24 @@ def task_info(task: type[Task], model: Decoder, length: int) -> dict[str, Any]:
     """task.json without the check and file sizes: what a page needs to spell inputs and read the graph."""
     mc = model.config
     return {
-        "format": FORMAT, "task": task.name, "scheme": mc.position, "vocabulary": list(task.vocabulary()),
+        "format": FORMAT,
+        "task": task.name,
+        "scheme": mc.position,
+        "vocabulary": list(task.vocabulary()),
         "specials": {name.strip("<>"): i for i, name in enumerate(SPECIALS)},
-        "train_sizes": list(task.train_sizes), "counts": task.counts,
+        "train_sizes": list(task.train_sizes),
+        "counts": task.counts,
         "context_length": length,  # the longest input the graph takes
-        "train_length": mc.context_length, "vocab_size": mc.vocab_size, "d_model": mc.d_model,
-        "n_layers": mc.n_layers, "n_heads": mc.n_heads, "nope_layers": list(mc.nope_layers), "opset": OPSET,
-        "inputs": {"ids": ["batch", "length"]}, "outputs": {"logits": ["batch", "length", "vocab"]},
-    }  # fmt: skip
+        "train_length": mc.context_length,
+        "vocab_size": mc.vocab_size,
+        "d_model": mc.d_model,
+        "n_layers": mc.n_layers,
+        "n_heads": mc.n_heads,
+        "nope_layers": list(mc.nope_layers),
+        "opset": OPSET,
+        "inputs": {"ids": ["batch", "length"]},
+        "outputs": {"logits": ["batch", "length", "vocab"]},
+    }
 
 
 def export_task_model(model: Decoder, task: type[Task], out: Path, length: int) -> dict[str, Any]:
@@ -127,8 +137,15 @@ def passkey_case(sample: str, seed: int, size: int, depth: float) -> dict[str, A
     needle = Passkey.needle(key)
     cut = text.index(needle)
     filler = text[:cut] + text[cut + len(needle) :]
-    return {"task": "passkey", "start": sample.index(filler), "size": size, "depth": depth, "key": key,
-            "tokens": list(example.tokens), "answer": list(example.answer)}  # fmt: skip
+    return {
+        "task": "passkey",
+        "start": sample.index(filler),
+        "size": size,
+        "depth": depth,
+        "key": key,
+        "tokens": list(example.tokens),
+        "answer": list(example.answer),
+    }
 
 
 def prompt_of(case: dict[str, Any]) -> list[int]:
@@ -146,13 +163,38 @@ def task_fixtures(add: Callable[..., None]) -> None:
     sample = " ".join(f"def f{i}(x): return x * {i} + {i * i}  # line {i}" for i in range(40))
     copies = [copy_case(seed, size) for seed, size in ((0, 1), (1, 8), (2, 3), (3, 64))]
     # sizes and depths where depth x size falls on a half (7.5, 2.5, 12.5): the rounding is exercised
-    passkeys = [passkey_case(sample, seed, size, depth) for seed, (size, depth) in enumerate(
-        [(8, 0.0), (30, 0.25), (10, 0.25), (32, 0.5), (25, 0.5), (64, 0.75), (256, 1.0), (40, 0.3)])]  # fmt: skip
-    add("task_examples", "copy: the items (letters) give tokens and answer; passkey: sample[start : start + size] "
-        "as filler, key at depth give tokens and answer (Copy.example and Passkey.example_at)", [
-            *({"inputs": {"task": "copy", "items": c["items"]},
-               "output": {"tokens": c["tokens"], "answer": c["answer"]}} for c in copies),
-            *({"inputs": {"task": "passkey", "sample": sample, "start": c["start"], "size": c["size"],
-                          "depth": c["depth"], "key": c["key"]},
-               "output": {"tokens": c["tokens"], "answer": c["answer"]}} for c in passkeys),
-        ], src)  # fmt: skip
+    passkeys = [
+        passkey_case(sample, seed, size, depth)
+        for seed, (size, depth) in enumerate(
+            [(8, 0.0), (30, 0.25), (10, 0.25), (32, 0.5), (25, 0.5), (64, 0.75), (256, 1.0), (40, 0.3)]
+        )
+    ]
+    add(
+        "task_examples",
+        "copy: the items (letters) give tokens and answer; passkey: sample[start : start + size] "
+        "as filler, key at depth give tokens and answer (Copy.example and Passkey.example_at)",
+        [
+            *(
+                {
+                    "inputs": {"task": "copy", "items": c["items"]},
+                    "output": {"tokens": c["tokens"], "answer": c["answer"]},
+                }
+                for c in copies
+            ),
+            *(
+                {
+                    "inputs": {
+                        "task": "passkey",
+                        "sample": sample,
+                        "start": c["start"],
+                        "size": c["size"],
+                        "depth": c["depth"],
+                        "key": c["key"],
+                    },
+                    "output": {"tokens": c["tokens"], "answer": c["answer"]},
+                }
+                for c in passkeys
+            ),
+        ],
+        src,
+    )

@@ -87,8 +87,16 @@ def generate(
     """
     sampling = Sampling(temperature, top_k, top_p, seed)
     prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
-    return _generate(model, tokenizer, [prompt], max_new_tokens, sampling, use_cache=use_cache,
-                     stop_at_eot=stop_at_eot, notice=notice or _silent)  # fmt: skip
+    return _generate(
+        model,
+        tokenizer,
+        [prompt],
+        max_new_tokens,
+        sampling,
+        use_cache=use_cache,
+        stop_at_eot=stop_at_eot,
+        notice=notice or _silent,
+    )
 
 
 def generate_batch(
@@ -112,8 +120,17 @@ def generate_batch(
     prompt = _checked_prompt(model, prompt_ids, max_new_tokens)
     outs: list[list[int]] = [[] for _ in range(num_samples)]
     done = [False] * num_samples
-    for tokens in _generate(model, tokenizer, [prompt] * num_samples, max_new_tokens, sampling,
-                            use_cache=use_cache, stop_at_eot=False, notice=notice or _silent, batched=True):  # fmt: skip
+    for tokens in _generate(
+        model,
+        tokenizer,
+        [prompt] * num_samples,
+        max_new_tokens,
+        sampling,
+        use_cache=use_cache,
+        stop_at_eot=False,
+        notice=notice or _silent,
+        batched=True,
+    ):
         for out, token, finished in zip(outs, tokens, done, strict=True):
             if not finished:
                 out.append(token)
@@ -171,8 +188,15 @@ def _generate(
         model.train(was_training)
 
 
-def _token_steps(model: nn.Module, ids: Tensor, max_new_tokens: int, sampling: Sampling, tokenizer: Any,
-                 use_cache: bool, notice: Callable[[str], None]) -> Iterator[Tensor]:  # fmt: skip
+def _token_steps(
+    model: nn.Module,
+    ids: Tensor,
+    max_new_tokens: int,
+    sampling: Sampling,
+    tokenizer: Any,
+    use_cache: bool,
+    notice: Callable[[str], None],
+) -> Iterator[Tensor]:
     """The new token ids `[B]` of each step after `ids` `[B, T]`, on the device, `max_new_tokens` of them.
 
     With the cache, the prompt is read once and each step reads one token (through `DecodeStep` where it
@@ -264,9 +288,17 @@ def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     return prompt + tokenizer.decode(ids)
 
 
-def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int, sampling: Sampling,
-                out: TextIO, use_cache: bool = True, stop_at_eot: bool = True,
-                notice: Callable[[str], None] | None = _stderr) -> int:  # fmt: skip
+def stream_text(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt: str,
+    max_new_tokens: int,
+    sampling: Sampling,
+    out: TextIO,
+    use_cache: bool = True,
+    stop_at_eot: bool = True,
+    notice: Callable[[str], None] | None = _stderr,
+) -> int:
     """What `octlm generate` prints: `prompt`, then each new piece of text as soon as it is whole, flushed.
 
     Returns the number of tokens made (a final EOT counts, and is not printed). A notice (the window sliding
@@ -275,9 +307,19 @@ def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     out.write(prompt)
     out.flush()
     stream, count = StreamDecoder(tokenizer), 0
-    for token in generate(model, tokenizer, encode_prompt(tokenizer, prompt), max_new_tokens,
-                          sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed,
-                          use_cache=use_cache, stop_at_eot=stop_at_eot, notice=notice):  # fmt: skip
+    for token in generate(
+        model,
+        tokenizer,
+        encode_prompt(tokenizer, prompt),
+        max_new_tokens,
+        sampling.temperature,
+        sampling.top_k,
+        sampling.top_p,
+        sampling.seed,
+        use_cache=use_cache,
+        stop_at_eot=stop_at_eot,
+        notice=notice,
+    ):
         count += 1
         if token == tokenizer.eot_id and stop_at_eot:
             break  # the end of a document: nothing to print
@@ -290,13 +332,31 @@ def stream_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     return count
 
 
-def print_samples(model: nn.Module, tokenizer: Any, prompt: str, num_samples: int, max_new_tokens: int,
-                  sampling: Sampling, out: TextIO, use_cache: bool = True, stop_at_eot: bool = True,
-                  notice: Callable[[str], None] | None = _stderr) -> int:  # fmt: skip
+def print_samples(
+    model: nn.Module,
+    tokenizer: Any,
+    prompt: str,
+    num_samples: int,
+    max_new_tokens: int,
+    sampling: Sampling,
+    out: TextIO,
+    use_cache: bool = True,
+    stop_at_eot: bool = True,
+    notice: Callable[[str], None] | None = _stderr,
+) -> int:
     """`octlm generate --num-samples N`: N continuations decoded as one batch, printed whole when done, each
     as `prompt` + text after a `--- sample i ---` line. Returns the number of tokens made, all samples."""
-    samples = generate_batch(model, tokenizer, encode_prompt(tokenizer, prompt), num_samples, max_new_tokens,
-                             sampling, use_cache=use_cache, stop_at_eot=stop_at_eot, notice=notice)  # fmt: skip
+    samples = generate_batch(
+        model,
+        tokenizer,
+        encode_prompt(tokenizer, prompt),
+        num_samples,
+        max_new_tokens,
+        sampling,
+        use_cache=use_cache,
+        stop_at_eot=stop_at_eot,
+        notice=notice,
+    )
     for i, ids in enumerate(samples):
         text = tokenizer.decode(ids[:-1] if stop_at_eot and ids and ids[-1] == tokenizer.eot_id else ids)
         out.write(f"--- sample {i + 1} ---\n{prompt}{text}\n")

@@ -44,8 +44,15 @@ PCA_TOKENS = 60  # frequent tokens placed in the PCA figure
 REPORT_SCHEMA = 1
 DIGITS = 5
 # report["model"]: what the report says of a model's shape
-MODEL_FIELDS = ("vocab_size", "d_model", "context_length", "n_layers", "n_heads", "position",
-                "tie_embeddings")  # fmt: skip
+MODEL_FIELDS = (
+    "vocab_size",
+    "d_model",
+    "context_length",
+    "n_layers",
+    "n_heads",
+    "position",
+    "tie_embeddings",
+)
 MAP_POSITIONS = 1024  # position x position maps cover at most this many positions (GPT-2's whole table)
 
 
@@ -165,10 +172,15 @@ def position_section(model: Tables, initial: Tables, k: int = DEFAULT_TOP) -> di
     probes, distances = probe_positions(mapped), probe_distances(mapped)
     sinusoidal = sinusoidal_table(mapped, width + width % 2, model.sinusoidal_base)[:, :width]
     now, before = model.positions, initial.positions
-    section: dict[str, Any] = {"scheme": scheme, "context_length": length, "probe_positions": probes,
-                               "distances": distances, "shows": now["shows"],
-                               "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
-                               "has_vectors": "vectors" in now}  # fmt: skip
+    section: dict[str, Any] = {
+        "scheme": scheme,
+        "context_length": length,
+        "probe_positions": probes,
+        "distances": distances,
+        "shows": now["shows"],
+        "sinusoidal_reference": _vector_positions(sinusoidal, probes, distances, k),
+        "has_vectors": "vectors" in now,
+    }
     parts = [now["about"] or f"{scheme}."]  # a class's docstring names it; one without says no more
     if "vectors" in now:
         parts.append(_vectors_part(section, now["vectors"], before["vectors"], k))
@@ -202,17 +214,24 @@ def _frequencies_part(section: dict[str, Any], theta: np.ndarray, head_dim: int,
     """Each rotated pair's θ `[P]` (0: a pair that never turns), wavelength 2π/θ and turns within the context."""
     length = section["context_length"]
     wavelength = np.divide(2 * math.pi, theta, out=np.full_like(theta, np.inf), where=theta > 0)
-    section["frequencies"] = {"theta": theta, "wavelength": wavelength,
-                              "turns_in_context": length * theta / (2 * math.pi)}  # fmt: skip
+    section["frequencies"] = {
+        "theta": theta,
+        "wavelength": wavelength,
+        "turns_in_context": length * theta / (2 * math.pi),
+    }
     turning = wavelength[theta > 0]
     text = f"{len(turning)} of its {len(theta)} channel pairs rotate"
     if len(turning):
         slow = int((turning > length).sum())
-        text += (f": the fastest turns once every {turning.min():.1f} positions, the slowest once every "
-                 f"{turning.max():,.0f}; {slow} do not complete one turn within the {length}-token context")  # fmt: skip
+        text += (
+            f": the fastest turns once every {turning.min():.1f} positions, the slowest once every "
+            f"{turning.max():,.0f}; {slow} do not complete one turn within the {length}-token context"
+        )
     if 2 * len(theta) < head_dim:
-        text += (f". Only {2 * len(theta)} of each head's {head_dim} channels rotate; the other "
-                 f"{head_dim - 2 * len(theta)} carry no position")  # fmt: skip
+        text += (
+            f". Only {2 * len(theta)} of each head's {head_dim} channels rotate; the other "
+            f"{head_dim - 2 * len(theta)} carry no position"
+        )
     return text + "." + note
 
 
@@ -312,18 +331,27 @@ def analyze(
         pca_ids = ranked[:PCA_TOKENS]
         coords, explained = pca_2d(table[pca_ids])
         neighbours = nearest_tokens(table, ids, k)
-        return {"neighbours": {i: nb for i, nb in zip(ids, neighbours, strict=True)},
-                "mean_top1_similarity": float(np.mean([nb[0][1] for nb in neighbours])) if k else None,
-                "pca": {"ids": pca_ids, "coords": coords, "explained": explained},
-                "norms": row_norms(table)}  # fmt: skip
+        return {
+            "neighbours": {i: nb for i, nb in zip(ids, neighbours, strict=True)},
+            "mean_top1_similarity": float(np.mean([nb[0][1] for nb in neighbours])) if k else None,
+            "pca": {"ids": pca_ids, "coords": coords, "explained": explained},
+            "norms": row_norms(table),
+        }
 
     labels_needed = set(ids) | set(ranked[:PCA_TOKENS])
     report: dict[str, Any] = {"schema": REPORT_SCHEMA, "run": run, "model": dict(model.model)}
     if model.source is not None:
         report["source"] = model.source  # a pretrained model: where it came from
-    report |= {"counts_available": counts is not None, "counts": counts, "tokens": ids, "k": k,
-               "trained": view(trained_table), "untrained": view(initial_table),
-               "positions": position_section(model, initial, k), "notes": notes}  # fmt: skip
+    report |= {
+        "counts_available": counts is not None,
+        "counts": counts,
+        "tokens": ids,
+        "k": k,
+        "trained": view(trained_table),
+        "untrained": view(initial_table),
+        "positions": position_section(model, initial, k),
+        "notes": notes,
+    }
     for table_view in (report["trained"], report["untrained"]):
         for nb in table_view["neighbours"].values():
             labels_needed |= {j for j, _ in nb}

@@ -138,11 +138,16 @@ def summary_rows(numbers: dict[str, Any]) -> list[dict[str, Any]]:
     entropy, spread, lift = (np.asarray(numbers[k]) for k in ("entropy", "mean_distance", "lift"))
     L, H = entropy.shape
     return [
-        {"layer": layer, "head": head, "mean_distance": float(spread[layer, head]),
-         "entropy": float(entropy[layer, head]),
-         "lift_1": float(lift[layer, head, 1]) if numbers["length"] > 1 else None}
-        for layer in range(L) for head in range(H)
-    ]  # fmt: skip
+        {
+            "layer": layer,
+            "head": head,
+            "mean_distance": float(spread[layer, head]),
+            "entropy": float(entropy[layer, head]),
+            "lift_1": float(lift[layer, head, 1]) if numbers["length"] > 1 else None,
+        }
+        for layer in range(L)
+        for head in range(H)
+    ]
 
 
 def attention_blocks(numbers: dict[str, Any] | None, figure: Path | None, level: int = 2) -> list[Block]:
@@ -166,9 +171,11 @@ def attention_blocks(numbers: dict[str, Any] | None, figure: Path | None, level:
     ]
     mass = np.asarray(numbers.get("mass", 1.0))  # absent from reports written before it was measured
     if mass.min() < 1 - 1e-3:
-        text += (f" This model's attention rows sum to {mass.min():.3f}–{mass.max():.3f} on average per head, not "
-                 "1: the weight left over goes to no key (stick-breaking), and the figures show the weights as "
-                 "they are.")  # fmt: skip
+        text += (
+            f" This model's attention rows sum to {mass.min():.3f}–{mass.max():.3f} on average per head, not "
+            "1: the weight left over goes to no key (stick-breaking), and the figures show the weights as "
+            "they are."
+        )
     blocks: list[Block] = [Heading("Attention by distance", level), Paragraph(text)]
     if figure is not None:
         blocks.append(

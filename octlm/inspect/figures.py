@@ -253,18 +253,35 @@ def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
 # inference-time extensions (octlm.positions.rope_scaling.VARIANTS) and the battery's row options (+random,
 # +nopeK); "" and "plain" are the scheme as trained.
 VARIANT_STYLES: dict[str, tuple[str, str]] = {
-    "": ("-", "o"), "plain": ("-", "o"), "pi": ("--", "s"), "ntk": ("-.", "^"), "dynamic": (":", "v"),
-    "yarn": ("--", "D"), "random": ("--", "s"), "nope": ("-.", "^"), "random+nope": (":", "v"),
+    "": ("-", "o"),
+    "plain": ("-", "o"),
+    "pi": ("--", "s"),
+    "ntk": ("-.", "^"),
+    "dynamic": (":", "v"),
+    "yarn": ("--", "D"),
+    "random": ("--", "s"),
+    "nope": ("-.", "^"),
+    "random+nope": (":", "v"),
     "ssmax": (":", "P"),
-}  # fmt: skip
+}
 # The built-in schemes' colours, fixed so that a reader learns them once: tab10 for the ten of 2024 (in their
 # registration order then), and for the three that compute attention themselves three dark hues (tab20b's)
 # that tab10 does not use.
 BUILT_IN_COLOURS = {
-    "learned": "#1f77b4", "sinusoidal": "#ff7f0e", "rope": "#2ca02c", "p-rope": "#d62728", "xpos": "#9467bd",
-    "alibi": "#8c564b", "t5": "#e377c2", "fire": "#7f7f7f", "cope": "#bcbd22", "nope": "#17becf",
-    "fox": "#393b79", "path": "#637939", "stick-breaking": "#7b4173",
-}  # fmt: skip
+    "learned": "#1f77b4",
+    "sinusoidal": "#ff7f0e",
+    "rope": "#2ca02c",
+    "p-rope": "#d62728",
+    "xpos": "#9467bd",
+    "alibi": "#8c564b",
+    "t5": "#e377c2",
+    "fire": "#7f7f7f",
+    "cope": "#bcbd22",
+    "nope": "#17becf",
+    "fox": "#393b79",
+    "path": "#637939",
+    "stick-breaking": "#7b4173",
+}
 STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 
 
@@ -327,10 +344,17 @@ def plot_length(
 def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int, lengths: list[int]) -> None:
     for ax, (title, curves) in zip(axes, row, strict=False):
         for c in curves:
-            line = ax.plot(c.lengths, c.mean, linestyle=c.style[0], marker=c.style[1], ms=3, color=c.color,
-                           label=c.label)[0]  # fmt: skip
-            ax.fill_between(c.lengths, c.mean - c.spread, c.mean + c.spread, color=line.get_color(),
-                            alpha=0.15, linewidth=0)  # fmt: skip
+            line = ax.plot(
+                c.lengths, c.mean, linestyle=c.style[0], marker=c.style[1], ms=3, color=c.color, label=c.label
+            )[0]
+            ax.fill_between(
+                c.lengths,
+                c.mean - c.spread,
+                c.mean + c.spread,
+                color=line.get_color(),
+                alpha=0.15,
+                linewidth=0,
+            )
         ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [str(n) for n in lengths])
@@ -338,12 +362,14 @@ def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("bits per byte (the same tokens at every length)")
-    axes[len(row) - 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=STYLE_KEY,
-                              title_fontsize=7)  # fmt: skip
+    axes[len(row) - 1].legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=STYLE_KEY, title_fontsize=7
+    )
 
 
-def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int],
-                  path: Path) -> Path:  # fmt: skip
+def plot_accuracy(
+    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int], path: Path
+) -> Path:
     """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
     where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
     line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line style its
@@ -351,8 +377,14 @@ def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None
     columns = min(4, len(panels))
     n_rows = math.ceil(len(panels) / columns)
     fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
-    fig.subplots_adjust(left=0.06, right=1 - 2.2 / (3.6 * columns + 2.2), bottom=0.12 / n_rows, top=1 - 0.2 / n_rows,
-                        wspace=0.25, hspace=0.45)  # fmt: skip
+    fig.subplots_adjust(
+        left=0.06,
+        right=1 - 2.2 / (3.6 * columns + 2.2),
+        bottom=0.12 / n_rows,
+        top=1 - 0.2 / n_rows,
+        wspace=0.25,
+        hspace=0.45,
+    )
     axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
     for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
         for row, values in lines.items():
@@ -368,16 +400,24 @@ def plot_accuracy(panels: dict[str, tuple[list[int], dict[str, list[float | None
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="upper right", bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
-               title=STYLE_KEY, title_fontsize=7)  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        fontsize=7,
+        loc="upper right",
+        bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
+        title=STYLE_KEY,
+        title_fontsize=7,
+    )
     fig.suptitle(
         "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
     )
     return _save(fig, path)
 
 
-def plot_heatmaps(grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int],
-                  title: str, path: Path) -> Path:  # fmt: skip
+def plot_heatmaps(
+    grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int], title: str, path: Path
+) -> Path:
     """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
     grey where the row cannot run at that size; `title` names the rows and columns."""
     from matplotlib import colormaps
@@ -492,8 +532,16 @@ def plot_learning_curves(curves: list[tuple[str, str, list[int], list[float]]], 
     seen: dict[str, int] = {}
     for label, scheme, steps, bpb in curves:
         nth = seen[scheme] = seen.get(scheme, -1) + 1
-        ax.plot(steps, bpb, color=scheme_colour(scheme), linestyle=("-", "--", ":", "-.")[nth % 4],
-                marker="o", markersize=3, linewidth=1.3, label=label)  # fmt: skip
+        ax.plot(
+            steps,
+            bpb,
+            color=scheme_colour(scheme),
+            linestyle=("-", "--", ":", "-.")[nth % 4],
+            marker="o",
+            markersize=3,
+            linewidth=1.3,
+            label=label,
+        )
     ax.set_xlabel("training step")
     ax.set_ylabel("validation bits per byte")
     ax.grid(alpha=0.3)
@@ -506,8 +554,15 @@ def plot_learning_curves(curves: list[tuple[str, str, list[int], list[float]]], 
 Series = tuple[str, str, tuple[str, str], list[int], list[float]]
 
 
-def plot_extend(before: list[Series], after: list[Series], tuning: list[Series], retrieval: list[Series],
-                train_length: int, extend_length: int, path: Path) -> Path:  # fmt: skip
+def plot_extend(
+    before: list[Series],
+    after: list[Series],
+    tuning: list[Series],
+    retrieval: list[Series],
+    train_length: int,
+    extend_length: int,
+    path: Path,
+) -> Path:
     """The extension experiment in four panels: bits per byte against length before and after fine-tuning
     (shared y), the fine-tuning's validation bits per byte at the extended length against step, and the bits
     the passkey's needle saves against length after fine-tuning. Dotted lines: the two training lengths."""
@@ -515,8 +570,12 @@ def plot_extend(before: list[Series], after: list[Series], tuning: list[Series],
     fig.subplots_adjust(left=0.04, right=0.88, bottom=0.13, top=0.88, wspace=0.22)
     axes = fig.subplots(1, 4)
     axes[1].sharey(axes[0])
-    titles = (f"before fine-tuning (trained at {train_length})", f"after fine-tuning at {extend_length}",
-              f"fine-tuning: validation at {extend_length}", "passkey after fine-tuning")  # fmt: skip
+    titles = (
+        f"before fine-tuning (trained at {train_length})",
+        f"after fine-tuning at {extend_length}",
+        f"fine-tuning: validation at {extend_length}",
+        "passkey after fine-tuning",
+    )
     ylabels = (
         "bits per byte",
         "bits per byte",
@@ -541,10 +600,24 @@ def plot_extend(before: list[Series], after: list[Series], tuning: list[Series],
     axes[2].set_xlabel("fine-tuning step")
     axes[3].axhline(0, color="grey", linewidth=0.8)
     if not retrieval:
-        axes[3].text(0.5, 0.5, "no evaluation length holds\nthe needle and the question", ha="center",
-                     va="center", transform=axes[3].transAxes, fontsize=8)  # fmt: skip
+        axes[3].text(
+            0.5,
+            0.5,
+            "no evaluation length holds\nthe needle and the question",
+            ha="center",
+            va="center",
+            transform=axes[3].transAxes,
+            fontsize=8,
+        )
     handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(0.89, 0.88),
-               title="colour: scheme; line: method", title_fontsize=7)  # fmt: skip
+    fig.legend(
+        handles,
+        labels,
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(0.89, 0.88),
+        title="colour: scheme; line: method",
+        title_fontsize=7,
+    )
     fig.suptitle("Context extension by fine-tuning: mean over seeds", fontsize=10)
     return _save(fig, path)

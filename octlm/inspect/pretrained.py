@@ -150,9 +150,13 @@ def load_model(name: str, config: Any) -> PreTrainedModel:
     refuse_pickles(local)
     try:
         model = _cached_or_hub(
-            transformers.AutoModelForCausalLM.from_pretrained, name, config=config, use_safetensors=True,
-            trust_remote_code=False, **_dtype(transformers),
-        )  # fmt: skip
+            transformers.AutoModelForCausalLM.from_pretrained,
+            name,
+            config=config,
+            use_safetensors=True,
+            trust_remote_code=False,
+            **_dtype(transformers),
+        )
     except UserError:  # the Hub cannot be reached: already one line
         raise
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # missing, corrupt, wrong shapes
@@ -167,8 +171,9 @@ def fresh_model(config: Any, seed: int = UNTRAINED_SEED) -> PreTrainedModel:
     transformers = _transformers()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False,
-                                                              **_dtype(transformers))  # fmt: skip
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, trust_remote_code=False, **_dtype(transformers)
+        )
     return model.eval()
 
 
@@ -211,8 +216,15 @@ def tables_of(model: PreTrainedModel, source: dict[str, Any] | None = None) -> T
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     scheme = "learned" if position_path else "rope"
-    shape = (token.shape[0], token.shape[1], config.max_position_embeddings, config.num_hidden_layers,
-             config.num_attention_heads, scheme, tied)  # fmt: skip
+    shape = (
+        token.shape[0],
+        token.shape[1],
+        config.max_position_embeddings,
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        scheme,
+        tied,
+    )
     scheme_class = SCHEMES[scheme]
     positions = {"shows": list(scheme_class.shows), "about": about(scheme_class)}
     if position_path:

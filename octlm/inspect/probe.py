@@ -161,8 +161,15 @@ def logistic_fit(
     yt = torch.from_numpy(np.asarray(labels, np.int64))
     w = torch.zeros(x.shape[1], classes, dtype=torch.float64, requires_grad=True)
     b = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
-    optimiser = torch.optim.LBFGS([w, b], lr=1.0, max_iter=max_iter, history_size=20, tolerance_grad=1e-9,
-                                  tolerance_change=1e-12, line_search_fn="strong_wolfe")  # fmt: skip
+    optimiser = torch.optim.LBFGS(
+        [w, b],
+        lr=1.0,
+        max_iter=max_iter,
+        history_size=20,
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
 
     def closure() -> torch.Tensor:
         optimiser.zero_grad()
@@ -197,8 +204,11 @@ def probe_layer(
         alpha = choose_alpha(x_train, target, groups, np.random.default_rng(seed + 1))
         w, b = ridge_fit(s_train, target, alpha)
         predicted = s_test @ w + b
-        result[name] = {"r2": r2_score(y_test, predicted), "mae": float(np.abs(predicted - y_test).mean()),
-                        "alpha": alpha}  # fmt: skip
+        result[name] = {
+            "r2": r2_score(y_test, predicted),
+            "mae": float(np.abs(predicted - y_test).mean()),
+            "alpha": alpha,
+        }
     k_train, k_test = bucket_of(y_train.astype(np.int64), length, buckets), bucket_of(y_test, length, buckets)
     for name, target in (("bucket", k_train), ("bucket_control", k_train[shuffled])):
         w, b = logistic_fit(s_train, target, buckets)
@@ -228,10 +238,19 @@ def probe_model(
         {"layer": name, **probe_layer(v, length, train, test, buckets, seed)}
         for name, v in zip(names, vectors, strict=True)
     ]
-    return {"position": model.config.position, "context_length": length, "n_layers": model.config.n_layers,
-            "d_model": model.config.d_model, "windows": {"train": len(train), "test": len(test)},
-            "tokens": {"train": len(train) * length, "test": len(test) * length}, "buckets": buckets,
-            "alphas": list(ALPHAS), "logistic_penalty": LOGISTIC_PENALTY, "seed": seed, "layers": layers}  # fmt: skip
+    return {
+        "position": model.config.position,
+        "context_length": length,
+        "n_layers": model.config.n_layers,
+        "d_model": model.config.d_model,
+        "windows": {"train": len(train), "test": len(test)},
+        "tokens": {"train": len(train) * length, "test": len(test) * length},
+        "buckets": buckets,
+        "alphas": list(ALPHAS),
+        "logistic_penalty": LOGISTIC_PENALTY,
+        "seed": seed,
+        "layers": layers,
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -256,16 +275,21 @@ def text_tokens(path: str | Path, tokenizer: Tokenizer) -> np.ndarray:
     try:
         text = Path(path).read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:
-        raise UserError(f"--text {str(path)!r} is not UTF-8 text (byte {error.start}); convert it with iconv") from None  # fmt: skip
+        raise UserError(
+            f"--text {str(path)!r} is not UTF-8 text (byte {error.start}); convert it with iconv"
+        ) from None
     except IsADirectoryError:
         raise UserError(f"--text {str(path)!r} is a folder; give the path of a text file") from None
     return np.asarray(tokenizer.encode(text), dtype=np.int64)
 
 
 def probe_run(
-    run_dir: str | Path, text: str | Path | None = None, windows: int = DEFAULT_WINDOWS,
-    buckets: int = BUCKETS, seed: int = 0,
-) -> dict[str, Any]:  # fmt: skip
+    run_dir: str | Path,
+    text: str | Path | None = None,
+    windows: int = DEFAULT_WINDOWS,
+    buckets: int = BUCKETS,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Probe a trained run on its validation stream (or on `text`, a file): `probe_model`'s numbers + names."""
     from octlm.storage.checkpoint import load_model
 
@@ -306,29 +330,62 @@ def probe_blocks(result: dict[str, Any], figure: Path | None, level: int = 2) ->
         "training tokens. The mean alone scores R² = 0 and MAE ≈ T/4."
     )
     rows = [
-        [layer["layer"], f"{layer['ridge']['r2']:.3f}", f"{layer['ridge']['mae']:.1f}",
-         f"{layer['ridge']['alpha']:g}", f"{layer['ridge_control']['r2']:.3f}",
-         f"{layer['ridge_control']['mae']:.1f}", f"{layer['bucket']['accuracy']:.3f}",
-         f"{layer['bucket_control']['accuracy']:.3f}", f"{layer['chance']:.3f}"]
+        [
+            layer["layer"],
+            f"{layer['ridge']['r2']:.3f}",
+            f"{layer['ridge']['mae']:.1f}",
+            f"{layer['ridge']['alpha']:g}",
+            f"{layer['ridge_control']['r2']:.3f}",
+            f"{layer['ridge_control']['mae']:.1f}",
+            f"{layer['bucket']['accuracy']:.3f}",
+            f"{layer['bucket_control']['accuracy']:.3f}",
+            f"{layer['chance']:.3f}",
+        ]
         for layer in result["layers"]
-    ]  # fmt: skip
-    headers = ["layer", "R²", "MAE", "α", "R² control", "MAE control", "bucket accuracy", "control accuracy",
-               "chance"]  # fmt: skip
-    blocks: list[Block] = [Heading("What each layer knows of position", level), Paragraph(method),
-                           Table(headers, rows, "lrrrrrrrr")]  # fmt: skip
+    ]
+    headers = [
+        "layer",
+        "R²",
+        "MAE",
+        "α",
+        "R² control",
+        "MAE control",
+        "bucket accuracy",
+        "control accuracy",
+        "chance",
+    ]
+    blocks: list[Block] = [
+        Heading("What each layer knows of position", level),
+        Paragraph(method),
+        Table(headers, rows, "lrrrrrrrr"),
+    ]
     if figure is not None:
-        blocks.append(Image(figure, "R² of the ridge probe and accuracy of the bucket probe against layer; "
-                                    "dashed: the shuffled-label control."))  # fmt: skip
+        blocks.append(
+            Image(
+                figure,
+                "R² of the ridge probe and accuracy of the bucket probe against layer; "
+                "dashed: the shuffled-label control.",
+            )
+        )
     return blocks
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> Table:
     """One table of several runs' probes (e.g. one per scheme in the length experiment), row per run and layer."""
     rows = [
-        [name, x["layer"], f"{x['ridge']['r2']:.3f}", f"{x['ridge']['mae']:.1f}", f"{x['ridge_control']['r2']:.3f}",
-         f"{x['bucket']['accuracy']:.3f}", f"{x['bucket_control']['accuracy']:.3f}", f"{x['chance']:.3f}"]
-        for name, result in results.items() for x in result["layers"]
-    ]  # fmt: skip
+        [
+            name,
+            x["layer"],
+            f"{x['ridge']['r2']:.3f}",
+            f"{x['ridge']['mae']:.1f}",
+            f"{x['ridge_control']['r2']:.3f}",
+            f"{x['bucket']['accuracy']:.3f}",
+            f"{x['bucket_control']['accuracy']:.3f}",
+            f"{x['chance']:.3f}",
+        ]
+        for name, result in results.items()
+        for x in result["layers"]
+    ]
     headers = ["run", "layer", "R²", "MAE", "R² control", "bucket accuracy", "control accuracy", "chance"]
     return Table(headers, rows, "llrrrrrr")
 
@@ -336,10 +393,19 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> Table:
 def draw_probe(result: dict[str, Any], path: Path) -> Path:
     layers = result["layers"]
     panels = [
-        ("ridge R² (position)", [x["ridge"]["r2"] for x in layers], [x["ridge_control"]["r2"] for x in layers], None),
-        (f"accuracy over {result['buckets']} position buckets", [x["bucket"]["accuracy"] for x in layers],
-         [x["bucket_control"]["accuracy"] for x in layers], layers[0]["chance"]),
-    ]  # fmt: skip
+        (
+            "ridge R² (position)",
+            [x["ridge"]["r2"] for x in layers],
+            [x["ridge_control"]["r2"] for x in layers],
+            None,
+        ),
+        (
+            f"accuracy over {result['buckets']} position buckets",
+            [x["bucket"]["accuracy"] for x in layers],
+            [x["bucket_control"]["accuracy"] for x in layers],
+            layers[0]["chance"],
+        ),
+    ]
     return plot_probe([x["layer"] for x in layers], panels, path)
 
 

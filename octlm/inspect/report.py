@@ -153,13 +153,17 @@ def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[B
         blocks += _vector_blocks(pos)
     blocks += _frequency_blocks(pos) + _bias_blocks(pos)
     if "untrained" in pos:
-        caption = (f"Position x position cosine similarity: the {m['position']} vectors after and before "
-                   "training, beside the sinusoidal table of the same width.")  # fmt: skip
+        caption = (
+            f"Position x position cosine similarity: the {m['position']} vectors after and before "
+            "training, beside the sinusoidal table of the same width."
+        )
     elif pos["has_vectors"]:
         caption = f"Position x position cosine similarity of the {m['position']} vectors (fixed: trained = untrained)."
     else:
-        caption = (f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model "
-                   "adds no position vectors to its input, so it has no similarity map of its own.")  # fmt: skip
+        caption = (
+            f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model "
+            "adds no position vectors to its input, so it has no similarity map of its own."
+        )
     blocks.append(Image(figures["positions"], caption))
     if "position_scheme" in figures:
         blocks.append(

@@ -20,8 +20,9 @@ from octlm.storage.run import Run
 ONLY_AN_EXPORT = "--force replaces only an export: choose a new folder"
 
 
-def check_out(out: Path, force: bool, run_dir: Path | None, suffix: str,
-              not_an_export: Callable[[Path], str | None]) -> None:  # fmt: skip
+def check_out(
+    out: Path, force: bool, run_dir: Path | None, suffix: str, not_an_export: Callable[[Path], str | None]
+) -> None:
     """Refuse OUT with one UserError naming it; `run_dir` is the run being exported (None: not from a run).
 
     `suffix` names the suggested new folder (`run_dir` + suffix); `not_an_export(out)` says why a non-empty
@@ -33,12 +34,16 @@ def check_out(out: Path, force: bool, run_dir: Path | None, suffix: str,
         raise UserError(f"{shown} is a symbolic link (to {os.readlink(out)!r}); give the folder itself")
     where = out.resolve()
     if run_dir is not None and run_dir.resolve().is_relative_to(where):
-        raise UserError(f"{shown} is or holds the run folder {str(run_dir)!r}; an export never replaces a run: "
-                        f"choose a new folder, e.g. {str(run_dir) + suffix!r}")  # fmt: skip
+        raise UserError(
+            f"{shown} is or holds the run folder {str(run_dir)!r}; an export never replaces a run: "
+            f"choose a new folder, e.g. {str(run_dir) + suffix!r}"
+        )
     for folder in (where, *where.parents):
         if Run.of(folder).is_run():
-            raise UserError(f"{shown} is inside the run folder {str(folder)!r}; an export never writes into "
-                            "a run: choose a folder outside it")  # fmt: skip
+            raise UserError(
+                f"{shown} is inside the run folder {str(folder)!r}; an export never writes into "
+                "a run: choose a folder outside it"
+            )
     if not (out.is_dir() and any(out.iterdir())):
         return
     if not force:

@@ -68,8 +68,10 @@ def to_hf(
     )
     shapes = {name: t.shape for name, t in hf_model.state_dict().items()}
     # reshape: a mapped tensor may be a regrouping view of ours (GPT-NeoX's per-head q/k/v); a no-op elsewhere
-    state = {name: t.detach().to("cpu", torch.float32).reshape(shapes[name]).contiguous()
-             for name, t in STATES[arch](model).items()}  # fmt: skip
+    state = {
+        name: t.detach().to("cpu", torch.float32).reshape(shapes[name]).contiguous()
+        for name, t in STATES[arch](model).items()
+    }
     hf_model.load_state_dict(state, strict=True)  # strict: a missing or extra name is a mapping bug
     if config.tie_embeddings:
         hf_model.tie_weights()
@@ -171,12 +173,15 @@ def _write_export(
     limit = limits.get(model.config.position)
     max_length = {"model_max_length": limit} if limit else {}
     hf_tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(tmp / "octlm_tokenizer.json"), bos_token=EOT, eos_token=EOT,
-        add_bos_token=True, add_eos_token=False,  # the same template as prompt_tokenizer's, in its own words
+        tokenizer_file=str(tmp / "octlm_tokenizer.json"),
+        bos_token=EOT,
+        eos_token=EOT,
+        add_bos_token=True,
+        add_eos_token=False,  # the same template as prompt_tokenizer's, in its own words
         clean_up_tokenization_spaces=False,  # else decode drops spaces before punctuation (tokenizer.py)
         split_special_tokens=True,  # literal "<|endoftext|>" in text is plain text, as in octlm's encode
         **max_length,
-    )  # fmt: skip
+    )
     hf_tokenizer.save_pretrained(tmp)
     (tmp / "octlm_tokenizer.json").unlink()
     give_plain_modes(tmp)  # safetensors writes model.safetensors 0600; the files beside it follow the umask

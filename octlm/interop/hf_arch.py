@@ -139,14 +139,17 @@ def hf_architecture(config: ModelConfig) -> str:
     if not mpt:
         return "mpt"
     raise UserError(
-        "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in " + ", ".join(gpt2)
+        "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in "
+        + ", ".join(gpt2)
         + "; as Llama (LlamaForCausalLM, or SmolLM3ForCausalLM with nope_layers) it differs in "
         + ", ".join(llama)
-        + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in " + ", ".join(neox)
-        + "; as MPT (MptForCausalLM, ALiBi) it differs in " + ", ".join(mpt)
+        + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in "
+        + ", ".join(neox)
+        + "; as MPT (MptForCausalLM, ALiBi) it differs in "
+        + ", ".join(mpt)
         + "; as Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) it differs in "
         + ", ".join(llama4)
-    )  # fmt: skip
+    )
 
 
 def _rotary_pct(config: ModelConfig) -> float:
@@ -203,47 +206,82 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
     """The `transformers` config for an octlm ModelConfig (arch from `hf_architecture`)."""
     import transformers
 
-    common = dict(vocab_size=config.vocab_size, tie_word_embeddings=config.tie_embeddings,
-                  bos_token_id=eos_token_id, eos_token_id=eos_token_id, pad_token_id=None)  # fmt: skip
+    common = dict(
+        vocab_size=config.vocab_size,
+        tie_word_embeddings=config.tie_embeddings,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=None,
+    )
     if arch == "llama4_text":
         return _llama4_text_config(config, common)
     if arch == "gpt2":
         return transformers.GPT2Config(
-            n_embd=config.d_model, n_layer=config.n_layers, n_head=config.n_heads,
-            n_positions=config.context_length, n_inner=config.d_ff,
+            n_embd=config.d_model,
+            n_layer=config.n_layers,
+            n_head=config.n_heads,
+            n_positions=config.context_length,
+            n_inner=config.d_ff,
             activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
-            layer_norm_epsilon=config.norm_eps, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
-        )  # fmt: skip
+            layer_norm_epsilon=config.norm_eps,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **common,
+        )
     if arch == "mpt":
         # softmax_scale None is 1/sqrt(head_dim), as SDPA's; the slopes' 8 is ALiBi's (alibi_slopes).
         attn = dict(
             alibi=True, alibi_bias_max=8, softmax_scale=None, clip_qkv=None, qk_ln=False, attn_pdrop=0
         )
         return transformers.MptConfig(
-            d_model=config.d_model, n_heads=config.n_heads, n_layers=config.n_layers, expansion_ratio=4,
-            max_seq_len=MPT_LENGTH_FACTOR * config.context_length, layer_norm_epsilon=config.norm_eps,
-            attn_config=attn, no_bias=True, logit_scale=None, resid_pdrop=0.0, emb_pdrop=0.0,
+            d_model=config.d_model,
+            n_heads=config.n_heads,
+            n_layers=config.n_layers,
+            expansion_ratio=4,
+            max_seq_len=MPT_LENGTH_FACTOR * config.context_length,
+            layer_norm_epsilon=config.norm_eps,
+            attn_config=attn,
+            no_bias=True,
+            logit_scale=None,
+            resid_pdrop=0.0,
+            emb_pdrop=0.0,
             use_cache=True,  # MptConfig's default is False: generate would re-read the whole sequence per token
             **common,
-        )  # fmt: skip
+        )
     if arch == "gpt_neox":
         cls = transformers.GPTNeoXConfig
         return cls(
-            hidden_size=config.d_model, intermediate_size=config.d_ff, num_hidden_layers=config.n_layers,
-            num_attention_heads=config.n_heads, hidden_act="gelu",  # exact erf GELU, as F.gelu
+            hidden_size=config.d_model,
+            intermediate_size=config.d_ff,
+            num_hidden_layers=config.n_layers,
+            num_attention_heads=config.n_heads,
+            hidden_act="gelu",  # exact erf GELU, as F.gelu
             **_rope_kwargs(cls, config.rope_base, _rotary_pct(config)),
             use_parallel_residual=False,  # octlm's block: x + attn(norm1(x)), then + mlp(norm2(that))
-            layer_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
-            attention_bias=True, attention_dropout=0.0, hidden_dropout=0.0, **common,
-        )  # fmt: skip
+            layer_norm_eps=config.norm_eps,
+            max_position_embeddings=config.context_length,
+            attention_bias=True,
+            attention_dropout=0.0,
+            hidden_dropout=0.0,
+            **common,
+        )
     cls = transformers.SmolLM3Config if arch == "smollm3" else transformers.LlamaConfig
     llama = dict(
-        hidden_size=config.d_model, intermediate_size=config.d_ff, num_hidden_layers=config.n_layers,
-        num_attention_heads=config.n_heads, num_key_value_heads=config.kv_heads,
-        hidden_act="silu", **_rope_kwargs(cls, config.rope_base),
-        rms_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
-        attention_bias=False, mlp_bias=False, attention_dropout=0.0, **common,
-    )  # fmt: skip
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        hidden_act="silu",
+        **_rope_kwargs(cls, config.rope_base),
+        rms_norm_eps=config.norm_eps,
+        max_position_embeddings=config.context_length,
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        **common,
+    )
     if arch == "llama":
         return cls(head_dim=config.head_dim, **llama)
     # SmolLM3 (its head size is always hidden_size / heads, as octlm's): no_rope_layers[i] is 1 where layer i
@@ -260,22 +298,33 @@ def _llama4_text_config(config: ModelConfig, common: dict[str, Any]) -> Any:
     # no_rope_layers[i] is 1 where layer i *uses* RoPE (Llama4TextAttention.use_rope), as SmolLM3's.
     no_rope = [int(config.position == "rope" and i not in config.nope_layers) for i in range(config.n_layers)]
     return cls(
-        hidden_size=config.d_model, num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-        num_key_value_heads=config.kv_heads, head_dim=config.head_dim, hidden_act="silu",
+        hidden_size=config.d_model,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim,
+        hidden_act="silu",
         # An empty moe_layers makes every layer's feed_forward the dense Llama4TextMLP, intermediate_size_mlp
         # wide (intermediate_size is the experts' width, unused without experts; kept equal for clarity).
-        moe_layers=[], intermediate_size_mlp=config.d_ff, intermediate_size=config.d_ff,
+        moe_layers=[],
+        intermediate_size_mlp=config.d_ff,
+        intermediate_size=config.d_ff,
         # Llama 4 L2-normalizes q and k in its RoPE layers by default; octlm does not.
         use_qk_norm=False,
         # A chunk size makes its RoPE layers attend within chunks of that many tokens; None: every key.
         attention_chunk_size=None,
-        no_rope_layers=no_rope, **_rope_kwargs(cls, config.rope_base),
+        no_rope_layers=no_rope,
+        **_rope_kwargs(cls, config.rope_base),
         # Queries in the NoPE layers times 1 + attn_scale log1p(floor((p + 1) / floor_scale)): octlm's formula.
-        attn_temperature_tuning=True, floor_scale=int(config.attention_floor),
+        attn_temperature_tuning=True,
+        floor_scale=int(config.attention_floor),
         attn_scale=float(config.attention_temperature),
-        rms_norm_eps=config.norm_eps, max_position_embeddings=config.context_length,
-        attention_bias=False, attention_dropout=0.0, **common,
-    )  # fmt: skip
+        rms_norm_eps=config.norm_eps,
+        max_position_embeddings=config.context_length,
+        attention_bias=False,
+        attention_dropout=0.0,
+        **common,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -293,14 +342,20 @@ def gpt2_state(model: Decoder) -> dict[str, Tensor]:
     for i, b in enumerate(model.blocks):
         p = f"transformer.h.{i}."
         s |= {
-            p + "ln_1.weight": b.norm1.weight, p + "ln_1.bias": b.norm1.bias,
+            p + "ln_1.weight": b.norm1.weight,
+            p + "ln_1.bias": b.norm1.bias,
             # Conv1D is x @ W + b, W [in, out]: the transpose of nn.Linear. c_attn is [q | k | v] like qkv.
-            p + "attn.c_attn.weight": b.attn.qkv.weight.T, p + "attn.c_attn.bias": b.attn.qkv.bias,
-            p + "attn.c_proj.weight": b.attn.proj.weight.T, p + "attn.c_proj.bias": b.attn.proj.bias,
-            p + "ln_2.weight": b.norm2.weight, p + "ln_2.bias": b.norm2.bias,
-            p + "mlp.c_fc.weight": b.mlp.fc.weight.T, p + "mlp.c_fc.bias": b.mlp.fc.bias,
-            p + "mlp.c_proj.weight": b.mlp.proj.weight.T, p + "mlp.c_proj.bias": b.mlp.proj.bias,
-        }  # fmt: skip
+            p + "attn.c_attn.weight": b.attn.qkv.weight.T,
+            p + "attn.c_attn.bias": b.attn.qkv.bias,
+            p + "attn.c_proj.weight": b.attn.proj.weight.T,
+            p + "attn.c_proj.bias": b.attn.proj.bias,
+            p + "ln_2.weight": b.norm2.weight,
+            p + "ln_2.bias": b.norm2.bias,
+            p + "mlp.c_fc.weight": b.mlp.fc.weight.T,
+            p + "mlp.c_fc.bias": b.mlp.fc.bias,
+            p + "mlp.c_proj.weight": b.mlp.proj.weight.T,
+            p + "mlp.c_proj.bias": b.mlp.proj.bias,
+        }
     return s
 
 
@@ -327,7 +382,7 @@ def llama_state(model: Decoder) -> dict[str, Tensor]:
             p + "mlp.gate_proj.weight": gate,
             p + "mlp.up_proj.weight": up,
             p + "mlp.down_proj.weight": b.mlp.proj.weight,
-        }  # fmt: skip
+        }
     return s
 
 
@@ -364,15 +419,21 @@ def neox_state(model: Decoder) -> dict[str, Tensor]:
     for i, b in enumerate(model.blocks):
         p = f"gpt_neox.layers.{i}."
         s |= {
-            p + "input_layernorm.weight": b.norm1.weight, p + "input_layernorm.bias": b.norm1.bias,
-            p + "attention.query_key_value.weight": b.attn.qkv.weight.view(3, H, D, c.d_model).transpose(0, 1),
+            p + "input_layernorm.weight": b.norm1.weight,
+            p + "input_layernorm.bias": b.norm1.bias,
+            p + "attention.query_key_value.weight": b.attn.qkv.weight.view(3, H, D, c.d_model).transpose(
+                0, 1
+            ),
             p + "attention.query_key_value.bias": b.attn.qkv.bias.view(3, H, D).transpose(0, 1),
-            p + "attention.dense.weight": b.attn.proj.weight, p + "attention.dense.bias": b.attn.proj.bias,
+            p + "attention.dense.weight": b.attn.proj.weight,
+            p + "attention.dense.bias": b.attn.proj.bias,
             p + "post_attention_layernorm.weight": b.norm2.weight,
             p + "post_attention_layernorm.bias": b.norm2.bias,
-            p + "mlp.dense_h_to_4h.weight": b.mlp.fc.weight, p + "mlp.dense_h_to_4h.bias": b.mlp.fc.bias,
-            p + "mlp.dense_4h_to_h.weight": b.mlp.proj.weight, p + "mlp.dense_4h_to_h.bias": b.mlp.proj.bias,
-        }  # fmt: skip
+            p + "mlp.dense_h_to_4h.weight": b.mlp.fc.weight,
+            p + "mlp.dense_h_to_4h.bias": b.mlp.fc.bias,
+            p + "mlp.dense_4h_to_h.weight": b.mlp.proj.weight,
+            p + "mlp.dense_4h_to_h.bias": b.mlp.proj.bias,
+        }
     return s
 
 
@@ -386,15 +447,24 @@ def mpt_state(model: Decoder) -> dict[str, Tensor]:
     for i, b in enumerate(model.blocks):
         p = f"transformer.blocks.{i}."
         s |= {
-            p + "norm_1.weight": b.norm1.weight, p + "attn.Wqkv.weight": b.attn.qkv.weight,
-            p + "attn.out_proj.weight": b.attn.proj.weight, p + "norm_2.weight": b.norm2.weight,
-            p + "ffn.up_proj.weight": b.mlp.fc.weight, p + "ffn.down_proj.weight": b.mlp.proj.weight,
-        }  # fmt: skip
+            p + "norm_1.weight": b.norm1.weight,
+            p + "attn.Wqkv.weight": b.attn.qkv.weight,
+            p + "attn.out_proj.weight": b.attn.proj.weight,
+            p + "norm_2.weight": b.norm2.weight,
+            p + "ffn.up_proj.weight": b.mlp.fc.weight,
+            p + "ffn.down_proj.weight": b.mlp.proj.weight,
+        }
     return s
 
 
-STATES = {"gpt2": gpt2_state, "llama": llama_state, "smollm3": llama_state, "llama4_text": llama4_state,
-          "gpt_neox": neox_state, "mpt": mpt_state}  # fmt: skip
+STATES = {
+    "gpt2": gpt2_state,
+    "llama": llama_state,
+    "smollm3": llama_state,
+    "llama4_text": llama4_state,
+    "gpt_neox": neox_state,
+    "mpt": mpt_state,
+}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -416,17 +486,28 @@ def _problems(checks: tuple[tuple[str, Any, bool], ...]) -> list[str]:
 
 
 def _gpt2_config(hc: Any) -> tuple[ModelConfig, list[str]]:
-    problems = _problems((
-        ("activation_function", hc.activation_function, hc.activation_function == "gelu"),
-        ("scale_attn_by_inverse_layer_idx", True, not hc.scale_attn_by_inverse_layer_idx),
-        ("add_cross_attention", True, not hc.add_cross_attention),
-        ("scale_attn_weights", False, hc.scale_attn_weights),
-    ))  # fmt: skip
+    problems = _problems(
+        (
+            ("activation_function", hc.activation_function, hc.activation_function == "gelu"),
+            ("scale_attn_by_inverse_layer_idx", True, not hc.scale_attn_by_inverse_layer_idx),
+            ("add_cross_attention", True, not hc.add_cross_attention),
+            ("scale_attn_weights", False, hc.scale_attn_weights),
+        )
+    )
     config = ModelConfig(
-        vocab_size=hc.vocab_size, d_model=hc.n_embd, context_length=hc.n_positions, n_layers=hc.n_layer,
-        n_heads=hc.n_head, d_ff=hc.n_inner or 4 * hc.n_embd, position="learned", norm="layernorm",
-        mlp="gelu", bias=True, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.layer_norm_epsilon,
-    )  # fmt: skip
+        vocab_size=hc.vocab_size,
+        d_model=hc.n_embd,
+        context_length=hc.n_positions,
+        n_layers=hc.n_layer,
+        n_heads=hc.n_head,
+        d_ff=hc.n_inner or 4 * hc.n_embd,
+        position="learned",
+        norm="layernorm",
+        mlp="gelu",
+        bias=True,
+        tie_embeddings=hc.tie_word_embeddings,
+        norm_eps=hc.layer_norm_epsilon,
+    )
     return config, problems
 
 
@@ -436,24 +517,35 @@ def _llama_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     head_dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
     no_rope = list(getattr(hc, "no_rope_layers", None) or [1] * hc.num_hidden_layers)
     sliding = hc.model_type == "smollm3" and hc.use_sliding_window and hc.sliding_window is not None
-    problems = _problems((
-        ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
-        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
-        ("attention_bias", hc.attention_bias, not hc.attention_bias),
-        ("mlp_bias", hc.mlp_bias, not hc.mlp_bias),
-        ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
-        ("no_rope_layers", no_rope, set(no_rope[: hc.num_hidden_layers]) <= {0, 1}),
-        ("sliding_window", getattr(hc, "sliding_window", None), not sliding),
-    ))  # fmt: skip
+    problems = _problems(
+        (
+            ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
+            ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+            ("attention_bias", hc.attention_bias, not hc.attention_bias),
+            ("mlp_bias", hc.mlp_bias, not hc.mlp_bias),
+            ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
+            ("no_rope_layers", no_rope, set(no_rope[: hc.num_hidden_layers]) <= {0, 1}),
+            ("sliding_window", getattr(hc, "sliding_window", None), not sliding),
+        )
+    )
     config = ModelConfig(
-        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
-        n_layers=hc.num_hidden_layers, n_heads=hc.num_attention_heads,
+        vocab_size=hc.vocab_size,
+        d_model=hc.hidden_size,
+        context_length=hc.max_position_embeddings,
+        n_layers=hc.num_hidden_layers,
+        n_heads=hc.num_attention_heads,
         n_kv_heads=0 if hc.num_key_value_heads == hc.num_attention_heads else hc.num_key_value_heads,
-        d_ff=hc.intermediate_size, position="rope", rope_layout="half",
-        rope_base=float(rope["rope_theta"]), norm="rmsnorm", mlp="swiglu", bias=False,
-        tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.rms_norm_eps,
+        d_ff=hc.intermediate_size,
+        position="rope",
+        rope_layout="half",
+        rope_base=float(rope["rope_theta"]),
+        norm="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        tie_embeddings=hc.tie_word_embeddings,
+        norm_eps=hc.rms_norm_eps,
         nope_layers=[i for i in range(hc.num_hidden_layers) if not no_rope[i]],
-    )  # fmt: skip
+    )
     return config, problems
 
 
@@ -467,29 +559,48 @@ def _llama4_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     uses_rope = list(hc.no_rope_layers)
     nope = [i for i in range(n) if i < len(uses_rope) and not uses_rope[i]]
     scaled = bool(hc.attn_temperature_tuning and nope)
-    problems = _problems((
-        ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
-        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
-        ("attention_bias", hc.attention_bias, not hc.attention_bias),
-        ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
-        ("no_rope_layers", uses_rope, len(uses_rope) >= n and set(uses_rope[:n]) <= {0, 1}),
-        ("moe_layers", hc.moe_layers, not hc.moe_layers),
-        ("use_qk_norm", hc.use_qk_norm, not hc.use_qk_norm or len(nope) == n),  # only RoPE layers have it
-        ("attention_chunk_size", hc.attention_chunk_size, set(hc.layer_types[:n]) <= {"full_attention"}),
-        ("floor_scale", hc.floor_scale, not scaled or hc.floor_scale >= 1),
-    ))  # fmt: skip
-    scaling = {"attention_scaling": "llama4", "attention_floor": int(hc.floor_scale),
-               "attention_temperature": float(hc.attn_scale)} if scaled else {}  # fmt: skip
+    problems = _problems(
+        (
+            ("hidden_act", hc.hidden_act, hc.hidden_act == "silu"),
+            ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+            ("attention_bias", hc.attention_bias, not hc.attention_bias),
+            ("head_dim", head_dim, head_dim * hc.num_attention_heads == hc.hidden_size),
+            ("no_rope_layers", uses_rope, len(uses_rope) >= n and set(uses_rope[:n]) <= {0, 1}),
+            ("moe_layers", hc.moe_layers, not hc.moe_layers),
+            ("use_qk_norm", hc.use_qk_norm, not hc.use_qk_norm or len(nope) == n),  # only RoPE layers have it
+            ("attention_chunk_size", hc.attention_chunk_size, set(hc.layer_types[:n]) <= {"full_attention"}),
+            ("floor_scale", hc.floor_scale, not scaled or hc.floor_scale >= 1),
+        )
+    )
+    scaling = (
+        {
+            "attention_scaling": "llama4",
+            "attention_floor": int(hc.floor_scale),
+            "attention_temperature": float(hc.attn_scale),
+        }
+        if scaled
+        else {}
+    )
     # octlm's rope_layout means nothing without RoPE: a NoPE model keeps the default.
     position = {"position": "nope"} if len(nope) == n else {"position": "rope", "rope_layout": "interleaved"}
     config = ModelConfig(
-        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
-        n_layers=n, n_heads=hc.num_attention_heads,
+        vocab_size=hc.vocab_size,
+        d_model=hc.hidden_size,
+        context_length=hc.max_position_embeddings,
+        n_layers=n,
+        n_heads=hc.num_attention_heads,
         n_kv_heads=0 if hc.num_key_value_heads == hc.num_attention_heads else hc.num_key_value_heads,
-        d_ff=hc.intermediate_size_mlp, rope_base=float(rope["rope_theta"]), norm="rmsnorm", mlp="swiglu",
-        bias=False, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.rms_norm_eps,
-        nope_layers=nope if len(nope) < n else [], **position, **scaling,
-    )  # fmt: skip
+        d_ff=hc.intermediate_size_mlp,
+        rope_base=float(rope["rope_theta"]),
+        norm="rmsnorm",
+        mlp="swiglu",
+        bias=False,
+        tie_embeddings=hc.tie_word_embeddings,
+        norm_eps=hc.rms_norm_eps,
+        nope_layers=nope if len(nope) < n else [],
+        **position,
+        **scaling,
+    )
     return config, problems
 
 
@@ -497,22 +608,34 @@ def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     rope = _rope_of(hc)
     fraction = float(rope.get("partial_rotary_factor", 1.0))
     dims = int(hc.hidden_size // hc.num_attention_heads * fraction)
-    problems = _problems((
-        ("hidden_act", hc.hidden_act, hc.hidden_act == "gelu"),
-        ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
-        # Pythia's parallel residual adds attention and MLP of the same input; octlm's blocks are sequential.
-        ("use_parallel_residual", hc.use_parallel_residual, not hc.use_parallel_residual),
-        ("attention_bias", hc.attention_bias, hc.attention_bias),
-        # An odd int(head_dim × rotary_pct) rotates one channel more than it says; octlm rotates what it says.
-        ("rotary_pct", fraction, dims % 2 == 0 and dims > 0),
-    ))  # fmt: skip
+    problems = _problems(
+        (
+            ("hidden_act", hc.hidden_act, hc.hidden_act == "gelu"),
+            ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
+            # Pythia's parallel residual adds attention and MLP of the same input; octlm's blocks are sequential.
+            ("use_parallel_residual", hc.use_parallel_residual, not hc.use_parallel_residual),
+            ("attention_bias", hc.attention_bias, hc.attention_bias),
+            # An odd int(head_dim × rotary_pct) rotates one channel more than it says; octlm rotates what it says.
+            ("rotary_pct", fraction, dims % 2 == 0 and dims > 0),
+        )
+    )
     config = ModelConfig(
-        vocab_size=hc.vocab_size, d_model=hc.hidden_size, context_length=hc.max_position_embeddings,
-        n_layers=hc.num_hidden_layers, n_heads=hc.num_attention_heads, d_ff=hc.intermediate_size,
-        position="rope", rope_layout="half", rope_base=float(rope["rope_theta"]), rope_fraction=fraction,
-        norm="layernorm", mlp="gelu", bias=True, tie_embeddings=hc.tie_word_embeddings,
+        vocab_size=hc.vocab_size,
+        d_model=hc.hidden_size,
+        context_length=hc.max_position_embeddings,
+        n_layers=hc.num_hidden_layers,
+        n_heads=hc.num_attention_heads,
+        d_ff=hc.intermediate_size,
+        position="rope",
+        rope_layout="half",
+        rope_base=float(rope["rope_theta"]),
+        rope_fraction=fraction,
+        norm="layernorm",
+        mlp="gelu",
+        bias=True,
+        tie_embeddings=hc.tie_word_embeddings,
         norm_eps=hc.layer_norm_eps,
-    )  # fmt: skip
+    )
     return config, problems
 
 
@@ -522,25 +645,45 @@ def _mpt_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     max_seq_len / MPT_LENGTH_FACTOR, the inverse of the export: octlm's ALiBi has no maximum, so it is only the
     training block length a further run would use."""
     attn, head_dim = hc.attn_config, hc.d_model // hc.n_heads
-    problems = _problems((
-        ("alibi", attn.alibi, attn.alibi),
-        ("alibi_bias_max", attn.alibi_bias_max, attn.alibi_bias_max == 8),
-        ("softmax_scale", attn.softmax_scale,
-         attn.softmax_scale is None or math.isclose(attn.softmax_scale, head_dim**-0.5, rel_tol=1e-6)),
-        ("clip_qkv", attn.clip_qkv, not attn.clip_qkv),
-        ("qk_ln", attn.qk_ln, not attn.qk_ln),
-        ("logit_scale", hc.logit_scale, hc.logit_scale is None),
-    ))  # fmt: skip
+    problems = _problems(
+        (
+            ("alibi", attn.alibi, attn.alibi),
+            ("alibi_bias_max", attn.alibi_bias_max, attn.alibi_bias_max == 8),
+            (
+                "softmax_scale",
+                attn.softmax_scale,
+                attn.softmax_scale is None or math.isclose(attn.softmax_scale, head_dim**-0.5, rel_tol=1e-6),
+            ),
+            ("clip_qkv", attn.clip_qkv, not attn.clip_qkv),
+            ("qk_ln", attn.qk_ln, not attn.qk_ln),
+            ("logit_scale", hc.logit_scale, hc.logit_scale is None),
+        )
+    )
     config = ModelConfig(
-        vocab_size=hc.vocab_size, d_model=hc.d_model, context_length=max(1, hc.max_seq_len // MPT_LENGTH_FACTOR),
-        n_layers=hc.n_layers, n_heads=hc.n_heads, d_ff=4 * hc.d_model, position="alibi", norm="layernorm",
-        mlp="gelu", bias=False, tie_embeddings=hc.tie_word_embeddings, norm_eps=hc.layer_norm_epsilon,
-    )  # fmt: skip
+        vocab_size=hc.vocab_size,
+        d_model=hc.d_model,
+        context_length=max(1, hc.max_seq_len // MPT_LENGTH_FACTOR),
+        n_layers=hc.n_layers,
+        n_heads=hc.n_heads,
+        d_ff=4 * hc.d_model,
+        position="alibi",
+        norm="layernorm",
+        mlp="gelu",
+        bias=False,
+        tie_embeddings=hc.tie_word_embeddings,
+        norm_eps=hc.layer_norm_epsilon,
+    )
     return config, problems
 
 
-_READERS = {"gpt2": _gpt2_config, "llama": _llama_config, "smollm3": _llama_config,
-            "llama4_text": _llama4_config, "gpt_neox": _neox_config, "mpt": _mpt_config}  # fmt: skip
+_READERS = {
+    "gpt2": _gpt2_config,
+    "llama": _llama_config,
+    "smollm3": _llama_config,
+    "llama4_text": _llama4_config,
+    "gpt_neox": _neox_config,
+    "mpt": _mpt_config,
+}
 
 
 def config_from_hf(hc: Any) -> ModelConfig:
@@ -548,8 +691,10 @@ def config_from_hf(hc: Any) -> ModelConfig:
     does not have (GPT-2's tanh GELU, biased Llama projections, scaled RoPE, parallel residuals, ...)."""
     reader = _READERS.get(hc.model_type)
     if reader is None:
-        raise UserError("octlm reads only gpt2, llama, smollm3, gpt_neox and mpt models, and Llama 4's text "
-                        f"model (llama4_text), from transformers, not model_type {hc.model_type!r}")  # fmt: skip
+        raise UserError(
+            "octlm reads only gpt2, llama, smollm3, gpt_neox and mpt models, and Llama 4's text "
+            f"model (llama4_text), from transformers, not model_type {hc.model_type!r}"
+        )
     config, problems = reader(hc)
     if problems:
         raise UserError(f"not representable in octlm: this {hc.model_type} model has " + ", ".join(problems))

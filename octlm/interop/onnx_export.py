@@ -134,8 +134,9 @@ class FixedTables(PositionScheme):
     def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor | None:
         return self.scheme.bias(q_positions, k_positions)
 
-    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
-                        layer: int) -> Tensor | None:  # fmt: skip
+    def contextual_bias(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int
+    ) -> Tensor | None:
         return self.scheme.contextual_bias(q, k, q_positions, k_positions, layer)
 
     @property
@@ -168,8 +169,9 @@ class FirstLayerProbe(PositionScheme):
         self.seen.update(q_0=q, k_0=k, q_rot_0=q_rot, k_rot_0=k_rot)
         return q_rot, k_rot
 
-    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
-                        layer: int) -> Tensor | None:  # fmt: skip
+    def contextual_bias(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int
+    ) -> Tensor | None:
         bias = self.scheme.contextual_bias(q, k, q_positions, k_positions, layer)
         self.seen["bias_0"] = bias
         return bias
@@ -255,8 +257,16 @@ def output_shapes(n_layers: int) -> dict[str, list[str]]:
     """Each output's axes by name, for model.json."""
     rows, scores = ["batch", "length", "d_model"], ["batch", "head", "length", "length"]
     queries, keys = ["batch", "head", "length", "head_dim"], ["batch", "kv_head", "length", "head_dim"]
-    shapes = {"logits": ["batch", "length", "vocab"], "token_rows": rows, "embedded": rows, "q_0": queries,
-              "k_0": keys, "q_rot_0": queries, "k_rot_0": keys, "bias_0": scores}  # fmt: skip
+    shapes = {
+        "logits": ["batch", "length", "vocab"],
+        "token_rows": rows,
+        "embedded": rows,
+        "q_0": queries,
+        "k_0": keys,
+        "q_rot_0": queries,
+        "k_rot_0": keys,
+        "bias_0": scores,
+    }
     return {name: shapes.get(name, scores) for name in output_names(n_layers)}  # attn_*: scores' axes
 
 
@@ -312,9 +322,15 @@ def write_onnx(model: Decoder, path: Path, max_length: int) -> None:
     dims = {0: torch.export.Dim("batch", min=1), 1: torch.export.Dim("length", min=1, max=max_length)}
     with _quiet_exporter(), torch.no_grad(), path_as_one_chunk(max_length):
         program = torch.onnx.export(
-            probed, (example,), dynamo=True, dynamic_shapes={"ids": dims}, input_names=["ids"],
-            output_names=output_names(model.config.n_layers), opset_version=OPSET, verbose=False,
-        )  # fmt: skip
+            probed,
+            (example,),
+            dynamo=True,
+            dynamic_shapes={"ids": dims},
+            input_names=["ids"],
+            output_names=output_names(model.config.n_layers),
+            opset_version=OPSET,
+            verbose=False,
+        )
         program.save(str(path), external_data=False)  # one file: the browser fetches one URL per model
 
 
@@ -365,8 +381,10 @@ def export_length(model: Decoder, max_length: int | None) -> int:
             f"--max-length {max_length} is outside [{low}, {high}]; choose a length in that range"
         )
     if rows is not None and max_length > rows:
-        raise UserError(f"--max-length {max_length} is longer than the {scheme} position table ({rows} rows), "
-                        f"which has no row past its last one; use --max-length {rows} or less")  # fmt: skip
+        raise UserError(
+            f"--max-length {max_length} is longer than the {scheme} position table ({rows} rows), "
+            f"which has no row past its last one; use --max-length {rows} or less"
+        )
     return max_length
 
 
@@ -386,14 +404,20 @@ def apply_rope_scaling(model: Decoder, method: str | None, factor: float | None,
         # A run fine-tuned with rescaled frequencies has them from its config: the graph keeps them.
         return None if mc.rope_scaling == "none" else {"method": mc.rope_scaling, "factor": mc.rope_factor}
     if mc.position != "rope":
-        raise UserError(f"--rope-scaling {method}: the {mc.position} scheme has no RoPE frequencies to scale; "
-                        "drop the flag or export a rope run")  # fmt: skip
+        raise UserError(
+            f"--rope-scaling {method}: the {mc.position} scheme has no RoPE frequencies to scale; "
+            "drop the flag or export a rope run"
+        )
     if mc.rope_scaling != "none":
-        raise UserError(f"--rope-scaling {method}: this run was fine-tuned with model.rope_scaling = "
-                        f"{mc.rope_scaling!r} (factor {mc.rope_factor:g}), which the export keeps; drop the flag")  # fmt: skip
+        raise UserError(
+            f"--rope-scaling {method}: this run was fine-tuned with model.rope_scaling = "
+            f"{mc.rope_scaling!r} (factor {mc.rope_factor:g}), which the export keeps; drop the flag"
+        )
     if method == "dynamic":
-        raise UserError("--rope-scaling dynamic: dynamic NTK changes RoPE's frequencies with each text's length, "
-                        "and an ONNX graph holds one fixed cos/sin table; use ntk, linear or yarn")  # fmt: skip
+        raise UserError(
+            "--rope-scaling dynamic: dynamic NTK changes RoPE's frequencies with each text's length, "
+            "and an ONNX graph holds one fixed cos/sin table; use ntk, linear or yarn"
+        )
     if method not in METHODS:
         raise UserError(f"--rope-scaling {method!r} is unknown; choose one of {', '.join(STATIC_SCALING)}")
     factor = max(1.0, length / mc.context_length) if factor is None else float(factor)
@@ -409,15 +433,24 @@ def model_info(model: Decoder, length: int, scaling: dict | None, eot_id: int) -
     """model.json without its file sizes: what a page needs to feed the graph and read its outputs."""
     mc = model.config
     return {
-        "format": FORMAT, "scheme": mc.position, "rope_scaling": scaling,
+        "format": FORMAT,
+        "scheme": mc.position,
+        "rope_scaling": scaling,
         "context_length": length,  # the longest input the graph takes
         "train_length": mc.context_length,  # the length the model was trained at
-        "vocab_size": mc.vocab_size, "n_layers": mc.n_layers, "n_heads": mc.n_heads, "d_model": mc.d_model,
-        "eot_id": eot_id, "opset": OPSET, "inputs": {"ids": ["batch", "length"]},
-        "outputs": output_names(mc.n_layers), "output_shapes": output_shapes(mc.n_layers),
-        "n_kv_heads": mc.kv_heads, "head_dim": mc.head_dim,
+        "vocab_size": mc.vocab_size,
+        "n_layers": mc.n_layers,
+        "n_heads": mc.n_heads,
+        "d_model": mc.d_model,
+        "eot_id": eot_id,
+        "opset": OPSET,
+        "inputs": {"ids": ["batch", "length"]},
+        "outputs": output_names(mc.n_layers),
+        "output_shapes": output_shapes(mc.n_layers),
+        "n_kv_heads": mc.kv_heads,
+        "head_dim": mc.head_dim,
         "signal": position_signal(type(model.positions)),
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -438,8 +471,14 @@ def _not_an_export(out: Path) -> str | None:
     return None
 
 
-def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_length: int | None = None,
-                rope_scaling: str | None = None, rope_factor: float | None = None) -> dict[str, Any]:  # fmt: skip
+def export_onnx(
+    run_dir: str | Path,
+    out: str | Path,
+    force: bool = False,
+    max_length: int | None = None,
+    rope_scaling: str | None = None,
+    rope_factor: float | None = None,
+) -> dict[str, Any]:
     """Export the trained run in `run_dir` to the folder `out`: model.onnx, tokenizer.json, model.json.
 
     Nothing is left behind when anything fails; with `force` an earlier export is replaced only once the new
@@ -452,8 +491,10 @@ def export_onnx(run_dir: str | Path, out: str | Path, force: bool = False, max_l
     need_exporter()
     model, _config, tokenizer = load_model(run_dir)
     if model.positions.onnx_refusal:
-        raise UserError(f"{model.config.position} models are not exported to ONNX: {model.positions.onnx_refusal}; "
-                        "run it in octlm (octlm generate, octlm score)")  # fmt: skip
+        raise UserError(
+            f"{model.config.position} models are not exported to ONNX: {model.positions.onnx_refusal}; "
+            "run it in octlm (octlm generate, octlm score)"
+        )
     length = export_length(model, max_length)
     info = model_info(
         model, length, apply_rope_scaling(model, rope_scaling, rope_factor, length), tokenizer.eot_id

@@ -72,12 +72,23 @@ def scheme_table() -> dict[str, Any]:
     rows = []
     for name in P.table_order(P.scheme_names()):
         cls = P.SCHEMES[name]
-        rows.append({"name": name, "family": P.family_of(name), "bounded": cls.bounded, "shows": list(cls.shows),
-                     "options": list(cls.options), "hooks": list(cls.hooks()), "cost": cls.cost,
-                     "doc": _summary(cls)})  # fmt: skip
-    note = ("the position-scheme registry (octlm.positions.SCHEMES), in table order; "
-            "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads; "
-            "cost: how its cost grows with the length when faster than softmax attention's T^2, else empty")  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "family": P.family_of(name),
+                "bounded": cls.bounded,
+                "shows": list(cls.shows),
+                "options": list(cls.options),
+                "hooks": list(cls.hooks()),
+                "cost": cls.cost,
+                "doc": _summary(cls),
+            }
+        )
+    note = (
+        "the position-scheme registry (octlm.positions.SCHEMES), in table order; "
+        "hooks: the PositionScheme methods a scheme overrides; options: the ModelConfig fields it reads; "
+        "cost: how its cost grows with the length when faster than softmax attention's T^2, else empty"
+    )
     return {"source": "octlm/positions/scheme.py", "schema": SCHEMA, "note": note, "schemes": _clean(rows)}
 
 
@@ -90,8 +101,13 @@ def build_fixtures(extra: Sequence[FixtureBuilder] = ()) -> dict[str, dict[str, 
     def add(
         name: str, note: str, cases: list[dict[str, Any]], source: str = "octlm/positions/formulas.py"
     ) -> None:
-        files[f"{name}.json"] = {"function": name, "source": source, "schema": SCHEMA, "note": note,
-                                 "cases": _clean(cases)}  # fmt: skip
+        files[f"{name}.json"] = {
+            "function": name,
+            "source": source,
+            "schema": SCHEMA,
+            "note": note,
+            "cases": _clean(cases),
+        }
 
     # The registry first: the modules below register their schemes as they are imported, and schemes.json lists
     # what `import octlm.positions` registers (in a fresh process that is all octlm has, in its table order).
@@ -115,20 +131,36 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
     def f64(rows: list[list[float]]) -> torch.Tensor:
         return torch.tensor(rows, dtype=torch.float64)
 
-    add("sinusoidal_table", "output[t][2i] = sin(t / base^(2i/width)), output[t][2i+1] = cos(same)", [
-        {"inputs": {"length": n, "width": w, "base": b}, "output": P.sinusoidal_table(n, w, b)}
-        for n, w, b in [(8, 8, 10000.0), (16, 6, 10000.0), (5, 32, 10000.0), (12, 10, 100.0), (1, 2, 10000.0)]
-    ])  # fmt: skip
+    add(
+        "sinusoidal_table",
+        "output[t][2i] = sin(t / base^(2i/width)), output[t][2i+1] = cos(same)",
+        [
+            {"inputs": {"length": n, "width": w, "base": b}, "output": P.sinusoidal_table(n, w, b)}
+            for n, w, b in [
+                (8, 8, 10000.0),
+                (16, 6, 10000.0),
+                (5, 32, 10000.0),
+                (12, 10, 100.0),
+                (1, 2, 10000.0),
+            ]
+        ],
+    )
 
     similarity_inputs = [_clean(P.sinusoidal_table(12, 16)), _inputs(6, 5, seed=7), [[3.0, 4.0], [-4.0, 3.0]]]
-    add("cosine_similarity_matrix", "output[i][j] = cosine of the angle between rows i and j of x", [
-        {"inputs": {"x": x}, "output": P.cosine_similarity_matrix(f64(x))} for x in similarity_inputs
-    ])  # fmt: skip
+    add(
+        "cosine_similarity_matrix",
+        "output[i][j] = cosine of the angle between rows i and j of x",
+        [{"inputs": {"x": x}, "output": P.cosine_similarity_matrix(f64(x))} for x in similarity_inputs],
+    )
 
-    add("rope_frequencies", "output[i] = base^(-2i/head_dim)", [
-        {"inputs": {"head_dim": d, "base": b}, "output": P.rope_frequencies(d, b)}
-        for d, b in [(8, 10000.0), (16, 500.0), (64, 10000.0), (2, 10000.0)]
-    ])  # fmt: skip
+    add(
+        "rope_frequencies",
+        "output[i] = base^(-2i/head_dim)",
+        [
+            {"inputs": {"head_dim": d, "base": b}, "output": P.rope_frequencies(d, b)}
+            for d, b in [(8, 10000.0), (16, 500.0), (64, 10000.0), (2, 10000.0)]
+        ],
+    )
 
     rope_cases = []
     for layout in ("half", "interleaved"):
@@ -139,22 +171,31 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
             x = _inputs(rows, dim, seed)
             pos = torch.tensor(positions, dtype=torch.float64)
             out = P.rope_rotate(f64(x), pos, base=base, layout=layout)
-            rope_cases.append({"inputs": {"x": x, "positions": positions, "base": base, "layout": layout},
-                               "output": out})  # fmt: skip
-    add("rope_rotate", "row r of x rotated as position positions[r]: pair i turns by positions[r] * theta_i",
-        rope_cases)  # fmt: skip
+            rope_cases.append(
+                {"inputs": {"x": x, "positions": positions, "base": base, "layout": layout}, "output": out}
+            )
+    add(
+        "rope_rotate",
+        "row r of x rotated as position positions[r]: pair i turns by positions[r] * theta_i",
+        rope_cases,
+    )
 
-    add("alibi_slopes", "Press et al.'s head slopes, with their recipe for head counts that are not 2^k", [
-        {"inputs": {"n_heads": n}, "output": P.alibi_slopes(n)} for n in [1, 2, 3, 4, 5, 6, 8, 12, 16, 24]
-    ])  # fmt: skip
+    add(
+        "alibi_slopes",
+        "Press et al.'s head slopes, with their recipe for head counts that are not 2^k",
+        [{"inputs": {"n_heads": n}, "output": P.alibi_slopes(n)} for n in [1, 2, 3, 4, 5, 6, 8, 12, 16, 24]],
+    )
 
     bias_cases = []
     for heads, q, k in [(4, list(range(6)), list(range(6))), (3, [4, 5], [0, 1, 2, 3, 4, 5, 6])]:
         slopes = P.alibi_slopes(heads).double()
         bias = P.alibi_bias(slopes, torch.tensor(q), torch.tensor(k))
         bias_cases.append({"inputs": {"slopes": slopes, "q_positions": q, "k_positions": k}, "output": bias})
-    add("alibi_bias", "output[h][q][k] = -slope_h * (q - k) for k <= q; null stands for -inf (k > q, masked)",
-        bias_cases)  # fmt: skip
+    add(
+        "alibi_bias",
+        "output[h][q][k] = -slope_h * (q - k) for k <= q; null stands for -inf (k > q, masked)",
+        bias_cases,
+    )
 
     t5_cases = []
     for buckets, distance in [(32, 128), (8, 20), (16, 64), (2, 4)]:
@@ -172,8 +213,11 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
         except UserError as error:
             message = str(error)
         shape_cases.append({"inputs": {"token_shape": tokens, "table_shape": table}, "output": message})
-    add("add_positions", "the error add_positions raises for [B, T, C] + [T', C'] (null: the shapes fit)",
-        shape_cases)  # fmt: skip
+    add(
+        "add_positions",
+        "the error add_positions raises for [B, T, C] + [T', C'] (null: the shapes fit)",
+        shape_cases,
+    )
 
 
 def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
@@ -190,35 +234,88 @@ def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
         return f64(_clean(value))
 
     src = "octlm/positions/rotary.py"
-    add("rotary_dims", "int(head_dim * fraction) rounded down to whole pairs (GPT-NeoX rotary_pct)", [
-        {"inputs": {"head_dim": d, "fraction": f}, "output": rotary.rotary_dims(d, f)}
-        for d, f in [(64, 1.0), (64, 0.25), (64, 0.3), (16, 0.5), (10, 0.35), (8, 0.2), (2, 0.99), (96, 0.1)]
-    ], src)  # fmt: skip
-    add("prope_frequencies", "theta_i = base^(-2i/head_dim) for the round(kept * D/2) smallest i (half up), else 0", [
-        {"inputs": {"head_dim": d, "base": b, "kept": k}, "output": rotary.prope_frequencies(d, b, k)}
-        for d, b, k in [(8, 10000.0, 0.75), (8, 10000.0, 0.625), (12, 500.0, 0.75), (16, 10000.0, 0.25),
-                        (8, 10000.0, 0.0), (8, 10000.0, 1.0), (64, 10000.0, 0.75)]
-    ], src)  # fmt: skip
+    add(
+        "rotary_dims",
+        "int(head_dim * fraction) rounded down to whole pairs (GPT-NeoX rotary_pct)",
+        [
+            {"inputs": {"head_dim": d, "fraction": f}, "output": rotary.rotary_dims(d, f)}
+            for d, f in [
+                (64, 1.0),
+                (64, 0.25),
+                (64, 0.3),
+                (16, 0.5),
+                (10, 0.35),
+                (8, 0.2),
+                (2, 0.99),
+                (96, 0.1),
+            ]
+        ],
+        src,
+    )
+    add(
+        "prope_frequencies",
+        "theta_i = base^(-2i/head_dim) for the round(kept * D/2) smallest i (half up), else 0",
+        [
+            {"inputs": {"head_dim": d, "base": b, "kept": k}, "output": rotary.prope_frequencies(d, b, k)}
+            for d, b, k in [
+                (8, 10000.0, 0.75),
+                (8, 10000.0, 0.625),
+                (12, 500.0, 0.75),
+                (16, 10000.0, 0.25),
+                (8, 10000.0, 0.0),
+                (8, 10000.0, 1.0),
+                (64, 10000.0, 0.75),
+            ]
+        ],
+        src,
+    )
 
     src = "octlm/positions/xpos.py"
-    add("xpos_scales", "zeta_i = (2i / head_dim + gamma) / (1 + gamma), one per channel pair", [
-        {"inputs": {"head_dim": d, "gamma": g}, "output": xpos.xpos_scales(d, g)}
-        for d, g in [(8, 0.4), (16, 0.4), (64, 0.4), (2, 0.4), (10, 0.1)]
-    ], src)  # fmt: skip
-    add("xpos_safe_length", "the first position whose key scale zeta_0^(-t / scale_base) passes 2^64", [
-        {"inputs": {"head_dim": d, "scale_base": sb, "gamma": g}, "output": xpos.xpos_safe_length(d, sb, g)}
-        for d, sb, g in [(64, 512.0, 0.4), (16, 512.0, 0.4), (64, 64.0, 0.4), (8, 2048.0, 0.4), (32, 512.0, 1.0)]
-    ], src)  # fmt: skip
+    add(
+        "xpos_scales",
+        "zeta_i = (2i / head_dim + gamma) / (1 + gamma), one per channel pair",
+        [
+            {"inputs": {"head_dim": d, "gamma": g}, "output": xpos.xpos_scales(d, g)}
+            for d, g in [(8, 0.4), (16, 0.4), (64, 0.4), (2, 0.4), (10, 0.1)]
+        ],
+        src,
+    )
+    add(
+        "xpos_safe_length",
+        "the first position whose key scale zeta_0^(-t / scale_base) passes 2^64",
+        [
+            {
+                "inputs": {"head_dim": d, "scale_base": sb, "gamma": g},
+                "output": xpos.xpos_safe_length(d, sb, g),
+            }
+            for d, sb, g in [
+                (64, 512.0, 0.4),
+                (16, 512.0, 0.4),
+                (64, 64.0, 0.4),
+                (8, 2048.0, 0.4),
+                (32, 512.0, 1.0),
+            ]
+        ],
+        src,
+    )
 
     src = "octlm/positions/fire.py"
     fire_cases = []
-    for c, threshold, q, k in [(0.1, 4.0, [0, 1, 2, 3, 4, 5, 6, 7], list(range(8))), (0.5, 2.0, [5, 9], list(range(10))),
-                               (2.0, 100.0, [100, 300], [0, 1, 50, 100, 299, 300])]:  # fmt: skip
+    for c, threshold, q, k in [
+        (0.1, 4.0, [0, 1, 2, 3, 4, 5, 6, 7], list(range(8))),
+        (0.5, 2.0, [5, 9], list(range(10))),
+        (2.0, 100.0, [100, 300], [0, 1, 50, 100, 299, 300]),
+    ]:
         out = fire.fire_inputs(f64(c), f64(threshold), torch.tensor(q), torch.tensor(k))
-        fire_cases.append({"inputs": {"c": c, "threshold": threshold, "q_positions": q, "k_positions": k},
-                           "output": out})  # fmt: skip
-    add("fire_inputs", "psi(i - j) / psi(max(L, i)), psi(x) = log(c x + 1), for query i and key j <= i (0 for j > i)",
-        fire_cases, src)  # fmt: skip
+        fire_cases.append(
+            {"inputs": {"c": c, "threshold": threshold, "q_positions": q, "k_positions": k}, "output": out}
+        )
+    add(
+        "fire_inputs",
+        "psi(i - j) / psi(max(L, i)), psi(x) = log(c x + 1), for query i and key j <= i (0 for j > i)",
+        fire_cases,
+        src,
+    )
     mlp_cases = []
     for heads, hidden, seed in [(2, 4, 21), (3, 8, 22)]:
         x = exact(fire_cases[1]["output"] if heads == 2 else fire_cases[0]["output"])
@@ -245,8 +342,11 @@ def _cope_fixtures(add: Callable[..., None]) -> None:
 
     src = "octlm/positions/cope.py"
     count_cases, bias_cases = [], []
-    for (b, h, hkv, tq, tk, d, limit, offset, seed) in [(1, 2, 2, 5, 5, 4, 8, 0, 31), (2, 4, 2, 3, 7, 4, 3, 4, 32),
-                                                          (1, 1, 1, 6, 6, 8, 63, 0, 33)]:  # fmt: skip
+    for b, h, hkv, tq, tk, d, limit, offset, seed in [
+        (1, 2, 2, 5, 5, 4, 8, 0, 31),
+        (2, 4, 2, 3, 7, 4, 3, 4, 32),
+        (1, 1, 1, 6, 6, 8, 63, 0, 33),
+    ]:
         # times 3: scores of a few units, so that the gates spread over (0, 1) instead of all sitting near 1/2
         q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
         k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
@@ -263,8 +363,13 @@ def _cope_fixtures(add: Callable[..., None]) -> None:
                 "output": cope.interpolated_bias(q, table, p.clone()),
             }
         )
-    add("gated_counts", "p[b][h][i][j] = min(sum over keys t = j..i of sigmoid(q_i . k_t / sqrt(D)), limit); 0 for j > i; "
-        "query head h reads key head h // (H / Hkv)", count_cases, src)  # fmt: skip
+    add(
+        "gated_counts",
+        "p[b][h][i][j] = min(sum over keys t = j..i of sigmoid(q_i . k_t / sqrt(D)), limit); 0 for j > i; "
+        "query head h reads key head h // (H / Hkv)",
+        count_cases,
+        src,
+    )
     add(
         "interpolated_bias",
         "z = (1 - w) q . e[floor(p)] + w q . e[ceil(p)], w = p - floor(p)",
@@ -286,8 +391,11 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
 
     src = "octlm/positions/forgetting.py"
     decay_cases = []
-    for b, h, tq, tk, seed, constant in [(1, 2, 6, 6, 41, None), (2, 1, 3, 7, 42, None),
-                                         (1, 1, 5, 5, 43, -0.5)]:  # fmt: skip
+    for b, h, tq, tk, seed, constant in [
+        (1, 2, 6, 6, 41, None),
+        (2, 1, 3, 7, 42, None),
+        (1, 1, 5, 5, 43, -0.5),
+    ]:
         if constant is None:
             # log σ of a few units: gates from near 0 (forget at once) to near 1 (keep everything)
             log_forget = f64(_clean(F.logsigmoid(f64(_inputs(b * h, tk, seed)).reshape(b, h, tk) * 4 + 1)))
@@ -298,13 +406,21 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
         bias = forgetting.decay_bias(c[..., tk - tq :], c, torch.tensor(qp), torch.tensor(kp), torch.float64)
         inputs = {"log_forget": log_forget, "q_positions": qp, "k_positions": kp}
         decay_cases.append({"inputs": inputs, "output": bias})
-    add("decay_bias", "output[b][h][i][j] = c_i - c_j, c_t = log_forget[b][h][0] + ... + log_forget[b][h][t] (the queries "
-        "are the last Tq keys); null stands for -inf (key j after query i)", decay_cases, src)  # fmt: skip
+    add(
+        "decay_bias",
+        "output[b][h][i][j] = c_i - c_j, c_t = log_forget[b][h][0] + ... + log_forget[b][h][t] (the queries "
+        "are the last Tq keys); null stands for -inf (key j after query i)",
+        decay_cases,
+        src,
+    )
 
     src = "octlm/positions/stick_breaking.py"
     stick_cases = []
-    for b, h, hkv, tq, tk, d, seed in [(1, 2, 2, 5, 5, 4, 51), (2, 4, 2, 3, 7, 4, 52),
-                                       (1, 1, 1, 6, 6, 8, 53)]:  # fmt: skip
+    for b, h, hkv, tq, tk, d, seed in [
+        (1, 2, 2, 5, 5, 4, 51),
+        (2, 4, 2, 3, 7, 4, 52),
+        (1, 1, 1, 6, 6, 8, 53),
+    ]:
         # times 3: scores of a few units, so that the shares β spread over (0, 1)
         q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
         k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
@@ -312,13 +428,22 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
         weights = stick_breaking.stick_breaking_weights(q, k, torch.tensor(qp), torch.tensor(kp))
         inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp}
         stick_cases.append({"inputs": inputs, "output": weights})
-    add("stick_breaking_weights", "A_ij = β_ij Π_{j < m < i} (1 - β_im), β_ij = sigmoid(q_i . k_j / sqrt(D)), keys j "
-        "before query i only (0 otherwise); query head h reads key head h // (H / Hkv)", stick_cases, src)  # fmt: skip
+    add(
+        "stick_breaking_weights",
+        "A_ij = β_ij Π_{j < m < i} (1 - β_im), β_ij = sigmoid(q_i . k_j / sqrt(D)), keys j "
+        "before query i only (0 otherwise); query head h reads key head h // (H / Hkv)",
+        stick_cases,
+        src,
+    )
 
-    add("path_weights", "softmax over j <= i of q_i . H_i H_(i-1) ... H_(j+1) k_j / sqrt(D), H_s = I - β_s w_s w_s^T: "
+    add(
+        "path_weights",
+        "softmax over j <= i of q_i . H_i H_(i-1) ... H_(j+1) k_j / sqrt(D), H_s = I - β_s w_s w_s^T: "
         "the weights path_attention records (the queries are the last Tq tokens; with Tq < Tk the earlier keys come "
-        "from a first call, as with a KV cache); query head h reads key head h // (H / Hkv)", _path_cases(),
-        "octlm/positions/householder.py")  # fmt: skip
+        "from a first call, as with a KV cache); query head h reads key head h // (H / Hkv)",
+        _path_cases(),
+        "octlm/positions/householder.py",
+    )
 
 
 def _path_cases() -> list[dict[str, Any]]:
@@ -332,8 +457,11 @@ def _path_cases() -> list[dict[str, Any]]:
         return torch.tensor(rows, dtype=torch.float64)
 
     cases = []
-    for b, h, hkv, tq, tk, d, width, seed in [(1, 2, 2, 6, 6, 4, 6, 61), (2, 4, 2, 5, 5, 4, 8, 62),
-                                              (1, 2, 1, 3, 7, 8, 6, 63)]:  # fmt: skip
+    for b, h, hkv, tq, tk, d, width, seed in [
+        (1, 2, 2, 6, 6, 4, 6, 61),
+        (2, 4, 2, 5, 5, 4, 8, 62),
+        (1, 2, 1, 3, 7, 8, 6, 63),
+    ]:
         x = f64(_inputs(b * tk, width, seed)).reshape(b, tk, width)
         directions = nn.Linear(width, hkv * d, bias=False, dtype=torch.float64)
         strengths = nn.Linear(width, hkv, dtype=torch.float64)
@@ -349,8 +477,13 @@ def _path_cases() -> list[dict[str, Any]]:
         earlier, cached = None, tk - tq
         # A first call over the earlier tokens leaves their keys transformed, as a KV cache keeps them.
         if cached:
-            _, earlier = householder.path_attention(k.new_zeros(b, h, cached, d), k[:, :, :cached],
-                                                    v[:, :, :cached], w[:, :, :cached], beta[:, :, :cached])  # fmt: skip
+            _, earlier = householder.path_attention(
+                k.new_zeros(b, h, cached, d),
+                k[:, :, :cached],
+                v[:, :, :cached],
+                w[:, :, :cached],
+                beta[:, :, :cached],
+            )
         record: list[torch.Tensor] = []
         householder.path_attention(q, k, v, w[:, :, cached:], beta[:, :, cached:], earlier, record=record)
         cases.append({"inputs": {"q": q, "k": k, "w": w, "beta": beta}, "output": record[0]})
@@ -363,12 +496,21 @@ def _scaling_fixtures(add: Callable[..., None]) -> None:
     and which differs between CPUs' float32 log1p. tests/interop/test_site_fixtures.py checks QueryScaling
     against these values to float32 precision."""
     src = "octlm/model/decoder.py"
-    ssmax = [([0.43], list(range(1, 9))), ([0.43, 0.3, 1.7], [1, 2, 3, 64, 1000, 4096, 16384, 65536]),
-             ([-0.2, 0.0], [5, 6, 7])]  # fmt: skip
-    add("ssmax_factors", "output[h][i] = s[h] * ln(n[i]): scalable softmax's factor on the query of head h that sees "
-        "n[i] keys (QueryScaling, model.attention_scaling = 'ssmax')", [
-            {"inputs": {"s": s, "n": n}, "output": [[sh * math.log(ni) for ni in n] for sh in s]} for s, n in ssmax
-        ], src)  # fmt: skip
+    ssmax = [
+        ([0.43], list(range(1, 9))),
+        ([0.43, 0.3, 1.7], [1, 2, 3, 64, 1000, 4096, 16384, 65536]),
+        ([-0.2, 0.0], [5, 6, 7]),
+    ]
+    add(
+        "ssmax_factors",
+        "output[h][i] = s[h] * ln(n[i]): scalable softmax's factor on the query of head h that sees "
+        "n[i] keys (QueryScaling, model.attention_scaling = 'ssmax')",
+        [
+            {"inputs": {"s": s, "n": n}, "output": [[sh * math.log(ni) for ni in n] for sh in s]}
+            for s, n in ssmax
+        ],
+        src,
+    )
     near = [0, 1, 5, 6, 7, 8, 9, 14, 15, 16, 100, 8190, 8191, 8192, 16382, 16383, 100000, 1048575]
     llama4 = [
         (near, 8192, 0.1),
@@ -376,12 +518,20 @@ def _scaling_fixtures(add: Callable[..., None]) -> None:
         ([0, 1, 2, 3, 4, 5, 6, 7, 8, 1000], 3, 0.37),
         ([0, 50, 99], 1, 0.0),
     ]
-    add("llama4_temperature", "output[i] = 1 + temperature * ln(1 + floor((positions[i] + 1) / floor)): Llama 4's "
+    add(
+        "llama4_temperature",
+        "output[i] = 1 + temperature * ln(1 + floor((positions[i] + 1) / floor)): Llama 4's "
         "factor on the queries of the layers with no position signal (QueryScaling, "
-        "model.attention_scaling = 'llama4')", [
-            {"inputs": {"positions": p, "floor": f, "temperature": t},
-             "output": [1 + t * math.log1p((i + 1) // f) for i in p]} for p, f, t in llama4
-        ], src)  # fmt: skip
+        "model.attention_scaling = 'llama4')",
+        [
+            {
+                "inputs": {"positions": p, "floor": f, "temperature": t},
+                "output": [1 + t * math.log1p((i + 1) // f) for i in p],
+            }
+            for p, f, t in llama4
+        ],
+        src,
+    )
 
 
 def render(fixture: dict[str, Any]) -> str:

@@ -23,8 +23,15 @@ from torch import Tensor
 import octlm.model.decoder
 
 
-def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
-                       dropout: float, record: list[Tensor]) -> Tensor:  # fmt: skip
+def explicit_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    dropout: float,
+    record: list[Tensor],
+) -> Tensor:
     """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to `record`.
 
     q `[B, H, Tq, D]`, k and v `[B, Hkv, Tk, D]`, `mask` additive float (ALiBi, T5: causal -inf included) or

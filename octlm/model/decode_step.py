@@ -85,8 +85,12 @@ class DecodeStep:
         self.dense = [d for layer in self.layers for d in layer] + [self.head]
         # The copies follow in-place changes (an optimizer step, `load_state_dict`) through the parameters'
         # version counters; a parameter made under `inference_mode` has none and is taken as it is.
-        self.watched = [p for d in self.dense for p in (d.linear.weight, d.linear.bias)
-                        if p is not None and not p.is_inference()]  # fmt: skip
+        self.watched = [
+            p
+            for d in self.dense
+            for p in (d.linear.weight, d.linear.bias)
+            if p is not None and not p.is_inference()
+        ]
         self.versions = [p._version for p in self.watched]
         device = model.token_embedding.weight.device
         # Positions are slices of one preallocated range: no arange per step (regrown by doubling).

@@ -119,8 +119,16 @@ class Attention(nn.Module):
         self.proj = nn.Linear(config.d_model, config.d_model, config.bias)
         self.dropout = config.dropout
 
-    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | ChunkedBias | None,
-                is_causal: bool, cache: KVCache | None = None, layer: int = 0) -> Tensor:  # fmt: skip
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        scheme: PositionScheme,
+        mask: Tensor | ChunkedBias | None,
+        is_causal: bool,
+        cache: KVCache | None = None,
+        layer: int = 0,
+    ) -> Tensor:
         """`[B, T, C]` -> `[B, T, C]`. `mask`: a bool or additive float mask `[.., Tq, Tk]`, a `ChunkedBias`, or None."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(
@@ -177,8 +185,15 @@ class ContextualBias(ChunkedBias):
     """A bias that depends on this layer's queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` as well as their
     positions (`PositionScheme.contextual_bias`): `rows` builds `[B, H, stop - start, end]` for a query chunk."""
 
-    def __init__(self, scheme: PositionScheme, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
-                 layer: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        scheme: PositionScheme,
+        q: Tensor,
+        k: Tensor,
+        q_positions: Tensor,
+        k_positions: Tensor,
+        layer: int,
+    ) -> None:
         super().__init__(scheme, q_positions, k_positions, q.dtype)
         self.q, self.k, self.layer = q, k, layer
 
@@ -215,8 +230,9 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropou
     return torch.cat(outputs, dim=2)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | ChunkedBias | None, is_causal: bool,
-              dropout: float) -> Tensor:  # fmt: skip
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | ChunkedBias | None, is_causal: bool, dropout: float
+) -> Tensor:
     """`scaled_dot_product_attention` over `[B, H, T, D]` queries and `[B, Hkv, T, D]` keys and values.
 
     `mask` together with `is_causal` means: the mask already hides the future (ALiBi and T5 fold the causal
@@ -280,8 +296,16 @@ class Block(nn.Module):
         self.norm2, self.mlp = make_norm(config), MLP(config)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, positions: Tensor, scheme: PositionScheme, mask: Tensor | ChunkedBias | None,
-                is_causal: bool, cache: KVCache | None, layer: int) -> Tensor:  # fmt: skip
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        scheme: PositionScheme,
+        mask: Tensor | ChunkedBias | None,
+        is_causal: bool,
+        cache: KVCache | None,
+        layer: int,
+    ) -> Tensor:
         x = x + self.dropout(self.attn(self.norm1(x), positions, scheme, mask, is_causal, cache, layer))
         return x + self.dropout(self.mlp(self.norm2(x)))
 
@@ -353,8 +377,14 @@ class Decoder(nn.Module):
         p = self.token_embedding.weight
         return KVCache(self.config, batch, capacity or self.config.context_length, p.device, p.dtype)
 
-    def forward(self, ids: Tensor, targets: Tensor | None = None, cache: KVCache | None = None,
-                return_logits: bool = True, positions: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:  # fmt: skip
+    def forward(
+        self,
+        ids: Tensor,
+        targets: Tensor | None = None,
+        cache: KVCache | None = None,
+        return_logits: bool = True,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor | None, Tensor | None]:
         """ids `[B, T]` -> (logits `[B, T, V]`, mean cross-entropy against `targets` `[B, T]` or None).
 
         The tokens sit at `positions` `[T]` (increasing; by default the next ones, `cache.length ..` with a
@@ -408,14 +438,17 @@ class Decoder(nn.Module):
                 f"positions must be a 1-D int64 tensor, got {getattr(positions, 'dtype', type(positions))}"
             )
         if positions.numel() == 0 or not bool((positions.diff() > 0).all()) or int(positions[0]) <= after:
-            raise UserError(f"positions must increase, past the cached ones (the last at {after}); got "
-                            f"{positions.tolist()[:8]}")  # fmt: skip
+            raise UserError(
+                f"positions must increase, past the cached ones (the last at {after}); got "
+                f"{positions.tolist()[:8]}"
+            )
         self.check_ids(ids, int(positions[-1]) + 1 - positions.shape[0])
         if positions.shape[0] != ids.shape[1]:
             raise UserError(f"{positions.shape[0]} positions for {ids.shape[1]} tokens; give one per token")
 
-    def _attention_mask(self, positions: Tensor, k_positions: Tensor,
-                        scheme: PositionScheme | None = None) -> tuple[Tensor | ChunkedBias | None, bool]:  # fmt: skip
+    def _attention_mask(
+        self, positions: Tensor, k_positions: Tensor, scheme: PositionScheme | None = None
+    ) -> tuple[Tensor | ChunkedBias | None, bool]:
         """The mask every layer shares, for queries at `positions` `[Tq]` and keys at `k_positions` `[Tk]` (the
         queries last among them): the scheme's bias (causal part included), or the plain causal rule.
 

@@ -34,6 +34,23 @@ from octlm.positions import stick_breaking  # isort: skip
 
 register(NoPositions)  # registered last: tables end with the scheme that has no position signal
 
-__all__ = ["SCHEMES", "NoPositions", "PositionScheme", "absolute", "bias", "build_positions", "cope", "family_of",
-           "fire", "forgetting", "householder", "register", "rotary", "scheme_names", "stick_breaking", "table_order",
-           "unbounded_schemes", "xpos"]  # fmt: skip
+__all__ = [
+    "SCHEMES",
+    "NoPositions",
+    "PositionScheme",
+    "absolute",
+    "bias",
+    "build_positions",
+    "cope",
+    "family_of",
+    "fire",
+    "forgetting",
+    "householder",
+    "register",
+    "rotary",
+    "scheme_names",
+    "stick_breaking",
+    "table_order",
+    "unbounded_schemes",
+    "xpos",
+]

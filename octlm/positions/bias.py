@@ -49,8 +49,10 @@ class T5Positions(PositionScheme):
     def problems(cls, config: ModelConfig) -> list[str]:
         if config.t5_buckets >= 2 and config.t5_max_distance <= config.t5_buckets // 2:
             # Below this the log-spaced buckets divide by log(max_distance / exact range) <= 0.
-            return [f"model.t5_max_distance = {config.t5_max_distance} must be larger than half of "
-                    f"model.t5_buckets ({config.t5_buckets // 2}), the range of exact buckets"]  # fmt: skip
+            return [
+                f"model.t5_max_distance = {config.t5_max_distance} must be larger than half of "
+                f"model.t5_buckets ({config.t5_buckets // 2}), the range of exact buckets"
+            ]
         return []
 
     def __init__(self, n_heads: int, num_buckets: int = 32, max_distance: int = 128) -> None:

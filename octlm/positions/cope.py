@@ -113,8 +113,9 @@ class CopePositions(PositionScheme):
         for table in self.tables:
             nn.init.zeros_(table.weight)  # the paper's start; octlm's Decoder re-initialises (see the class)
 
-    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
-                        layer: int) -> Tensor:  # fmt: skip
+    def contextual_bias(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int
+    ) -> Tensor:
         """`[B, H, Tq, Tk]` (float32 at least): z_ij for j <= i, -inf for keys after the query."""
         counts = reversed_counts(q, k, q_positions, k_positions, self.npos - 1)
         bias = interpolated_bias(q, self.tables[layer].weight, counts)

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 CHUNK_ENTRIES = 2**21
 
 
-def decay_bias(c_q: Tensor, c_k: Tensor, q_positions: Tensor, k_positions: Tensor,
-               dtype: torch.dtype) -> Tensor:  # fmt: skip
+def decay_bias(
+    c_q: Tensor, c_k: Tensor, q_positions: Tensor, k_positions: Tensor, dtype: torch.dtype
+) -> Tensor:
     """c_i - c_j `[B, H, Tq, Tk]` in `dtype` for queries' running sums `c_q` `[B, H, Tq]` and keys' `c_k`
     `[B, H, Tk]` (float64), -inf for keys after the query.
 
@@ -45,8 +46,9 @@ def decay_bias(c_q: Tensor, c_k: Tensor, q_positions: Tensor, k_positions: Tenso
     return bias.masked_fill(future, float("-inf")).to(dtype)
 
 
-def forgetting_attention(q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions: Tensor, k_positions: Tensor,
-                         dropout: float = 0.0) -> Tensor:  # fmt: skip
+def forgetting_attention(
+    q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions: Tensor, k_positions: Tensor, dropout: float = 0.0
+) -> Tensor:
     """softmax(q · kᵀ / sqrt(D) + c_i - c_j) · v of queries `[B, H, Tq, D]` over keys and values `[B, Hkv, Tk, D]`
     (the queries are the last Tq keys) with every key's running sum `c` `[B, H, Tk]` (float64): `[B, H, Tq, D]`.
 
@@ -61,8 +63,9 @@ def forgetting_attention(q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions
     for start in range(0, Tq, size):
         stop = min(start + size, Tq)
         end = past + stop
-        bias = decay_bias(c[..., past + start : end], c[..., :end], q_positions[start:stop],
-                          k_positions[:end], q.dtype)  # fmt: skip
+        bias = decay_bias(
+            c[..., past + start : end], c[..., :end], q_positions[start:stop], k_positions[:end], q.dtype
+        )
         outputs.append(
             F.scaled_dot_product_attention(
                 q[:, :, start:stop], k[:, :, :end], v[:, :, :end], bias, dropout_p=dropout, enable_gqa=gqa
@@ -71,8 +74,16 @@ def forgetting_attention(q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions
     return torch.cat(outputs, dim=2)
 
 
-def recorded_attention(q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions: Tensor, k_positions: Tensor,
-                       dropout: float, record: list[Tensor]) -> Tensor:  # fmt: skip
+def recorded_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    c: Tensor,
+    q_positions: Tensor,
+    k_positions: Tensor,
+    dropout: float,
+    record: list[Tensor],
+) -> Tensor:
     """`forgetting_attention` written out (whole, not chunked: the weights `[B, H, Tq, Tk]` are the point), the
     weights that multiplied the values appended to `record`."""
     group = q.shape[1] // k.shape[1]

@@ -136,8 +136,13 @@ def path_attention(
     # chunk): `range` and `min` over a symbolic length would pin it to the example's
     for start in range(0, Tq, CHUNK_TOKENS) if Tq > CHUNK_TOKENS else (0,):
         stop = Tq if start + CHUNK_TOKENS >= Tq else start + CHUNK_TOKENS
-        scores, keys = chunk_scores(grouped[:, :, :, start:stop], keys, new_keys[:, :, start:stop],
-                                    w[:, :, start:stop], beta[:, :, start:stop])  # fmt: skip
+        scores, keys = chunk_scores(
+            grouped[:, :, :, start:stop],
+            keys,
+            new_keys[:, :, start:stop],
+            w[:, :, start:stop],
+            beta[:, :, start:stop],
+        )
         seen = keys.shape[2]  # every key up to the chunk's last query
         ones = torch.ones(stop - start, seen, dtype=torch.bool, device=q.device)
         future = ones.triu(seen - (stop - start) + 1)  # new keys after their query
@@ -186,8 +191,9 @@ class PathAttention(PositionScheme):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, call: AttentionCall) -> Tensor:
         """`[B, H, Tq, D]`: PaTH attention of the new queries over every key, the earlier ones read from
         `call.state["keys"]` (transformed) and the state updated to include the new tokens."""
-        w, beta = householder_factors(call.x, self.directions[call.layer], self.strengths[call.layer],
-                                      self.kv_heads)  # fmt: skip
+        w, beta = householder_factors(
+            call.x, self.directions[call.layer], self.strengths[call.layer], self.kv_heads
+        )
         earlier = call.state.get("keys") if call.state is not None else None
         if earlier is None and k.shape[2] > q.shape[2]:
             raise ValueError("PaTH needs its cache state for the cached keys: use one cache from the start")

@@ -70,8 +70,15 @@ class RotaryPositions(PositionScheme):
         dims = rotary_dims(config.head_dim, config.rope_fraction)
         rope = cls(config.head_dim, config.rope_base, config.rope_layout, config.context_length, dims)
         if config.rope_scaling != "none":  # a model fine-tuned (or to be) with rescaled frequencies
-            rope.set_frequencies(*scaled_frequencies(config.rope_scaling, dims, config.rope_base,
-                                                     config.rope_factor, config.rope_original_length))  # fmt: skip
+            rope.set_frequencies(
+                *scaled_frequencies(
+                    config.rope_scaling,
+                    dims,
+                    config.rope_base,
+                    config.rope_factor,
+                    config.rope_original_length,
+                )
+            )
         return rope
 
     @classmethod
@@ -84,8 +91,14 @@ class RotaryPositions(PositionScheme):
             return _even_head_problems(cls.name, config)
         return _fraction_problems(config.head_dim, config.rope_fraction)
 
-    def __init__(self, head_dim: int, base: float = 10000.0, layout: str = "half", initial_length: int = 128,
-                 rotary_dims: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        initial_length: int = 128,
+        rotary_dims: int | None = None,
+    ):
         super().__init__()
         self.head_dim, self.layout = head_dim, layout
         self.rotary_dims = head_dim if rotary_dims is None else rotary_dims
@@ -103,8 +116,10 @@ class RotaryPositions(PositionScheme):
     def set_frequencies(self, inv_freq: Tensor, attention_scaling: float = 1.0) -> None:
         """Replace θ_i (float64 `[rotary_dims / 2]`) and the cos/sin scaling; the cached tables are rebuilt."""
         if inv_freq.shape != self.inv_freq.shape:
-            raise ValueError(f"{self.name} rotates {self.rotary_dims} channels of each head and needs "
-                             f"{self.rotary_dims // 2} frequencies, got shape {list(inv_freq.shape)}")  # fmt: skip
+            raise ValueError(
+                f"{self.name} rotates {self.rotary_dims} channels of each head and needs "
+                f"{self.rotary_dims // 2} frequencies, got shape {list(inv_freq.shape)}"
+            )
         self.inv_freq = inv_freq.to(
             device=self.inv_freq.device, dtype=torch.float64
         )  # CPU (meta in a shape check)
@@ -166,15 +181,26 @@ class PartialRotaryPositions(RotaryPositions):
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> PartialRotaryPositions:
-        return cls(config.head_dim, config.rope_base, config.rope_layout, config.context_length,
-                   config.prope_fraction)  # fmt: skip
+        return cls(
+            config.head_dim,
+            config.rope_base,
+            config.rope_layout,
+            config.context_length,
+            config.prope_fraction,
+        )
 
     @classmethod
     def problems(cls, config: ModelConfig) -> list[str]:
         return _even_head_problems(cls.name, config)
 
-    def __init__(self, head_dim: int, base: float = 10000.0, layout: str = "half", initial_length: int = 128,
-                 kept: float = 0.75):  # fmt: skip
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        initial_length: int = 128,
+        kept: float = 0.75,
+    ):
         super().__init__(head_dim, base, layout, initial_length)
         self.kept = kept
         # A zero frequency gives cos 1 and sin 0: the rotation leaves those pairs exactly as they were. Set
@@ -217,8 +243,10 @@ class _HalfRotation(torch.autograd.Function):
 def _even_head_problems(name: str, config: ModelConfig) -> list[str]:
     """A rotation turns channel pairs: the head size must be even (when it is a whole number at all)."""
     if config.n_heads >= 1 and config.d_model % config.n_heads == 0 and config.head_dim % 2:
-        return [f"model.position = {name!r} needs an even head size, but d_model / n_heads = {config.head_dim}; "
-                "change d_model or n_heads"]  # fmt: skip
+        return [
+            f"model.position = {name!r} needs an even head size, but d_model / n_heads = {config.head_dim}; "
+            "change d_model or n_heads"
+        ]
     return []
 
 
@@ -229,5 +257,7 @@ def _fraction_problems(head_dim: int, fraction: float) -> list[str]:
     # 2 / head_dim, shown rounded up to 4 significant digits (still a fraction that rotates one pair)
     digits = 3 - math.floor(math.log10(2 / head_dim))
     smallest = math.ceil(2 / head_dim * 10**digits) / 10**digits
-    return [f"model.rope_fraction = {fraction!r} rotates int({head_dim} × {fraction!r}) = {int(head_dim * fraction)} "
-            f"of each head's {head_dim} channels, not a single pair; use at least {smallest!r} (2 / {head_dim})"]  # fmt: skip
+    return [
+        f"model.rope_fraction = {fraction!r} rotates int({head_dim} × {fraction!r}) = {int(head_dim * fraction)} "
+        f"of each head's {head_dim} channels, not a single pair; use at least {smallest!r} (2 / {head_dim})"
+    ]

@@ -105,8 +105,9 @@ class PositionScheme(nn.Module):
         """Additive attention-score bias `[H, Tq, Tk]` (causal -inf included), or None."""
         return None
 
-    def contextual_bias(self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor,
-                        layer: int) -> Tensor | None:  # fmt: skip
+    def contextual_bias(
+        self, q: Tensor, k: Tensor, q_positions: Tensor, k_positions: Tensor, layer: int
+    ) -> Tensor | None:
         """A bias that depends on queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` too: `[B, H, Tq, Tk]`
         (causal -inf included), or None. `layer` lets a scheme keep parameters per layer."""
         return None

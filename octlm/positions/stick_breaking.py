@@ -73,8 +73,15 @@ def stick_breaking_weights(q: Tensor, k: Tensor, q_positions: Tensor, k_position
     return reversed_weights(q, k, q_positions, k_positions).flip(-1)
 
 
-def chunk_output(q: Tensor, k: Tensor, v: Tensor, q_positions: Tensor, k_positions: Tensor, dropout: float,
-                 record: list[Tensor] | None = None) -> Tensor:  # fmt: skip
+def chunk_output(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_positions: Tensor,
+    k_positions: Tensor,
+    dropout: float,
+    record: list[Tensor] | None = None,
+) -> Tensor:
     """Σ_j A_ij v_j `[B, H, Tq, D]` (q's dtype) for queries `[B, H, Tq, D]` over keys and values
     `[B, Hkv, Tk, D]`; appends the weights used `[B, H, Tq, Tk]` (key order, after dropout) to `record`."""
     weights = reversed_weights(q, k, q_positions, k_positions)
@@ -88,8 +95,15 @@ def chunk_output(q: Tensor, k: Tensor, v: Tensor, q_positions: Tensor, k_positio
     return out.view(B, H, Tq, -1).to(q.dtype)
 
 
-def stick_breaking_attention(q: Tensor, k: Tensor, v: Tensor, q_positions: Tensor, k_positions: Tensor,
-                             dropout: float = 0.0, record: list[Tensor] | None = None) -> Tensor:  # fmt: skip
+def stick_breaking_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    q_positions: Tensor,
+    k_positions: Tensor,
+    dropout: float = 0.0,
+    record: list[Tensor] | None = None,
+) -> Tensor:
     """The output `[B, H, Tq, D]` of queries `[B, H, Tq, D]` at `q_positions` `[Tq]` over keys and values
     `[B, Hkv, Tk, D]` at `k_positions` `[Tk]` (the queries are the last Tq keys); `dropout` on the weights;
     with `record` a list, appends the weights `[B, H, Tq, Tk]`.

@@ -63,15 +63,26 @@ class XPosPositions(RotaryPositions):
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> XPosPositions:
-        return cls(config.head_dim, config.rope_base, config.rope_layout, config.xpos_scale_base,
-                   config.context_length)  # fmt: skip
+        return cls(
+            config.head_dim,
+            config.rope_base,
+            config.rope_layout,
+            config.xpos_scale_base,
+            config.context_length,
+        )
 
     @classmethod
     def problems(cls, config: ModelConfig) -> list[str]:
         return _even_head_problems(cls.name, config)
 
-    def __init__(self, head_dim: int, base: float = 10000.0, layout: str = "half", scale_base: float = 512.0,
-                 initial_length: int = 128):  # fmt: skip
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        scale_base: float = 512.0,
+        initial_length: int = 128,
+    ):
         # Set before RotaryPositions.__init__, which builds the first tables through `_build` (plain values,
         # so nn.Module accepts them before its own __init__).
         self.scale_base = float(scale_base)
@@ -100,5 +111,9 @@ class XPosPositions(RotaryPositions):
 
     def _rows(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Queries' cos and sin `[T, D/2]` (times ζ^(n / scale_base) <= 1), then keys' (times ζ^(-m / scale_base))."""
-        return (self.cos[positions].to(dtype), self.sin[positions].to(dtype),
-                self.key_cos[positions].to(dtype), self.key_sin[positions].to(dtype))  # fmt: skip
+        return (
+            self.cos[positions].to(dtype),
+            self.sin[positions].to(dtype),
+            self.key_cos[positions].to(dtype),
+            self.key_sin[positions].to(dtype),
+        )

@@ -365,8 +365,14 @@ def save_checkpoint(
     run.check_checkpoint_layout()
     state = dict(state or {})
     hashes = {"config": config.hash(), **dict(state.pop("sha256", {}) or {})}
-    meta = {"schema_version": SCHEMA_VERSION, "step": int(step), "config_name": config.name,
-            "config": config.to_dict(), "sha256": hashes, "state": encode_tensors(state)}  # fmt: skip
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "step": int(step),
+        "config_name": config.name,
+        "config": config.to_dict(),
+        "sha256": hashes,
+        "state": encode_tensors(state),
+    }
     tmp = run.tmp_checkpoint_dir(os.getpid())
     try:
         run.path.mkdir(parents=True, exist_ok=True)

@@ -149,9 +149,13 @@ def _write_error(error: OSError, what: str, state: TrainState, run: Run) -> User
 
 
 def build_state(
-    config: Config, ckpt: Checkpoint | None, data: PreparedData, hashes: dict[str, str], device: torch.device,
+    config: Config,
+    ckpt: Checkpoint | None,
+    data: PreparedData,
+    hashes: dict[str, str],
+    device: torch.device,
     dist: Dist,
-) -> TrainState:  # fmt: skip
+) -> TrainState:
     """Model, optimizer and batch generator: fresh, started from `train.init_from`'s weights, or as the
     checkpoint left them."""
     tc = config.train
@@ -261,9 +265,14 @@ def train_step(state: TrainState, config: Config, device: torch.device, dist: Di
 
 
 def evaluate_and_record(
-    state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run, started: float,
+    state: TrainState,
+    config: Config,
+    device: torch.device,
+    dist: Dist,
+    run: Run,
+    started: float,
     stopped: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Score the validation blocks, append one record to the run's metrics (rank 0) and return it.
 
     Step 0 (before the first update) has no training loss, learning rate or speed yet: its record holds the
@@ -393,9 +402,17 @@ def train(
 
 
 def _train(
-    config: Config, run: Run, dist: Dist, device: torch.device, resume: bool, progress: bool,
-    stop_after: int | None, overwrite: bool, started: float, notes: Sequence[str] = (),
-) -> TrainResult:  # fmt: skip
+    config: Config,
+    run: Run,
+    dist: Dist,
+    device: torch.device,
+    resume: bool,
+    progress: bool,
+    stop_after: int | None,
+    overwrite: bool,
+    started: float,
+    notes: Sequence[str] = (),
+) -> TrainResult:
     show = progress and dist.main
     say = tqdm.write if show else (lambda *a, **k: None)
     tracker = make_tracker(config, run, dist)  # before any work: a missing package fails here

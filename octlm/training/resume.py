@@ -24,16 +24,28 @@ from octlm.storage.run import Run
 
 # Fields a resume may change: they do not change what the next step computes (steps only reshapes the tail
 # of the cosine). Everything else must equal the checkpoint's config.
-RESUMABLE_FIELDS = frozenset({
-    "train.steps", "train.eval_interval", "train.eval_batches", "train.checkpoint_interval", "train.out_dir",
-    "train.run_name", "train.device", "train.compile", "train.report", "train.sample_tokens", "train.log",
-    "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
-})  # fmt: skip
+RESUMABLE_FIELDS = frozenset(
+    {
+        "train.steps",
+        "train.eval_interval",
+        "train.eval_batches",
+        "train.checkpoint_interval",
+        "train.out_dir",
+        "train.run_name",
+        "train.device",
+        "train.compile",
+        "train.report",
+        "train.sample_tokens",
+        "train.log",
+        "data.data_dir",  # where the cache lives; the token files themselves are checked by hash
+    }
+)
 
 
 # Model fields a run started from another run's weights may change: the context, and RoPE's rescaling for it.
-EXTENSION_FIELDS = frozenset({"model.context_length", "model.rope_scaling", "model.rope_factor",
-                              "model.rope_original_length"})  # fmt: skip
+EXTENSION_FIELDS = frozenset(
+    {"model.context_length", "model.rope_scaling", "model.rope_factor", "model.rope_original_length"}
+)
 
 
 def config_differences(old: Config, new: Config) -> list[str]:
@@ -126,8 +138,11 @@ def initial_weights(config: Config, data: PreparedData) -> dict[str, Tensor] | N
     except UserError as error:
         raise UserError(f"train.init_from: {error}") from None
     ours, theirs = config.flat(), ckpt.config.flat()
-    diffs = [f"{k} {ours[k]} != {theirs.get(k)}" for k in sorted(ours)
-             if k.startswith("model.") and k not in EXTENSION_FIELDS and ours[k] != theirs.get(k)]  # fmt: skip
+    diffs = [
+        f"{k} {ours[k]} != {theirs.get(k)}"
+        for k in sorted(ours)
+        if k.startswith("model.") and k not in EXTENSION_FIELDS and ours[k] != theirs.get(k)
+    ]
     if diffs:
         raise UserError(
             f"train.init_from = {source!r} holds another model: {'; '.join(diffs)}; a run may start from "
