@@ -10,7 +10,7 @@ import pytest
 from analysis_runs import train_tiny
 from tiny import check_one_line, run_cli
 
-from octlm.experiments import length
+from octlm.experiments import lengths_scorer
 from octlm.experiments.score import score_run
 from octlm.inspect.probe import validation_tokens
 from octlm.storage.checkpoint import load_model
@@ -31,11 +31,11 @@ def test_score_prints_and_writes_the_length_experiments_numbers(
     assert (code, err) == (0, "")
     written = json.loads(out.read_text(encoding="utf-8"))
     model, config, tokenizer = load_model(runs["alibi"])
-    text = length.make_eval_text(validation_tokens(config, tokenizer), tokenizer, [8, 16], 4)
+    text = lengths_scorer.make_eval_text(validation_tokens(config, tokenizer), tokenizer, [8, 16], 4)
     assert [(r["length"], r["mode"]) for r in written["records"]] == [
         (8, "windows"), (8, "sliding"), (16, "windows"), (16, "sliding")]  # fmt: skip
     for record in written["records"]:
-        direct = length.score(model, text, record["length"], record["mode"])
+        direct = lengths_scorer.score(model, text, record["length"], record["mode"])
         assert (record["nats"], record["tokens"], record["bytes"], record["bpb"]) == (
             direct.nats, direct.tokens, direct.bytes, direct.bpb)  # fmt: skip
     assert written == json.loads(json.dumps(score_run(runs["alibi"], [8, 16], None, 4, True)))

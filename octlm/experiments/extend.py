@@ -6,7 +6,7 @@ For every row and seed: the base model is the length experiment's training at L 
 fine-tuning, then fine-tuned `--steps` steps at L' = `--extend-length` from its weights (`train.init_from`), its
 validation bits per byte at L' recorded every `--curve-interval` steps (how many steps a method needs), and
 scored **after**. Scoring: bits per byte at every length of `--eval-lengths` (non-overlapping windows of the
-held-out text, `octlm.experiments.length.score`) and passkey retrieval at each length (`octlm.experiments.passkey`).
+held-out text, `octlm.experiments.lengths_scorer.score`) and passkey retrieval at each length (`octlm.experiments.passkey`).
 
 Rows: `plain`, `pi`, `ntk` and `yarn` are the RoPE base model fine-tuned with each method's frequencies for the
 factor s = L' / L (`model.rope_scaling`; plain: none); before fine-tuning they are the base model with those
@@ -34,7 +34,8 @@ import torch
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells, length, passkey
-from octlm.experiments.length import EvalText, finished_run, make_eval_text, run_config, score, trained_model
+from octlm.experiments.length import finished_run, run_config, trained_model
+from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score
 from octlm.positions import scheme_names
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.runtime import in_processes, torch_threads
@@ -331,8 +332,6 @@ def extend_cell(
 
 def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
     """The settings that define the grid (AXES.settings), recorded with every cell."""
-    from octlm.files import sha256_bytes
-
     normal = base_config(config, settings.rows[0], 0, settings, Path("runs"))  # nothing of any one cell
     return {
         "train_length": settings.train_length,
@@ -345,7 +344,7 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
         "rows": list(settings.rows),
         "seeds": seeds,
         "config_sha256": normal.hash(),
-        "eval_sha256": sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes()),
+        "eval_sha256": text.sha256,
     }
 
 

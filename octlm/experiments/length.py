@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells
-from octlm.files import sha256_bytes
+from octlm.experiments.lengths_scorer import MODES, EvalText, make_eval_text, score
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
@@ -48,9 +47,6 @@ from octlm.positions.rope_scaling import VARIANTS, scaled_frequencies
 from octlm.runtime import in_processes, torch_threads
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run
-from octlm.training.scoring import Score, summed_loss
-
-MODES = ("windows", "sliding")
 
 # The default experiment: the day1 shape at context 64, sized to train 18 models and evaluate them in
 # under 30 minutes on 2 CPU cores (see docs/LOG.md, "Length experiment").
@@ -149,85 +145,6 @@ class Settings:
     def factor(self) -> float:
         """The static RoPE extension factor s."""
         return self.rope_factor or max(1.0, max(self.eval_lengths) / self.train_length)
-
-
-# ----------------------------------------------------------------------------------------------------
-# The evaluation text and scoring
-
-
-@dataclass
-class EvalText:
-    """The held-out slice every length is scored on.
-
-    `tokens[start + 1 : start + count + 1]` are the scored targets; the `start` tokens before them are context
-    for the sliding windows. `token_bytes[id]` is the UTF-8 length of token `id` (EOT: 0).
-    """
-
-    tokens: np.ndarray  # [start + count + 1] int64
-    start: int
-    count: int
-    token_bytes: np.ndarray  # [V] int64
-
-    def bytes_of(self, targets: np.ndarray) -> int:
-        return int(self.token_bytes[targets].sum())
-
-
-def sliding_part(length: int) -> int:
-    """How many final targets of a sliding window of `length` tokens are scored (also the stride): L // 2."""
-    return max(1, length // 2)
-
-
-def make_eval_text(val: np.ndarray, tokenizer: Any, lengths: Sequence[int], windows: int) -> EvalText:
-    """The first `S + N + 1` validation tokens; S: the longest sliding context, N: windows × max(lengths)."""
-    start = max(length - sliding_part(length) for length in lengths)
-    count = windows * max(lengths)
-    if len(val) < start + count + 1:
-        raise UserError(
-            f"the validation split has {len(val):,} tokens, fewer than the {start + count + 1:,} the "
-            f"evaluation needs ({windows} windows of {max(lengths)} plus {start} of context); use fewer "
-            "--eval-windows, shorter --eval-lengths or a bigger corpus"
-        )
-    sizes = np.array(
-        [0 if i == tokenizer.eot_id else len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)]
-    )
-    return EvalText(
-        np.asarray(val[: start + count + 1]).astype(np.int64), start, count, sizes.astype(np.int64)
-    )
-
-
-def windows_for(text: EvalText, length: int, mode: str) -> tuple[np.ndarray, int]:
-    """Window start offsets `[n]` into `text.tokens`, and how many final targets of each window are scored.
-
-    windows: non-overlapping, covering the N targets (a remainder shorter than `length` is dropped).
-    sliding: every h = L // 2 tokens, window ends at start + h, start + 2h, ...; the last h targets scored.
-    """
-    if mode == "windows":
-        return text.start + length * np.arange(text.count // length), length
-    if mode == "sliding":
-        h = sliding_part(length)
-        ends = text.start + h * np.arange(1, text.count // h + 1)
-        return ends - length, h
-    raise UserError(f"unknown evaluation mode {mode!r}; choose one of {', '.join(MODES)}")
-
-
-@torch.inference_mode()
-def score(model: torch.nn.Module, text: EvalText, length: int, mode: str, batch_tokens: int = 8192) -> Score:
-    """Summed next-token loss over the scored targets of every window of `length` tokens.
-
-    Batches of `[batch_tokens // length, length]` windows go through `octlm.training.scoring.summed_loss`; the Score
-    holds the nats (float64), the scored targets and their UTF-8 bytes.
-    """
-    starts, scored = windows_for(text, length, mode)
-    rows = max(1, batch_tokens // length)
-    offsets = np.arange(length + 1)
-    nats, tokens, nbytes = 0.0, 0, 0
-    for first in range(0, len(starts), rows):
-        chunk = text.tokens[starts[first : first + rows, None] + offsets]  # [b, L + 1]
-        x, y = torch.from_numpy(chunk[:, :-1]), torch.from_numpy(chunk[:, 1:])
-        nats += float(summed_loss(model, x, y, last=scored))
-        tokens += chunk.shape[0] * scored
-        nbytes += text.bytes_of(chunk[:, -scored:])
-    return Score(nats=nats, tokens=tokens, bytes=nbytes)
 
 
 def set_rope_variant(model: torch.nn.Module, variant: str, length: int, settings: Settings) -> None:
@@ -408,7 +325,6 @@ def scored_runs(
 def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText) -> dict[str, Any]:
     """The settings that define the grid (AXES.settings), recorded with every cell."""
     normal = run_config(config, settings.schemes[0], 0, settings, Path("runs"))  # nothing of any one cell
-    tokens = sha256_bytes(text.tokens.tobytes() + text.token_bytes.tobytes())
     return {
         "train_length": settings.train_length,
         "eval_lengths": list(settings.eval_lengths),
@@ -418,7 +334,7 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
         "schemes": table_order(settings.schemes),
         "seeds": seeds,
         "config_sha256": normal.hash(),
-        "eval_sha256": tokens,
+        "eval_sha256": text.sha256,
     }
 
 

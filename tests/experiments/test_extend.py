@@ -13,7 +13,7 @@ import tiny
 from octlm.cli import main
 from octlm.config import config_from_dict
 from octlm.experiments import extend, extend_results
-from octlm.experiments.length import make_eval_text, score
+from octlm.experiments.lengths_scorer import make_eval_text, score
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.storage.checkpoint import load_checkpoint, load_model
 from octlm.storage.run import Run

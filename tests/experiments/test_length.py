@@ -14,7 +14,8 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments.length import AXES, MODES, Settings, default_rows, finished_run
+from octlm.experiments.length import AXES, Settings, default_rows, finished_run
+from octlm.experiments.lengths_scorer import MODES
 from octlm.positions.rope_scaling import VARIANTS
 
 SCHEMES = default_rows()  # every registered scheme, and rope+ssmax, nope+ssmax

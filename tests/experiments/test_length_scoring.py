@@ -14,17 +14,9 @@ import torch
 
 from octlm.config import ModelConfig
 from octlm.errors import UserError
-from octlm.experiments.length import (
-    MODES,
-    EvalText,
-    Settings,
-    evaluate_run,
-    score,
-    set_rope_variant,
-    sliding_part,
-    windows_for,
-)
+from octlm.experiments.length import Settings, evaluate_run, set_rope_variant
 from octlm.experiments.length_results import bpb_table, summarize
+from octlm.experiments.lengths_scorer import MODES, EvalText, score, sliding_part, windows_for
 from octlm.inspect.render import render_markdown
 from octlm.model.decoder import Decoder
 from octlm.positions.formulas import rope_frequencies

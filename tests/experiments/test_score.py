@@ -11,7 +11,7 @@ from analysis_runs import train_tiny
 
 from octlm.data.cache import prepare_data
 from octlm.errors import UserError
-from octlm.experiments import length
+from octlm.experiments import lengths_scorer
 from octlm.experiments.score import check_lengths, score_run, scored_text
 from octlm.storage.checkpoint import load_model
 
@@ -32,11 +32,12 @@ def test_score_run_is_the_length_experiments_score(alibi_run: Path) -> None:
     result = score_run(alibi_run, [16, 8, 32, 8], sliding=True)
     model, config, tokenizer = load_model(alibi_run)
     val = prepare_data(config.data, config.model.vocab_size, progress=False).val
-    text = length.make_eval_text(val, tokenizer, [8, 16, 32], 16)  # the experiment's cut, called directly
+    # The experiment's cut, called directly.
+    text = lengths_scorer.make_eval_text(val, tokenizer, [8, 16, 32], 16)
     assert [(r["length"], r["mode"]) for r in result["records"]] == [
         (8, "windows"), (8, "sliding"), (16, "windows"), (16, "sliding"), (32, "windows"), (32, "sliding")]  # fmt: skip
     for record in result["records"]:
-        direct = length.score(model, text, record["length"], record["mode"])
+        direct = lengths_scorer.score(model, text, record["length"], record["mode"])
         assert (record["nats"], record["tokens"], record["bytes"]) == (
             direct.nats,
             direct.tokens,
@@ -62,9 +63,9 @@ def test_a_text_file_is_scored_in_as_many_windows_as_it_holds(alibi_run: Path, t
     ids = np.asarray(tokenizer.encode(source.read_text()), dtype=np.int64)
     fit = (len(ids) - 1 - 8) // 16
     assert 1 <= fit < 16 and result["windows"] == fit and result["source"] == str(source)
-    text = length.make_eval_text(ids, tokenizer, [8, 16], fit)
+    text = lengths_scorer.make_eval_text(ids, tokenizer, [8, 16], fit)
     for record in result["records"]:
-        assert record["nats"] == length.score(model, text, record["length"], "windows").nats
+        assert record["nats"] == lengths_scorer.score(model, text, record["length"], "windows").nats
     assert result["scored_bytes"] == utf8_bytes(tokenizer, ids[9 : 9 + 16 * fit])
     with pytest.raises(
         UserError, match=f"room for {fit} windows of 16 after 8 of context, not --windows {fit + 1}"
