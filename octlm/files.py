@@ -1,27 +1,23 @@
-"""Files that survive faults: written whole or not at all, flushed to the disk, and named by their SHA-256.
+"""Files that survive faults: written whole or not at all, and flushed to the disk.
 
 `write_atomic` gives readers the old file or the new one, never half of one (a temporary file renamed over the
 target). `write_durable` writes a file inside a folder that is swapped in later (a checkpoint) and flushes it;
 `fsync_dir` flushes a folder's entries after a rename. Every failure is the OSError the operating system gave,
 with its errno and the file's name, so the caller can say what happened and the fix (`errors.explain`).
 
-The one hashing path: `sha256_bytes` and `sha256_array` (a token stream's raw bytes) are how checkpoints,
-token files and tokenizers are named and checked.
+How files are hashed is `octlm.hashing`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from octlm.errors import writing
+from octlm.hashing import sha256_bytes as sha256_bytes  # experiments still import it from here
 
 # The mode every file octlm writes is created with; the kernel takes the umask off, so a file gets what a plain
 # open() would give it (0644 under the usual umask 022, 0600 under 077), whichever way it was written.
@@ -99,12 +95,3 @@ def fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def sha256_bytes(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_array(array: Any) -> str:
-    """SHA-256 of an array's raw bytes (a token stream `[N]`, memmapped or not)."""
-    return sha256_bytes(memoryview(np.ascontiguousarray(array)).cast("B"))

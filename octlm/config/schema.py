@@ -9,14 +9,13 @@ into these, with every problem listed in one `UserError`, is `octlm.config.load`
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from octlm.config.ranges import SPANS, show
 from octlm.config.registry import SCHEMES, SOURCES
-from octlm.files import sha256_bytes
+from octlm.hashing import config_sha256
 
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
@@ -28,14 +27,6 @@ ATTENTION_SCALINGS = ("none", "ssmax", "llama4")
 # is fine-tuned and then run with them ("linear": position interpolation). Dynamic NTK follows each sequence's
 # length, so it is an inference-time option only (`octlm experiment length`).
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
-# (section, field, default) of fields added after runs were first hashed (see Config.hash).
-LATER_FIELDS = (
-    ("train", "dtype", "auto"),
-    ("train", "init_from", ""),
-    ("model", "rope_scaling", "none"),
-    ("model", "rope_factor", 1.0),
-    ("model", "rope_original_length", 0),
-)
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
 # train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
@@ -294,12 +285,5 @@ class Config:
         }
 
     def hash(self) -> str:
-        """SHA-256 of what determines the trained weights (bookkeeping fields such as steps excluded)."""
-        d = self.to_dict()
-        for key in ("out_dir", "run_name", "device", "compile", "report", "sample_tokens", "log"):
-            d["train"].pop(key)
-        # Fields added later, at their defaults, are left out: runs from before them keep their hash.
-        for section, key, default in LATER_FIELDS:
-            if d[section][key] == default:
-                d[section].pop(key)
-        return sha256_bytes(json.dumps(d, sort_keys=True).encode())
+        """SHA-256 of what determines the trained weights (`octlm.hashing.config_sha256`)."""
+        return config_sha256(self.to_dict())

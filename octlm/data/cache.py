@@ -41,7 +41,8 @@ from octlm.data.corpus import Corpus, data_dir_error, describe_source, load_corp
 from octlm.data.sources import Document
 from octlm.data.tokenizer import TOKENIZER_VERSION, Tokenizer, check_vocab_size, train_tokenizer
 from octlm.errors import UserError
-from octlm.files import sha256_array, write_atomic
+from octlm.files import write_atomic
+from octlm.hashing import sha256_array
 from octlm.runtime import process_alive
 
 META_FORMAT = 1

@@ -11,7 +11,6 @@ text.
 
 from __future__ import annotations
 
-import hashlib
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from octlm.config import DataConfig
 from octlm.config.registry import SOURCES
 from octlm.data.sources import Document
 from octlm.errors import UserError, explain
+from octlm.hashing import corpus_sha256, name_fraction
 
 
 def data_dir_error(error: OSError, folder: Path) -> UserError:
@@ -47,16 +47,6 @@ def load_documents(cfg: DataConfig) -> list[Document]:
     return docs
 
 
-def corpus_sha256(docs: Sequence[Document]) -> str:
-    """SHA-256 over every name and text, each prefixed by its UTF-8 length, so no two corpora collide."""
-    h = hashlib.sha256()
-    for doc in docs:
-        for part in (doc.name.encode("utf-8"), doc.text.encode("utf-8")):
-            h.update(len(part).to_bytes(8, "big"))
-            h.update(part)
-    return h.hexdigest()
-
-
 def total_bytes(docs: Sequence[Document]) -> int:
     return sum(len(d.text.encode("utf-8")) for d in docs)
 
@@ -76,11 +66,6 @@ def manifest(docs: Sequence[Document], source: str) -> dict[str, Any]:
     return _manifest(source, len(docs), total_bytes(docs), corpus_sha256(docs))
 
 
-def _val_score(name: str) -> float:
-    """A number in [0, 1) fixed by the name alone."""
-    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") / 2**64
-
-
 def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Document], list[Document]]:
     """(train, validation): a document goes to validation when its name's hash score is below val_fraction.
 
@@ -91,7 +76,7 @@ def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Doc
             f"the corpus has {len(docs)} document(s); holding one out for validation needs at least 2 "
             "(add files, or split your text into several files)"
         )
-    scores = [_val_score(d.name) for d in docs]
+    scores = [name_fraction(d.name) for d in docs]
     is_val = [s < val_fraction for s in scores]
     if not any(is_val):  # the document closest to the threshold moves over
         is_val[min(range(len(docs)), key=scores.__getitem__)] = True

@@ -28,7 +28,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from octlm.data.sources import Document
 from octlm.errors import UserError
-from octlm.files import sha256_bytes, write_atomic
+from octlm.files import write_atomic
+from octlm.hashing import tokenizer_sha256
 
 EOT = "<|endoftext|>"
 # The version of the setup in `train_tokenizer`. Bump it whenever that setup changes, so that tokens made with
@@ -101,8 +102,8 @@ class Tokenizer:
 
     @cached_property
     def sha256(self) -> str:
-        """SHA-256 of the tokenizer.json text that `save` writes."""
-        return sha256_bytes(self.to_json().encode("utf-8"))
+        """SHA-256 of the tokenizer.json text that `save` writes (`octlm.hashing.tokenizer_sha256`)."""
+        return tokenizer_sha256(self.to_json())
 
     def save(self, path: str | Path) -> None:
         """Write tokenizer.json atomically (a crash leaves the old file or the new one)."""

@@ -36,7 +36,6 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,8 @@ from torch import Tensor, nn
 
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError, explain, first_line
-from octlm.files import fsync_dir, sha256_bytes, write_durable
+from octlm.files import fsync_dir, write_durable
+from octlm.hashing import meta_hashes, seal, sha256_bytes
 from octlm.storage.jsonable import decode_tensors, encode_tensors, encoded_tensors, tensor_problem
 from octlm.storage.run import META_FILE, MODEL_FILE, OPTIMIZER_FILE, Run
 
@@ -58,7 +58,6 @@ SCHEMA_VERSION = 1
 TIED_KEY = "head.weight"  # stored once as token_embedding.weight when the head is tied
 TABLE_KEY = "token_embedding.weight"
 TOP_KEYS = ("schema_version", "step", "config_name", "config", "sha256", "state", "meta_sha256")
-HASHED_KEYS = ("schema_version", "step", "config_name", "config", "state")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -81,32 +80,6 @@ class Checkpoint:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _leaves(value: Any, key: str) -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) for every leaf; an encoded tensor, a list or an empty dict is one leaf."""
-    if isinstance(value, dict) and value and "__tensor__" not in value:
-        for k, v in value.items():
-            yield from _leaves(v, f"{key}.{k}")
-    else:
-        yield key, value
-
-
-def meta_hashes(meta: dict[str, Any]) -> dict[str, str]:
-    """{dotted key: SHA-256 of its canonical JSON} for the entries `meta_sha256` covers."""
-    hashes = {}
-    for top in HASHED_KEYS:
-        if top in meta:
-            for key, value in _leaves(meta[top], top):
-                text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-                hashes[key] = sha256_bytes(text.encode("utf-8"))
-    return hashes
-
-
-def seal(meta: dict[str, Any]) -> dict[str, Any]:
-    """`meta` with its `meta_sha256` table (re)computed: what `save_checkpoint` writes."""
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return {**body, "meta_sha256": meta_hashes(body)}
 
 
 def _edited_key(meta: dict[str, Any], prefix: str = "") -> str | None:

@@ -20,8 +20,9 @@ from octlm.config import Config, config_from_dict
 from octlm.data.sources import Document
 from octlm.data.tokenizer import Tokenizer, train_tokenizer
 from octlm.errors import UserError
+from octlm.hashing import seal
 from octlm.model.decoder import Decoder
-from octlm.storage.checkpoint import Checkpoint, load_checkpoint, load_model, read_meta, save_checkpoint, seal
+from octlm.storage.checkpoint import Checkpoint, load_checkpoint, load_model, read_meta, save_checkpoint
 from octlm.storage.jsonable import encode_tensors
 from octlm.storage.run import Run
 
