@@ -1,7 +1,7 @@
 """Every hash octlm computes: what each covers and where it is recorded. All are SHA-256, as hex digits.
 
-- `sha256_bytes`: any bytes. A checkpoint's files (model.safetensors, optimizer.pt) by their bytes, recorded in
-  its config.json's `sha256` table and checked on every load.
+- `sha256_bytes`: any bytes. A checkpoint's files (model.safetensors, optimizer.pt) by their bytes, recorded
+  in its config.json's `sha256` table and checked on every load.
 - `sha256_array`: a token stream `[N]` by its raw bytes: `train_tokens` and `val_tokens` in a checkpoint's
   `sha256` table (`PreparedData.hashes`), checked when a run resumes.
 - `config_sha256`: what determines the trained weights: every config field except the bookkeeping ones
@@ -9,11 +9,11 @@
   runs keep their hash. Recorded as the checkpoint's `sha256.config` and a cell's `config_sha256`.
 - `tokenizer_sha256`: the tokenizer.json text: the data cache's meta.json and token files, a checkpoint's
   `sha256.tokenizer`; a run's tokenizer.json is checked against it when the model is loaded.
-- `corpus_sha256`: every document's name and text, each prefixed by its UTF-8 length so no two corpora collide:
-  the corpus manifest's `sha256`, the cache folder's name, a checkpoint's `sha256.corpus`.
+- `corpus_sha256`: every document's name and text, each prefixed by its UTF-8 length so no two corpora
+  collide: the corpus manifest's `sha256`, the cache folder's name, a checkpoint's `sha256.corpus`.
 - `name_fraction`: a number in [0, 1) fixed by a document's name, which puts it in the validation split.
-- `meta_hashes` / `seal`: a checkpoint description's `meta_sha256` table, one hash per leaf of its entries, so a
-  hand edit is named by its key.
+- `meta_hashes` / `seal`: a checkpoint description's `meta_sha256` table, one hash per leaf of its entries,
+  so a hand edit is named by its key.
 - `eval_text_sha256`: the evaluation text an experiment scores (token ids and every token's byte count): a
   cell's and `octlm score`'s `eval_sha256`.
 """
@@ -59,7 +59,8 @@ def sha256_array(array: Any) -> str:
 
 
 def config_sha256(sections: dict[str, dict[str, Any]]) -> str:
-    """SHA-256 of a config's sections (`Config.to_dict()`), bookkeeping and later fields at defaults left out."""
+    """SHA-256 of a config's sections (`Config.to_dict()`), bookkeeping and later fields at their defaults
+    left out."""
     later = {(section, key): default for section, key, default in LATER_FIELDS}
     kept = {
         section: {
