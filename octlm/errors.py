@@ -14,14 +14,13 @@ reports none), and `check_output` refuses an output path before any work is done
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import os
 import re
 import resource
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -239,23 +238,6 @@ def whole_range_words(value: int, low: int, high: int) -> str:
     if limit is None:
         return f"between {low:,} and {high:,}"
     return f"at least {low:,}" if value < low else f"at most {high:,} ({limit})"
-
-
-def int_in_range(low: int, high: int) -> Callable[[str], int]:
-    """An argparse `type` for an integer flag in [low, high]: a wider one is refused where it enters."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-        if not low <= value <= high:
-            if high in MACHINE_LIMITS:
-                raise argparse.ArgumentTypeError(f"{text} must be {whole_range_words(value, low, high)}")
-            raise argparse.ArgumentTypeError(f"{text} is outside [{low}, {high}]")
-        return value
-
-    return parse
 
 
 # Seeds: torch and numpy take unsigned 64-bit seeds; anything wider (or negative) is refused.

@@ -4,13 +4,12 @@ the machine's."""
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 
 import pytest
 
-from octlm.errors import OS_ERRORS, describe_os_error, int_in_range, whole_range_words
+from octlm.errors import OS_ERRORS, describe_os_error, whole_range_words
 
 # ---------------------------------------------------------------------------------------------------------------
 # The errno table
@@ -54,17 +53,3 @@ def test_a_range_up_to_a_machine_limit_is_said_in_words() -> None:
     )
     assert whole_range_words(-1, 0, 2**64 - 1) == "at least 0"
     assert whole_range_words(0, 1, 4096) == "between 1 and 4,096"  # a real bound stays a number
-
-
-def test_int_in_range_words_machine_bounds_and_keeps_real_ones() -> None:
-    seed = int_in_range(0, 2**64 - 1)
-    assert seed("18446744073709551615") == 2**64 - 1
-    for text, message in (("-1", "-1 must be at least 0"),
-                          (str(2**64), f"{2**64} must be at most 18,446,744,073,709,551,615 (the largest "
-                                       "unsigned 64-bit integer)")):  # fmt: skip
-        with pytest.raises(argparse.ArgumentTypeError) as error:
-            seed(text)
-        assert str(error.value) == message
-    with pytest.raises(argparse.ArgumentTypeError) as error:
-        int_in_range(1, 4096)("0")
-    assert str(error.value) == "0 is outside [1, 4096]"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from octlm.commands import options
-from octlm.errors import check_output, int_in_range
+from octlm.commands.options import int_in_range
+from octlm.errors import check_output
 from octlm.experiments.compare import compare_runs, default_out, write_compare
 from octlm.inspect.attention import DEFAULT_WINDOWS
 

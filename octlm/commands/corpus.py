@@ -7,7 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from octlm.config import add_config_arguments, config_fields, config_from_args
+from octlm.commands.options import add_config_arguments, config_from_args
+from octlm.config import config_fields
 from octlm.data.corpus import data_dir_error, load_corpus
 from octlm.files import write_atomic
 

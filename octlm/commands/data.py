@@ -6,7 +6,8 @@ import argparse
 import time
 
 from octlm.commands import options
-from octlm.config import add_config_arguments, config_fields, config_from_args
+from octlm.commands.options import add_config_arguments, config_from_args
+from octlm.config import config_fields
 from octlm.data.cache import prepare_data
 
 

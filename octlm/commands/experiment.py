@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from octlm.commands import options
-from octlm.errors import int_in_range, writing
+from octlm.commands.options import int_in_range
+from octlm.errors import writing
 from octlm.files import write_atomic
 
 MAX_JOBS = 4096

@@ -15,7 +15,8 @@ from typing import Any
 
 from octlm.commands import experiment
 from octlm.commands.experiment_length import MAX_SEEDS, SET_PER_CELL
-from octlm.config import add_config_arguments, config_fields, load_config, overrides_from_args
+from octlm.commands.options import add_config_arguments, overrides_from_args
+from octlm.config import config_fields, load_config
 from octlm.errors import UserError, check_output
 from octlm.experiments import extend, extend_results, length
 from octlm.experiments.extend import Settings

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from octlm.commands import experiment, options
-from octlm.config import add_config_arguments, config_fields, load_config, overrides_from_args
+from octlm.commands.options import add_config_arguments, overrides_from_args
+from octlm.config import config_fields, load_config
 from octlm.errors import UserError, check_output
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings

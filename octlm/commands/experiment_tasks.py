@@ -14,7 +14,8 @@ import shlex
 from pathlib import Path
 
 from octlm.commands import experiment
-from octlm.errors import SEED_RANGE, check_output, int_in_range
+from octlm.commands.options import int_in_range
+from octlm.errors import SEED_RANGE, check_output
 from octlm.experiments import battery, battery_results
 from octlm.experiments.tasks import TASKS
 

@@ -7,7 +7,7 @@ import argparse
 import time
 
 from octlm.commands import options
-from octlm.errors import int_in_range
+from octlm.commands.options import int_in_range
 from octlm.interop.onnx_export import DEFAULT_MAX_LENGTH, LENGTH_RANGE, ONNX_FILE, STATIC_SCALING, export_onnx
 
 

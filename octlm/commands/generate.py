@@ -6,8 +6,8 @@ import argparse
 import sys
 import time
 
-from octlm.commands.options import add_run, add_threads, run_folder
-from octlm.errors import SEED_RANGE, check_text, int_in_range
+from octlm.commands.options import add_run, add_threads, int_in_range, run_folder
+from octlm.errors import SEED_RANGE, check_text
 from octlm.generation.generate import print_samples, stream_text
 from octlm.generation.sampling import Sampling, check_sampling
 from octlm.runtime import resolve_device, torch_threads

@@ -7,7 +7,8 @@ import argparse
 import torch
 
 from octlm.commands import options
-from octlm.config import add_config_arguments, config_fields, config_from_args
+from octlm.commands.options import add_config_arguments, config_from_args
+from octlm.config import config_fields
 from octlm.model.decoder import Decoder
 
 

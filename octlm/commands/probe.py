@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from octlm.commands import options
-from octlm.errors import SEED_RANGE, check_output, int_in_range
+from octlm.commands.options import int_in_range
+from octlm.errors import SEED_RANGE, check_output
 from octlm.inspect.probe import BUCKETS, DEFAULT_WINDOWS, MIN_WINDOWS, probe_run, write_probe
 from octlm.storage.run import PROBE_FILES, Run
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from octlm.commands import options
-from octlm.errors import check_output, int_in_range
+from octlm.commands.options import int_in_range
+from octlm.errors import check_output
 from octlm.experiments.length import MAX_LENGTH
 from octlm.experiments.score import DEFAULT_WINDOWS, MAX_WINDOWS, score_lines, score_run, write_score
 

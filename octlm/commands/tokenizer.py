@@ -7,7 +7,8 @@ import argparse
 import time
 
 from octlm.commands import options
-from octlm.config import add_config_arguments, config_fields, config_from_args
+from octlm.commands.options import add_config_arguments, config_from_args
+from octlm.config import config_fields
 from octlm.data.cache import TOKENIZER_FILE, cache_folder, write_tokenizer_meta
 from octlm.data.corpus import load_corpus
 from octlm.data.tokenizer import stream_tokens, train_tokenizer

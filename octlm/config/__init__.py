@@ -2,19 +2,16 @@
 
 `schema` holds the `[model]`, `[data]` and `[train]` dataclasses and their checks, `ranges` the range of every
 number they hold, `fields` how a TOML or command-line value becomes a field's type, `load` the reading (files,
-built-in configs in `builtin/`, overrides, flags), and `registry` the names of the plug-ins a field chooses
+built-in configs in `builtin/`, overrides), and `registry` the names of the plug-ins a field chooses
 among (position schemes, data sources), which the layers that define them register.
-May import: the ground modules (errors, files) only.
+May import: the ground modules (errors, files, hashing) only.
 """
 
 from octlm.config.load import (
-    add_config_arguments,
     builtin_config_names,
     config_fields,
-    config_from_args,
     config_from_dict,
     load_config,
-    overrides_from_args,
 )
 from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
 
@@ -23,11 +20,8 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "TrainConfig",
-    "add_config_arguments",
     "builtin_config_names",
     "config_fields",
-    "config_from_args",
     "config_from_dict",
     "load_config",
-    "overrides_from_args",
 ]

@@ -1,5 +1,6 @@
-"""Reading a config: a TOML file (or a built-in one, by name), `section.field=value` overrides, and the flags that
-give them, built into `octlm.config.schema`'s dataclasses and validated once.
+"""Reading a config: a TOML file (or a built-in one, by name) and `section.field=value` overrides, built into
+`octlm.config.schema`'s dataclasses and validated once (the flags that give overrides are
+`octlm.commands.options`').
 
 `load_config` reads a file, applies overrides (the CLI turns `--position rope` into `model.position=rope`) and
 checks everything at once: every unknown section and key, wrong type (`octlm.config.fields`), number outside its
@@ -10,7 +11,6 @@ any folder.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import tomllib
 from importlib.resources import files
@@ -18,8 +18,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from octlm.config.fields import coerce, field_types, is_list, printable
-from octlm.config.registry import SCHEMES, SOURCES
+from octlm.config.fields import coerce, field_types, printable
 from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
 from octlm.errors import UserError
 
@@ -109,10 +108,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     return config_from_dict(raw, name=Path(path.name).stem, overrides=overrides)
 
 
-# The help of a field that picks a plug-in lists the registered names (asked of the registry when the flag is added).
-CHOICES = {"model.position": SCHEMES, "data.source": SOURCES}
-
-
 def config_fields(*wanted: str) -> tuple[str, ...]:
     """`section.field` keys of the config: every field of a section named alone (`"data"`), and each
     `section.field` given; every field when none is given. A name that is neither is a programming mistake."""
@@ -124,103 +119,3 @@ def config_fields(*wanted: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"no config field {sorted(unknown)}")
     return tuple(chosen)
-
-
-def add_config_arguments(
-    parser: Any,
-    fields: tuple[str, ...] | None = None,
-    refused: dict[str, str] | None = None,
-    no_flag: tuple[str, ...] = (),
-) -> None:
-    """Add `--config`, `--set` and one `--<field>` flag per config field in `fields` (`config_fields`; default:
-    every one), e.g. `--position rope`, `--steps 200`. A command lists only the fields it reads, so its --help
-    shows no flag it would ignore, and `--set` refuses the others (`overrides_from_args`).
-
-    `refused`: `section.field` -> why the command sets that field itself (e.g. "use --schemes rope"); its flag
-    is accepted by the parser, hidden from --help, and refused with that reason rather than ignored (`{value}` in
-    the reason is the value given). `no_flag`: fields the command reads but gives flags of its own for (train's
-    `--name` and `--out`); `--set` still reaches them.
-    A field name that appears in two sections is only reachable with `--set section.field=value`.
-    """
-    fields = config_fields() if fields is None else fields
-    refused = refused or {}
-    example = "train.lr=1e-3" if "train.lr" in fields else f"{fields[0]}=VALUE"
-    parser.add_argument("--config", default=None, help="TOML config file or built-in name (default: day1)")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help=f"override a config field this command reads, e.g. --set {example}",
-    )
-    parser.set_defaults(config_fields=fields, config_refused=refused)
-    seen: dict[str, str] = {}
-    for section, cls in SECTIONS.items():
-        for f in dataclasses.fields(cls):
-            seen[f.name] = section if f.name not in seen else ""
-    for name, section in seen.items():
-        key = f"{section}.{name}"
-        if section and (key in fields or key in refused) and key not in no_flag:
-            kind = field_types(SECTIONS[section])[name]
-            # A boolean field is a switch as well (`--compile` = `--compile true`); a list takes many words.
-            nargs = "+" if is_list(kind) else "?" if kind is bool else None
-            parser.add_argument(
-                "--" + name.replace("_", "-"),
-                dest=f"cfg__{section}__{name}",
-                default=None,
-                nargs=nargs,
-                const="true" if kind is bool else None,
-                metavar=name.upper(),
-                help=argparse.SUPPRESS if key in refused else _field_help(key),
-            )
-
-
-def _field_help(key: str) -> str:
-    """`override model.position (learned, rope, ...)`: the choices of a plug-in field listed."""
-    registry = CHOICES.get(key)
-    return f"override {key}" + (f" (one of: {', '.join(registry)})" if registry is not None else "")
-
-
-def overrides_from_args(args: Any) -> dict[str, Any]:
-    """The dotted overrides given by the per-field flags and `--set` (see add_config_arguments)."""
-    overrides: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        if key.startswith("cfg__") and value is not None:
-            _, section, name = key.split("__", 2)
-            overrides[f"{section}.{name}"] = value
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise UserError(f"--set {item!r} must look like section.field=value")
-        overrides[key.strip()] = value.strip()
-    _check_fields(args, overrides)
-    if "data.text" in overrides and "data.source" not in overrides:
-        overrides["data.source"] = "text"  # `--text PATH` alone means "train on my files"
-    return overrides
-
-
-def config_from_args(args: Any) -> Config:
-    """The Config described by `--config`, the per-field flags and `--set` (see add_config_arguments)."""
-    return load_config(args.config, overrides_from_args(args))
-
-
-def _check_fields(args: Any, overrides: dict[str, Any]) -> None:
-    """Refuse an override of a field the command sets itself (its reason) or never reads: never ignore it."""
-    refused: dict[str, str] = getattr(args, "config_refused", {})
-    fields: tuple[str, ...] = getattr(args, "config_fields", ())
-    for key, value in overrides.items():
-        section, _, name = key.partition(".")
-        shown = " ".join(value) if isinstance(value, list) else str(value)
-        by_flag = getattr(args, f"cfg__{section}__{name}", None) is not None
-        given = f"--{name.replace('_', '-')} {shown}" if by_flag else f"--set {key}={shown}"
-        if key in refused:
-            raise UserError(f"{given}: {refused[key].format(value=shown)}")
-        if fields and key not in fields and key in config_fields():
-            raise UserError(f"{given}: this command does not read {key}; it reads {_sections(fields)}")
-
-
-def _sections(fields: tuple[str, ...]) -> str:
-    """`[model], data.text and ...`: the fields a command reads, whole sections by name."""
-    whole = [s for s in SECTIONS if set(config_fields(s)) <= set(fields)]
-    rest = [key for key in fields if key.partition(".")[0] not in whole]
-    return ", ".join([f"[{s}]" for s in whole] + rest)

@@ -21,7 +21,7 @@ from tiny import run_cli
 
 from octlm.commands import experiment_length, options
 from octlm.commands import train as train_command
-from octlm.config import overrides_from_args
+from octlm.commands.options import int_in_range, overrides_from_args
 from octlm.errors import UserError
 from octlm.positions import scheme_names
 
@@ -259,3 +259,52 @@ def test_threads_reach_torch_and_the_tokenizers_pool(monkeypatch: pytest.MonkeyP
     with options.threads(2, tokenizers=True):
         assert torch.get_num_threads() == 2
     assert os.environ[options.RAYON_THREADS] == "3"
+
+
+def test_int_in_range_words_machine_bounds_and_keeps_real_ones() -> None:
+    seed = int_in_range(0, 2**64 - 1)
+    assert seed("18446744073709551615") == 2**64 - 1
+    for text, message in (("-1", "-1 must be at least 0"),
+                          (str(2**64), f"{2**64} must be at most 18,446,744,073,709,551,615 (the largest "
+                                       "unsigned 64-bit integer)")):  # fmt: skip
+        with pytest.raises(argparse.ArgumentTypeError) as error:
+            seed(text)
+        assert str(error.value) == message
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        int_in_range(1, 4096)("0")
+    assert str(error.value) == "0 is outside [1, 4096]"
+
+
+def test_boolean_fields_are_switches_too() -> None:
+    import argparse
+
+    from octlm.commands.options import add_config_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    assert config_from_args(parser.parse_args(["--compile", "--report", "false"])).train.compile is True
+    assert config_from_args(parser.parse_args(["--report", "false"])).train.report is False
+    assert config_from_args(parser.parse_args([])).train.compile is False
+
+
+def test_a_command_gets_flags_for_its_fields_and_refuses_the_rest() -> None:
+    import argparse
+
+    from octlm.commands.options import add_config_arguments, overrides_from_args
+    from octlm.config import config_fields
+
+    parser = argparse.ArgumentParser(prog="octlm x")
+    add_config_arguments(parser, config_fields("model"), refused={"train.steps": "use --rounds {value}"},
+                         no_flag=("model.dropout",))  # fmt: skip
+    args = parser.parse_args(["--d-model", "64", "--set", "model.dropout=0.1"])
+    assert overrides_from_args(args) == {"model.d_model": "64", "model.dropout": "0.1"}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--dropout", "0.1"])  # read through --set only
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--lr", "1"])  # never read: no flag
+    with pytest.raises(UserError, match=r"^--steps 9: use --rounds 9$"):
+        overrides_from_args(parser.parse_args(["--steps", "9"]))
+    with pytest.raises(
+        UserError, match=r"^--set train\.lr=1: this command does not read train\.lr; it reads \[model\]$"
+    ):
+        overrides_from_args(parser.parse_args(["--set", "train.lr=1"]))

@@ -156,18 +156,6 @@ def test_cli_bad_width_is_one_line_naming_the_value(capsys: pytest.CaptureFixtur
     assert captured.out == ""
 
 
-def test_boolean_fields_are_switches_too() -> None:
-    import argparse
-
-    from octlm.config import add_config_arguments, config_from_args
-
-    parser = argparse.ArgumentParser()
-    add_config_arguments(parser)
-    assert config_from_args(parser.parse_args(["--compile", "--report", "false"])).train.compile is True
-    assert config_from_args(parser.parse_args(["--report", "false"])).train.report is False
-    assert config_from_args(parser.parse_args([])).train.compile is False
-
-
 def test_cli_set_override(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["model", "--set", "model.position=alibi", "--n-heads", "8"]) == 0
     assert "position=alibi" in capsys.readouterr().out
@@ -200,25 +188,3 @@ def test_config_fields_picks_sections_and_fields() -> None:
     assert len(config_fields()) == 64 and config_fields()[0] == "model.vocab_size"
     with pytest.raises(ValueError, match="model.widht"):
         config_fields("model.widht")
-
-
-def test_a_command_gets_flags_for_its_fields_and_refuses_the_rest() -> None:
-    import argparse
-
-    from octlm.config import add_config_arguments, config_fields, overrides_from_args
-
-    parser = argparse.ArgumentParser(prog="octlm x")
-    add_config_arguments(parser, config_fields("model"), refused={"train.steps": "use --rounds {value}"},
-                         no_flag=("model.dropout",))  # fmt: skip
-    args = parser.parse_args(["--d-model", "64", "--set", "model.dropout=0.1"])
-    assert overrides_from_args(args) == {"model.d_model": "64", "model.dropout": "0.1"}
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--dropout", "0.1"])  # read through --set only
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--lr", "1"])  # never read: no flag
-    with pytest.raises(UserError, match=r"^--steps 9: use --rounds 9$"):
-        overrides_from_args(parser.parse_args(["--steps", "9"]))
-    with pytest.raises(
-        UserError, match=r"^--set train\.lr=1: this command does not read train\.lr; it reads \[model\]$"
-    ):
-        overrides_from_args(parser.parse_args(["--set", "train.lr=1"]))

@@ -189,7 +189,7 @@ def test_nope_layers_decode_with_the_cache_as_a_full_pass(position: str, layers:
 def test_nope_layers_from_the_command_line_and_toml(tmp_path: Path) -> None:
     from argparse import ArgumentParser
 
-    from octlm.config import add_config_arguments, config_from_args
+    from octlm.commands.options import add_config_arguments, config_from_args
 
     parser = ArgumentParser()
     add_config_arguments(parser)
