@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from octlm.commands import options
-from octlm.config import Config, add_config_arguments, config_from_args, overrides_from_args
+from octlm.commands.options import add_config_arguments, config_from_args, overrides_from_args
+from octlm.config import Config
 from octlm.errors import UserError
 from octlm.runtime import BF16Support, cpu_bf16_support, cpu_share, resolve_device, torch_threads
 from octlm.storage.run import Run
