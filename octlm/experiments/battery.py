@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,8 +33,44 @@ from octlm.experiments import cells
 from octlm.experiments.tasks import PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES, table_order
-from octlm.runtime import in_processes, torch_threads
+from octlm.runtime import torch_threads
 from octlm.training.optimizer import lr_at, make_optimizer, set_lr
+
+
+# What a cell file holds (octlm.experiments.cells reads it through these before collecting).
+class BatteryGrid(cells.Record):
+    tasks: list[str]
+    schemes: list[str]
+    seeds: cells.Seeds
+    steps: cells.Positive
+    batch_size: cells.Positive
+    examples: cells.Positive
+    model: dict[str, Any]
+    factors: list[cells.Positive]
+
+
+class BatteryRecord(cells.Record):
+    task: str
+    scheme: str
+    seed: int
+    size: cells.Positive
+    depth: float | None
+    examples: cells.Positive
+    hits: cells.Count | None
+    status: str
+    accuracy: cells.Number
+
+
+class BatteryInfo(cells.Record):
+    train_seconds: float
+    score_seconds: float
+    first_loss: float
+    final_loss: float
+
+
+class BatteryFacts(cells.Facts):
+    info: BatteryInfo
+
 
 AXES = cells.Axes(
     ("task", "scheme", "seed"),
@@ -50,6 +85,9 @@ AXES = cells.Axes(
         "model": "the model's shape",
         "factors": "test sizes (--factors)",
     },
+    grid=BatteryGrid,
+    record=BatteryRecord,
+    facts=BatteryFacts,
 )
 MAX_NOPE_LAYERS = 64
 
@@ -355,15 +393,6 @@ def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 # The grid
 
 
-@dataclass
-class CellsRun:
-    """What `run_cells` did: the cells it wrote, with how many workers, from when (perf_counter)."""
-
-    names: list[str]
-    workers: int
-    started: float
-
-
 def check_settings(settings: Settings) -> list[Row]:
     """The rows the settings name, or a UserError listing every problem (unknown task, scheme or row)."""
     problems = [
@@ -402,14 +431,13 @@ def check_settings(settings: Settings) -> list[Row]:
 
 def run_cells(
     settings: Settings, out_dir: Any, command: str, progress: bool = True, only: Sequence[str] = ()
-) -> CellsRun:
+) -> cells.CellsRun:
     """Train and score the battery's cells (every task x row x seed, or the `--only TASK:SCHEME:SEED` ones),
     each written to `out_dir/cells/` as it finishes."""
     rows = {row.spec: row for row in check_settings(settings)}
-    started = time.perf_counter()
-    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    started, say = time.perf_counter(), cells.saying(progress)
     values = [settings.tasks, list(rows), settings.seeds]
-    jobs = cells.parse_only(only, AXES, values) if only else cells.grid_cells(values)
+    jobs = cells.chosen(only, AXES, values)
     grid = {
         "tasks": settings.tasks,
         "schemes": list(rows),
@@ -420,36 +448,34 @@ def run_cells(
         "model": settings.model,
         "factors": list(settings.factors),
     }
-    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    workers = cells.workers_for(settings.jobs, len(jobs))
     say(
         f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * len(settings.seeds)} cells "
         f"({len(settings.tasks)} tasks x {len(rows)} rows x {len(settings.seeds)} seeds), {settings.steps} steps "
         f"each, {workers} worker process(es) -> {out_dir}"
     )
-    todo = [Cell(TASKS[task], rows[row], seed, settings) for task, row, seed in jobs]
-    for done, (cell, (records, info)) in enumerate(_run(todo, workers), 1):
-        cells.write_cell(out_dir, AXES, cell.key, grid, {"command": command, "info": info}, records)
-        say(progress_line(done, len(todo), cell, records, info))
-    return CellsRun([cells.cell_name(c.key) for c in todo], workers, started)
+    work = functools.partial(battery_cell, rows=rows, settings=settings)
+    facts = {"command": command}
+    return cells.run(
+        out_dir, AXES, jobs, work, grid, facts, workers=workers, started=started, say=say, line=progress_line
+    )
 
 
-def _run(todo: list[Cell], workers: int) -> Iterator[tuple[Cell, tuple[list[dict], dict]]]:
-    """Each cell with what it gave, as each finishes (workers finish in any order)."""
-    yield from map(_run_one, todo) if workers == 1 else in_processes(_run_one, todo, workers)
+def battery_cell(key: cells.Key, rows: dict[str, Row], settings: Settings) -> tuple[list[dict], dict]:
+    """One cell of the grid (a worker process's unit): `run_cell` of the task, row and seed `key`."""
+    task, row, seed = key
+    return run_cell(Cell(TASKS[task], rows[row], seed, settings))
 
 
-def _run_one(cell: Cell) -> tuple[Cell, tuple[list[dict], dict]]:
-    return cell, run_cell(cell)
-
-
-def progress_line(done: int, total: int, cell: Cell, records: list[dict], info: dict[str, Any]) -> str:
-    """`[i/n] task row seed k: trained in .. s (loss a -> b); accuracy per test size`."""
+def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> str:
+    """`task row seed k: trained in .. s (loss a -> b); accuracy per test size`."""
     plain = [r for r in records if r["depth"] is None]
     shown = " ".join(
         f"{r['size']}:" + ("-" if r["accuracy"] is None else f"{r['accuracy']:.0%}") for r in plain
     )
+    task, row, seed = key
     return (
-        f"[{done}/{total}] {cell.task.name} {cell.row.spec} seed {cell.seed}: trained in "
+        f"{task} {row} seed {seed}: trained in "
         f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
         f"exact match {shown}"
     )

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from octlm.experiments import cells
-from octlm.experiments.battery import AXES, CellsRun, wilson_interval
+from octlm.experiments.battery import AXES, wilson_interval
+from octlm.experiments.cells import CellsRun
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
 from octlm.inspect.figures import plot_accuracy, plot_heatmaps

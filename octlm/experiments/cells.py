@@ -15,20 +15,45 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
+import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from octlm.errors import UserError
 from octlm.files import write_atomic
+from octlm.runtime import in_processes
 
 CELLS_DIR = "cells"
 SCHEMA = 1
 Key = tuple[Any, ...]  # a cell's value on each axis, in the axes' order (the seed last)
+
+
+class Record(BaseModel):
+    """A typed view of what a cell file holds, checked before anything is collected: strict (no string read
+    as a number), and open to entries an experiment adds later. Only checked: the file's own values are used."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+Count = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
+Number = float | None  # a figure; None where there is none (no rows)
+Seeds = Annotated[list[int], Field(min_length=1)]
+
+
+class Facts(Record):
+    """How a cell ran: the command that made it and its timings (`info`, per experiment)."""
+
+    command: str
+    info: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -38,6 +63,9 @@ class Axes:
     names: tuple[str, ...]  # e.g. ("scheme", "seed"): the last is always "seed"
     command: str  # the command that writes the cells, named in messages
     settings: dict[str, str]  # grid entry -> how an error message names it
+    grid: type[Record] = Record  # what `settings` hold (every cell's `grid`)
+    record: type[Record] = Record  # one of a cell's records
+    facts: type[Record] = Facts  # a cell's `facts`
 
     def values(self, grid: dict[str, Any]) -> list[list[Any]]:
         """The values along each axis, from a grid (its entries "schemes", "seeds", ...)."""
@@ -133,13 +161,31 @@ def _read_cell(path: Path, axes: Axes) -> Cell:
         if (
             raw["schema"] != SCHEMA
             or not isinstance(cell.grid, dict)
+            or not isinstance(cell.records, list)
             or set(axes.settings) - set(cell.grid)
             or path.stem != cell_name(key)
         ):
             raise ValueError("not a cell of this version, or renamed")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise UserError(f"{path} is not a cell file of `{axes.command}` ({error}); remove it") from None
+    _check(path, axes.grid, cell.grid, "grid")
+    _check(path, axes.facts, cell.facts, "facts")
+    for i, record in enumerate(cell.records):
+        _check(path, axes.record, record, f"records[{i}]")
     return cell
+
+
+def _check(path: Path, model: type[Record], value: Any, where: str) -> None:
+    """A UserError naming the file, the entry and the value when `value` is not a `model`."""
+    try:
+        model.model_validate(value)
+    except ValidationError as error:
+        first = error.errors()[0]
+        entry = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        raise UserError(
+            f"{path}: {where}{entry} is {json.dumps(first['input'])} ({first['msg'].lower()}); "
+            "correct it or remove the cell"
+        ) from None
 
 
 def _show(key: str, value: Any) -> str:
@@ -183,6 +229,68 @@ def missing(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[str
     """The grid's cells that have no file, as `scheme:seed` (one value per axis)."""
     have = {c.key for c in cells}
     return [":".join(map(str, key)) for key in grid_cells(axes.values(grid)) if key not in have]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Running cells: the same for every experiment
+
+
+@dataclass
+class CellsRun:
+    """What `run` did: the cells it wrote, with how many workers, from when (perf_counter)."""
+
+    names: list[str]
+    workers: int
+    started: float
+
+
+Work = Callable[[Key], tuple[list[dict], dict[str, Any]]]  # one cell: (records, info)
+
+
+def saying(progress: bool) -> Callable[..., None]:
+    """`print`, flushed (redirected to a file or a pipe, stdout is block-buffered and the lines would all come
+    at the end), or nothing."""
+    return functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+
+
+def chosen(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]]) -> list[Key]:
+    """The cells to run: `--only`'s, or the whole grid."""
+    return parse_only(only, axes, values) if only else grid_cells(values)
+
+
+def workers_for(jobs: int, cells: int) -> int:
+    """Worker processes for `cells` cells: `--jobs`, or one per CPU core (0), never more than the cells."""
+    return max(1, min(jobs or os.cpu_count() or 1, cells))
+
+
+def run(
+    out_dir: Path,
+    axes: Axes,
+    todo: Sequence[Key],
+    work: Work,
+    grid: dict[str, Any],
+    facts: dict[str, Any],
+    *,
+    workers: int,
+    started: float,
+    say: Callable[..., None],
+    line: Callable[[Key, list[dict], dict[str, Any]], str],
+) -> CellsRun:
+    """Run `work` on every cell of `todo` (in `workers` processes when more than one), each written to
+    `out_dir/cells/` as it finishes, with a progress line `[i/n] <line(key, records, info)>`.
+
+    `work` must pickle (a module-level function, or a `functools.partial` of one) to reach a worker.
+    """
+    keyed = functools.partial(_keyed, work)
+    results = map(keyed, todo) if workers == 1 else in_processes(keyed, todo, workers)
+    for done, (key, (records, info)) in enumerate(results, 1):
+        write_cell(out_dir, axes, key, grid, {**facts, "info": info}, records)
+        say(f"[{done}/{len(todo)}] {line(key, records, info)}")
+    return CellsRun([cell_name(key) for key in todo], workers, started)
+
+
+def _keyed(work: Work, key: Key) -> tuple[Key, tuple[list[dict], dict[str, Any]]]:
+    return key, work(key)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,13 +37,65 @@ from octlm.experiments.length import finished_run, run_config, trained_model
 from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score
 from octlm.positions import scheme_names
 from octlm.positions.rope_scaling import scaled_frequencies
-from octlm.runtime import in_processes, torch_threads
+from octlm.runtime import torch_threads
 from octlm.storage.run import Run
 
 # Row -> (the scheme it fine-tunes, RoPE's rescaling for it: a rope_scaling method or "none").
 ROPE_ROWS = {"plain": "none", "pi": "linear", "ntk": "ntk", "yarn": "yarn"}
 CONTROLS = ("alibi", "fire", "nope", "fox", "path", "stick-breaking")
 ROWS = (*ROPE_ROWS, *CONTROLS)
+
+
+# What a cell file holds (octlm.experiments.cells reads it through these before collecting).
+class ExtendGrid(cells.Record):
+    train_length: cells.Positive
+    extend_length: cells.Positive
+    eval_lengths: list[cells.Positive]
+    eval_windows: cells.Positive
+    steps: cells.Positive
+    curve_interval: cells.Positive
+    passkey_per_depth: cells.Positive
+    rows: list[str]
+    seeds: cells.Seeds
+    config_sha256: str
+    eval_sha256: str
+
+
+class ExtendRecord(cells.Record):
+    row: str
+    scheme: str
+    seed: int
+    phase: str
+    length: cells.Positive
+    bpb: float
+    tokens: cells.Count
+    bytes: cells.Count
+    passkey: cells.Number
+    retrieval_bits: cells.Number
+
+
+class CurvePoint(cells.Record):
+    step: cells.Count
+    val_bpb: float
+
+
+class ExtendInfo(cells.Record):
+    base_run: str
+    base_trained: bool
+    base_seconds: float
+    before_seconds: float
+    fine_tune_seconds: float
+    after_seconds: float
+    curve: list[CurvePoint]
+
+
+class ExtendFacts(cells.Facts):
+    config: dict[str, Any]
+    config_name: str
+    scored_tokens: cells.Count
+    info: ExtendInfo
+
+
 AXES = cells.Axes(
     ("row", "seed"),
     "octlm experiment extend",
@@ -61,6 +112,9 @@ AXES = cells.Axes(
         "config_sha256": "base training config (SHA-256)",
         "eval_sha256": "evaluation tokens (SHA-256)",
     },
+    grid=ExtendGrid,
+    record=ExtendRecord,
+    facts=ExtendFacts,
 )
 PHASES = ("before", "after")
 
@@ -355,18 +409,17 @@ def run_cells(
     command: str = "octlm experiment extend",
     progress: bool = True,
     only: Sequence[str] = (),
-) -> length.CellsRun:
+) -> cells.CellsRun:
     """Every row × seed cell (or the `--only ROW:SEED` ones), each written to `out_dir/cells/` as it finishes."""
     from octlm.data.cache import prepare_data
 
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))
-    started = time.perf_counter()
-    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    started, say = time.perf_counter(), cells.saying(progress)
     seeds = [config.train.seed + i for i in range(settings.seeds)]
     rows = [r for r in ROWS if r in settings.rows]
-    jobs = cells.parse_only(only, AXES, [rows, seeds]) if only else cells.grid_cells([rows, seeds])
+    jobs = cells.chosen(only, AXES, [rows, seeds])
     with cells.locked(out_dir):  # cells started together: the first builds the token cache
         data = prepare_data(
             config.data, config.model.vocab_size, progress=progress, block=settings.extend_length
@@ -378,7 +431,6 @@ def run_cells(
         f" trained at {settings.train_length}, fine-tuned {settings.steps} steps at {settings.extend_length}, "
         f"scored at {', '.join(map(str, settings.eval_lengths))} -> {out_dir}"
     )
-    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
     facts = {
         "command": command,
         "config": config.to_dict(),
@@ -392,21 +444,19 @@ def run_cells(
         settings=dataclasses.replace(settings, rows=rows),
         out_dir=out_dir,
     )
-    results = map(job, jobs) if workers == 1 else in_processes(job, jobs, workers)
-    for done, (records, info) in enumerate(results, 1):
-        row, seed = records[0]["row"], records[0]["seed"]
-        cells.write_cell(out_dir, AXES, (row, seed), grid, {**facts, "info": info}, records)
-        say(progress_line(done, len(jobs), records, info))
-    return length.CellsRun([cells.cell_name(key) for key in jobs], workers, started)
+    workers = cells.workers_for(settings.jobs, len(jobs))
+    return cells.run(
+        out_dir, AXES, jobs, job, grid, facts, workers=workers, started=started, say=say, line=progress_line
+    )
 
 
-def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
-    """`[i/n] row seed k: fine-tuned in ... s; bits/byte at the longest length before -> after`."""
+def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> str:
+    """`row seed k: fine-tuned in ... s; bits/byte at the longest length before -> after`."""
     before = [r for r in records if r["phase"] == "before"][-1]
     after = [r for r in records if r["phase"] == "after"][-1]
     base = "base trained" if info["base_trained"] else "base reused"
     return (
-        f"[{done}/{total}] {before['row']} seed {before['seed']}: {base}, fine-tuned in "
+        f"{before['row']} seed {before['seed']}: {base}, fine-tuned in "
         f"{info['fine_tune_seconds']:.0f} s; bits/byte at {before['length']}: {before['bpb']:.3f} -> "
         f"{after['bpb']:.3f}"
     )

@@ -20,8 +20,8 @@ import numpy as np
 
 from octlm.config import config_from_dict
 from octlm.experiments import cells
+from octlm.experiments.cells import CellsRun
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
-from octlm.experiments.length import CellsRun
 from octlm.files import write_atomic
 from octlm.inspect.figures import VARIANT_STYLES, plot_extend, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown

@@ -27,9 +27,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rope_scaling import VARIANTS, scaled_frequencies
-from octlm.runtime import in_processes, torch_threads
+from octlm.runtime import torch_threads
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run
 
@@ -68,7 +67,49 @@ QUICK_DEFAULTS: dict[str, Any] = {
     "train.eval_batches": 2,
 }
 QUICK = {"train_length": 16, "eval_lengths": [16, 32, 64], "seeds": 2, "eval_windows": 4}
+
+
 # The grid's cells (octlm.experiments.cells): one per scheme and seed, and the settings every cell must share.
+# What a cell file holds (octlm.experiments.cells reads it through these before collecting).
+class LengthGrid(cells.Record):
+    train_length: cells.Positive
+    eval_lengths: list[cells.Positive]
+    eval_windows: cells.Positive
+    modes: list[str]
+    rope_factor: float
+    schemes: list[str]
+    seeds: cells.Seeds
+    config_sha256: str
+    eval_sha256: str
+
+
+class LengthRecord(cells.Record):
+    scheme: str
+    variant: str
+    seed: int
+    length: cells.Positive
+    mode: str
+    status: str
+    bpb: cells.Number
+    tokens: cells.Count
+    bytes: cells.Count
+
+
+class LengthInfo(cells.Record):
+    reused: bool
+    train_wall: float
+    eval_seconds: float
+    probe: dict[str, Any] | None = None
+
+
+class LengthFacts(cells.Facts):
+    config: dict[str, Any]
+    config_name: str
+    scored_tokens: cells.Count
+    scored_bytes: cells.Count
+    info: LengthInfo
+
+
 AXES = cells.Axes(
     ("scheme", "seed"),
     "octlm experiment length",
@@ -83,6 +124,9 @@ AXES = cells.Axes(
         "config_sha256": "base training config (SHA-256)",
         "eval_sha256": "evaluation tokens (SHA-256)",
     },
+    grid=LengthGrid,
+    record=LengthRecord,
+    facts=LengthFacts,
 )
 # Upper bounds where the numbers enter: past them a run would exhaust memory rather than finish.
 MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
@@ -310,12 +354,12 @@ def train_and_score(config: Config, text: EvalText, settings: Settings) -> tuple
     return records, info
 
 
-def scored_runs(
-    configs: list[Config], text: EvalText, settings: Settings, workers: int
-) -> Iterator[tuple[list[dict], dict[str, Any]]]:
-    """`train_and_score` of every config, yielded as each finishes: here with one worker, else in a pool."""
-    job = functools.partial(train_and_score, text=text, settings=settings)
-    yield from map(job, configs) if workers == 1 else in_processes(job, configs, workers)
+def length_cell(
+    key: cells.Key, base: Config, text: EvalText, settings: Settings, runs_dir: Path
+) -> tuple[list[dict], dict[str, Any]]:
+    """One cell (a worker process's unit): `train_and_score` of the row and seed `key`."""
+    scheme, seed = key
+    return train_and_score(run_config(base, scheme, seed, settings, runs_dir), text, settings)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -338,15 +382,6 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
     }
 
 
-@dataclass
-class CellsRun:
-    """What `run_cells` did: the cells it wrote, with how many workers, from when (perf_counter)."""
-
-    names: list[str]
-    workers: int
-    started: float
-
-
 def run_cells(
     config: Config,
     settings: Settings,
@@ -354,7 +389,7 @@ def run_cells(
     command: str = "octlm experiment length",
     progress: bool = True,
     only: Sequence[str] = (),
-) -> CellsRun:
+) -> cells.CellsRun:
     """Train and score the grid's cells (every scheme × seed, or the `--only SCHEME:SEED` ones) at the short
     length, each written to `out_dir/cells/` as it finishes.
 
@@ -366,13 +401,11 @@ def run_cells(
     problems = settings.problems()
     if problems:
         raise UserError("; ".join(problems))
-    started = time.perf_counter()
-    # Flushed: redirected to a file or a pipe, stdout is block-buffered and the lines would all come at the end.
-    say = functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+    started, say = time.perf_counter(), cells.saying(progress)
     seeds = [config.train.seed + i for i in range(settings.seeds)]
     settings = dataclasses.replace(settings, probe_seed=seeds[0])  # the seed results.md's probe table shows
     schemes = table_order(settings.schemes)
-    jobs = cells.parse_only(only, AXES, [schemes, seeds]) if only else cells.grid_cells([schemes, seeds])
+    jobs = cells.chosen(only, AXES, [schemes, seeds])
     with cells.locked(out_dir):  # cells started together: the first builds the token cache
         data = prepare_data(
             config.data, config.model.vocab_size, progress=progress, block=settings.train_length
@@ -385,8 +418,7 @@ def run_cells(
         f"{text.count:,} tokens at lengths {', '.join(map(str, settings.eval_lengths))} -> {out_dir}"
     )
 
-    configs = [run_config(config, scheme, seed, settings, out_dir / "runs") for scheme, seed in jobs]
-    workers = max(1, min(settings.jobs or os.cpu_count() or 1, len(jobs)))
+    workers = cells.workers_for(settings.jobs, len(jobs))
     say(f"{workers} worker process(es), {settings.threads} torch thread(s) each")
     scored_bytes = text.bytes_of(text.tokens[text.start + 1 : text.start + text.count + 1])
     facts = {
@@ -396,15 +428,16 @@ def run_cells(
         "scored_tokens": text.count,
         "scored_bytes": scored_bytes,
     }
-    for done, (records, info) in enumerate(scored_runs(configs, text, settings, workers), 1):
-        scheme, seed = records[0]["scheme"], records[0]["seed"]
-        cells.write_cell(out_dir, AXES, (scheme, seed), grid, {**facts, "info": info}, records)
-        say(progress_line(done, len(jobs), records, info))
-    return CellsRun([cells.cell_name(key) for key in jobs], workers, started)
+    work = functools.partial(
+        length_cell, base=config, text=text, settings=settings, runs_dir=out_dir / "runs"
+    )
+    return cells.run(
+        out_dir, AXES, jobs, work, grid, facts, workers=workers, started=started, say=say, line=progress_line
+    )
 
 
-def progress_line(done: int, total: int, records: list[dict], info: dict[str, Any]) -> str:
-    """`[i/n] scheme seed k: trained in ... (or reused), scored in ...; bits/byte at the first length`."""
+def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> str:
+    """`scheme seed k: trained in ... (or reused), scored in ...; bits/byte at the first length`."""
     first = records[0]
     trained = (
         "reused"
@@ -412,6 +445,6 @@ def progress_line(done: int, total: int, records: list[dict], info: dict[str, An
         else (f"trained in {info['train_wall']:.0f} s ({info['tokens_per_second']:,.0f} tok/s)")
     )
     return (
-        f"[{done}/{total}] {first['scheme']} seed {first['seed']}: {trained}, scored in "
+        f"{first['scheme']} seed {first['seed']}: {trained}, scored in "
         f"{info['eval_seconds']:.0f} s; bits/byte at {first['length']}: {first['bpb']:.3f}"
     )

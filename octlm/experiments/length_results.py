@@ -19,7 +19,8 @@ import numpy as np
 
 from octlm.config import Config, config_from_dict
 from octlm.experiments import cells
-from octlm.experiments.length import AXES, CellsRun, Settings
+from octlm.experiments.cells import CellsRun
+from octlm.experiments.length import AXES, Settings
 from octlm.inspect import probe
 from octlm.inspect.figures import VARIANT_STYLES, Curve, plot_length, row_style, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
