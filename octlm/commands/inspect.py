@@ -4,7 +4,6 @@ report folder (Markdown, HTML, JSON, figures), with its headline numbers printed
 from __future__ import annotations
 
 import argparse
-import json
 from functools import partial
 from pathlib import Path
 
@@ -81,10 +80,9 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     write = partial(write_report, probe=not args.no_probe) if args.hf is None else write_pretrained_report
     with options.threads(args.threads):
-        folder = write(
+        folder, numbers = write(
             args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
         )
-    numbers = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     labels = numbers["labels"]
     what = f"trained; run {numbers['run']}" if args.hf is None else f"pretrained; model {numbers['run']}"
     print(f"nearest tokens by cosine similarity ({what}):")

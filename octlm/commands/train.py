@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TextIO
 
 from octlm.commands import options
-from octlm.commands.options import add_config_arguments, config_from_args, overrides_from_args
-from octlm.config import Config
+from octlm.commands.options import add_config_arguments, overrides_from_args
+from octlm.config import Config, load_config
 from octlm.errors import UserError
 from octlm.runtime import BF16Support, cpu_bf16_support, cpu_share, resolve_device, torch_threads
 from octlm.storage.run import Run
@@ -61,22 +61,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
     """The config to train and its run folder: from the flags, or for `--resume` the run's own config."""
+    folder: Run | None = None
     if args.out is not None:
         given = {"--name": args.name, "--out-dir": args.cfg__train__out_dir, "--resume": args.resume}
         for flag in (flag for flag, value in given.items() if value):
             raise UserError(f"--out {args.out!r} names the run folder; leave out {flag}")
-        folder = Path(args.out)
+        folder = Run.of(args.out)
         if folder.name in ("", ".", ".."):
             raise UserError(f"--out {args.out!r} must end in the run's own folder name, e.g. runs/my-run")
-        args.name = folder.name
-        args.set.append(f"train.out_dir={folder.parent}")
-    if args.name:
-        args.set.append(f"train.run_name={args.name}")
+    overrides = overrides_from_args(args)
+    if folder:  # the run's config records where it lives, as it records --name
+        overrides["train.out_dir"] = str(folder.path.parent)
+    if folder or args.name:
+        overrides["train.run_name"] = folder.name if folder else args.name
     if args.resume:
         run = Run.of(args.resume)
-        return config_for_resume(run, overrides_from_args(args), args.config), run
-    config = config_from_args(args)
-    return config, Run.default(config)
+        return config_for_resume(run, overrides, args.config), run
+    config = load_config(args.config, overrides)
+    return config, folder or Run.default(config)
 
 
 def bf16_notice(config: Config, support: BF16Support | None = None, stream: TextIO | None = None) -> bool:
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
         crowded = share is not None and share.crowded and resolve_device(config.train.device).type == "cpu"
         result = train(
             config,
-            folder.path,
+            folder,
             resume=bool(args.resume),
             progress=not args.no_progress,
             overwrite=args.overwrite,
@@ -133,22 +135,22 @@ def run(args: argparse.Namespace, bf16: BF16Support | None = None) -> int:
 
 
 def finish(config: Config, result: TrainResult) -> tuple[str, Path | None]:
-    """What follows a finished run: a sample from the final model and the embedding report (as configured)."""
+    """What follows a finished run: a sample from the final model and the embedding report (as configured),
+    both of the model the loop hands back (its last checkpoint's weights), on the CPU as a loaded run's."""
     from octlm.generation.generate import sample_prompt, sample_text
-    from octlm.storage.checkpoint import load_model
 
+    model, tokenizer, tc = result.model.cpu().eval(), result.data.tokenizer, config.train
     sample = ""
-    if config.train.sample_tokens > 0:
-        model, _, tokenizer = load_model(result.run_dir)
-        sample = sample_text(
-            model, tokenizer, sample_prompt(config), config.train.sample_tokens, config.train.seed
-        )
-    report = None
-    if config.train.report:
-        from octlm.inspect.report import write_report
+    if tc.sample_tokens > 0:
+        sample = sample_text(model, tokenizer, sample_prompt(config), tc.sample_tokens, tc.seed)
+    if not tc.report:
+        return sample, None
+    from octlm.inspect.analysis import token_counts
+    from octlm.inspect.report import Trained, write_report
 
-        report = Path(write_report(result.run_dir))
-    return sample, report
+    counts = token_counts(result.data.train, config.model.vocab_size)
+    trained = Trained(Run.of(result.run_dir), model, config, tokenizer, result.step, counts)
+    return sample, write_report(trained)[0]
 
 
 def report_figures(

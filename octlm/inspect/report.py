@@ -26,6 +26,7 @@ the report's text, the files (`write_report`, `write_pretrained_report`) and the
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -275,56 +276,79 @@ def training_counts(
     return token_counts(data.train, config.model.vocab_size), None
 
 
-def checkpoint_meta(run_dir: Path) -> dict[str, Any]:
-    """The run's checkpoint description (config.json: step, SHA-256 table), or {} when unreadable."""
-    from octlm.storage.checkpoint import read_meta
+@dataclass(frozen=True)
+class Trained:
+    """A trained run's model and what its report reads: loaded from the run folder (`load`), or handed over by
+    `octlm train` as the loop left it."""
 
-    try:
-        return read_meta(Run.of(run_dir).find_checkpoint())
-    except UserError:
-        return {}
+    run: Run
+    model: Decoder  # eval mode, on the CPU
+    config: Config
+    tokenizer: Tokenizer
+    step: int | None  # the checkpoint's step (None: unreadable)
+    counts: np.ndarray | None = None  # [V] training token counts; None: counted from the data cache
+    sha256: dict[str, str] | None = None  # the checkpoint's SHA-256 table, which that cache must match
+
+    @classmethod
+    def load(cls, run_dir: str | Path | Run) -> Trained:
+        from octlm.storage.checkpoint import load_model, read_meta
+
+        run = Run.of(run_dir)
+        model, config, tokenizer = load_model(run.path)  # a clear UserError for a folder that is not a run
+        try:
+            meta = read_meta(run.find_checkpoint())
+        except UserError:
+            meta = {}
+        return cls(run, model, config, tokenizer, meta.get("step"), sha256=meta.get("sha256"))
+
+
+def run_report(
+    trained: Trained,
+    tokens: list[str] | None = None,
+    ids: list[int] | None = None,
+    top: int = DEFAULT_TOP,
+    frequent: int = DEFAULT_FREQUENT,
+    probe: bool = False,
+) -> dict[str, Any]:
+    """The numbers of a trained run's report: `analyze`'s, the step, and the probe, attention and gates.
+
+    `tokens` (texts, each one token) and `ids` choose the tokens whose neighbours are listed (default: token 0
+    and the `frequent` most frequent).
+    """
+    model, config, tokenizer = trained.model, trained.config, trained.tokenizer
+    chosen = resolve_tokens(tokenizer, tokens or []) + list(ids or []) if tokens or ids else None
+    counts, notes = trained.counts, []
+    if counts is None:
+        counts, why = training_counts(config, tokenizer, trained.sha256)
+        notes += [f"No training token counts: {why}."] if why else []
+    with torch.no_grad():
+        report = analyze(
+            model, untrained_like(config), tokenizer, counts, chosen, top, frequent, trained.run.name, notes
+        )
+    report["step"] = trained.step
+    report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
+    report["attention"] = report_attention(model, config, tokenizer)  # octlm/inspect/attention.py
+    report["gates"] = report_gates(model, config, tokenizer)  # octlm/inspect/gates.py: FoX's, else None
+    return report
 
 
 def write_report(
-    run_dir: str | Path,
+    run: str | Path | Trained,
     tokens: list[str] | None = None,
     ids: list[int] | None = None,
     top: int = DEFAULT_TOP,
     frequent: int = DEFAULT_FREQUENT,
     out: str | Path | None = None,
     export_web: str | Path | None = None,
-    counts: np.ndarray | None = None,
     probe: bool = False,
-) -> Path:
-    """Write the report of a trained run into `out` (default `run_dir/report/`) and return that folder.
-
-    `tokens` (texts, each one token) and `ids` choose the tokens whose neighbours are listed (default: token 0
-    and the `frequent` most frequent). `counts` `[V]` skips finding the training data. `export_web` also
-    copies embeddings.json there (e.g. web/public/data/embeddings.json).
-    """
-    from octlm.storage.checkpoint import load_model
-
-    run_dir = Path(run_dir)
-    model, config, tokenizer = load_model(run_dir)  # a clear UserError for a folder that is not a run
-    meta = checkpoint_meta(run_dir)
-    chosen = None
-    if tokens or ids:
-        chosen = resolve_tokens(tokenizer, tokens or []) + list(ids or [])
-    notes: list[str] = []
-    if counts is None:
-        counts, why = training_counts(config, tokenizer, meta.get("sha256"))
-        if why:
-            notes.append(f"No training token counts: {why}.")
-    with torch.no_grad():
-        report = analyze(
-            model, untrained_like(config), tokenizer, counts, chosen, top, frequent, run_dir.name, notes
-        )
-    report["step"] = meta.get("step")
-    report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
-    report["attention"] = report_attention(model, config, tokenizer)  # octlm/inspect/attention.py
-    report["gates"] = report_gates(model, config, tokenizer)  # octlm/inspect/gates.py: FoX's, else None
-    folder = Path(out) if out is not None else Run.of(run_dir).report_dir
-    return write_files(report, model, tokenizer, folder, export_web)
+) -> tuple[Path, dict[str, Any]]:
+    """Write the report of a trained run (a folder, or a `Trained`) into `out` (default `<run>/report/`):
+    that folder and report.json's numbers. `export_web` also copies embeddings.json there (e.g.
+    web/public/data/embeddings.json)."""
+    trained = run if isinstance(run, Trained) else Trained.load(run)
+    report = run_report(trained, tokens, ids, top, frequent, probe)
+    folder = Path(out) if out is not None else trained.run.report_dir
+    return write_files(report, trained.model, trained.tokenizer, folder, export_web)
 
 
 def write_pretrained_report(
@@ -335,7 +359,7 @@ def write_pretrained_report(
     frequent: int = DEFAULT_FREQUENT,
     out: str | Path | None = None,
     export_web: str | Path | None = None,
-) -> Path:
+) -> tuple[Path, dict[str, Any]]:
     """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default reports/<name>/).
 
     `name`: a local folder or a Hub name (see octlm/inspect/pretrained.py); UserError when it is refused.
@@ -358,8 +382,9 @@ def write_files(
     tokenizer: Tokenizer | None,
     folder: Path,
     export_web: str | Path | None = None,
-) -> Path:
-    """Figures, report.md, report.html, report.json and embeddings.json of an `analyze` result."""
+) -> tuple[Path, dict[str, Any]]:
+    """Figures, report.md, report.html, report.json and embeddings.json of an `analyze` result: the folder,
+    and report.json's numbers."""
     with writing(folder):  # a failed write names no file of its own: name the folder
         folder.mkdir(parents=True, exist_ok=True)
         figures = draw_figures(report, folder)
@@ -369,11 +394,9 @@ def write_files(
         numbers = to_json(report)
         numbers["figures"] = {name: path.name for name, path in figures.items()}
         (folder / "report.json").write_text(json.dumps(numbers) + "\n", encoding="utf-8")
-        web = folder / "embeddings.json"
-        web.write_text(
-            json.dumps(web_export(report, model, tokenizer), separators=(",", ":")) + "\n", encoding="utf-8"
-        )
+        web = (json.dumps(web_export(report, model, tokenizer), separators=(",", ":")) + "\n").encode("utf-8")
+        (folder / "embeddings.json").write_bytes(web)
     if export_web is not None:
         with writing(export_web):  # atomic: a failed copy leaves the old file, and a symlink is replaced
-            write_atomic(export_web, web.read_bytes())
-    return folder
+            write_atomic(export_web, web)
+    return folder, numbers

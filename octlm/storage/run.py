@@ -70,8 +70,8 @@ class Run:
     path: Path
 
     @classmethod
-    def of(cls, path: str | Path) -> Run:
-        return cls(Path(path))
+    def of(cls, path: str | Path | Run) -> Run:
+        return path if isinstance(path, Run) else cls(Path(path))
 
     @classmethod
     def default(cls, config: Config) -> Run:

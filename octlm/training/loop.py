@@ -78,6 +78,8 @@ class TrainResult:
     val_perplexity: float
     tokens_per_second: float  # training throughput of this call, all ranks together
     wall_seconds: float
+    model: Decoder  # the trained model as the loop left it (train mode, float32, on its device)
+    data: PreparedData  # the tokens and the tokenizer it trained on
     metrics: list[dict[str, Any]] = field(default_factory=list)  # the records appended to metrics.jsonl
     train_losses: list[float] = field(default_factory=list)  # per step of this call, mean over all ranks
     start_step: int = 0
@@ -373,14 +375,14 @@ def _describe(config: Config, run: Run, state: TrainState, device: torch.device,
 
 def train(
     config: Config,
-    run_dir: str | Path | None = None,
+    run: Run | str | Path | None = None,
     resume: bool = False,
     progress: bool = True,
     stop_after: int | None = None,
     overwrite: bool = False,
     notes: Sequence[str] = (),
 ) -> TrainResult:
-    """Train `config` in `run_dir` (default `<out_dir>/<config name>-<position>`), or resume it.
+    """Train `config` in the folder `run` (default `<out_dir>/<config name>-<position>`), or resume it.
 
     `stop_after=k` stops after step k as a signal would (checkpoint written, `interrupted=True`): for tests.
     `overwrite` starts afresh in a folder that already holds a run. `notes` (the command's, such as why it
@@ -393,7 +395,7 @@ def train(
     dist = init_distributed(device)
     if dist.world > 1 and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank)
-    run = Run.of(run_dir) if run_dir is not None else Run.default(config)
+    run = Run.of(run) if run is not None else Run.default(config)
     try:
         with writing(run, dist, device):
             return _train(config, run, dist, device, resume, progress, stop_after, overwrite, started, notes)
@@ -480,6 +482,8 @@ def _result(state: TrainState, run: Run, dist: Dist, tokens_per_step: int, secon
         val_perplexity=state.last_eval.get("val_perplexity", math.nan),
         tokens_per_second=_tokens_per_second(state, tokens_per_step),
         wall_seconds=seconds,
+        model=state.model,
+        data=state.data,
         metrics=state.records,
         train_losses=state.losses,
         start_step=state.start_step,

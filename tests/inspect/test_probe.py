@@ -169,14 +169,14 @@ def test_probe_command_writes_table_figure_and_json(run_dir: Path, tmp_path: Pat
 def test_inspect_report_holds_the_probe_section(run_dir: Path, tmp_path: Path) -> None:
     from octlm.inspect.report import write_report
 
-    folder = write_report(run_dir, out=tmp_path / "report", probe=True)
+    folder, _ = write_report(run_dir, out=tmp_path / "report", probe=True)
     assert "## What each layer knows of position" in (folder / "report.md").read_text(encoding="utf-8")
     assert (folder / "probe" / "probe.png").is_file()
     assert (
         json.loads((folder / "report.json").read_text(encoding="utf-8"))["probe"]["layers"][1]["layer"]
         == "block 1"
     )
-    plain = write_report(run_dir, out=tmp_path / "plain")  # the library default (and `--no-probe`): none
+    plain, _ = write_report(run_dir, out=tmp_path / "plain")  # the library default (and `--no-probe`): none
     plain_md = (plain / "report.md").read_text(encoding="utf-8")
     assert "## What each layer knows of position" not in plain_md and "probe" not in plain_md.lower()
     assert not (plain / "probe").exists()

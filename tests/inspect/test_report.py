@@ -350,7 +350,7 @@ def test_rope_report_files(tmp_path: Path, tiny_tokenizer) -> None:
     tokenizer, counts = tiny_tokenizer
     rep = analysis.analyze(tiny_model("rope", 1), tiny_model("rope", 2), tokenizer, counts, run="tiny-rope")
     model = tiny_model("rope", 1)
-    folder = report.write_files(rep, model, tokenizer, tmp_path)
+    folder, _ = report.write_files(rep, model, tokenizer, tmp_path)
     assert_png(folder / "position_scheme.png")
     data = json.loads((folder / "embeddings.json").read_text(encoding="utf-8"))
     assert data["position"] == "rope" and data["position_similarity"] is None
