@@ -32,10 +32,12 @@ def explicit_attention(
     dropout: float,
     record: list[Tensor],
 ) -> Tensor:
-    """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to `record`.
+    """`octlm.model.decoder.attention` written out, so that its probabilities exist; they are appended to
+    `record`.
 
     q `[B, H, Tq, D]`, k and v `[B, Hkv, Tk, D]`, `mask` additive float (ALiBi, T5: causal -inf included) or
-    bool (True: may attend) over `[.., Tq, Tk]`. Returns `[B, H, Tq, D]`; records probabilities `[B, H, Tq, Tk]`.
+    bool (True: may attend) over `[.., Tq, Tk]`. Returns `[B, H, Tq, D]`; records probabilities
+    `[B, H, Tq, Tk]`.
     """
     if dropout:
         raise ValueError("explicit_attention records what a model computes: put it in eval mode (no dropout)")
@@ -56,7 +58,8 @@ def explicit_attention(
 
 
 def recorded_scheme_attention(scheme, q: Tensor, k: Tensor, v: Tensor, call, record: list[Tensor]) -> Tensor:
-    """`octlm.model.decoder.scheme_attention`, with the scheme asked to append its weights `[B, H, Tq, Tk]`."""
+    """`octlm.model.decoder.scheme_attention`, with the scheme asked to append its weights
+    `[B, H, Tq, Tk]`."""
     if call.dropout:
         raise ValueError("recorded attention is what a model computes: put it in eval mode (no dropout)")
     return scheme.attend(q, k, v, dataclasses.replace(call, record=record))

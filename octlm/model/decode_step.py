@@ -12,8 +12,8 @@ token per sequence with fewer and cheaper ops:
 - no per-token `check_ids` device sync, no `arange`: positions are slices of one preallocated range.
 
 The sums run in another order than `nn.Linear`'s, so logits agree with the model's forward to float32
-rounding (tests/model/test_decode_step.py, 1e-5). What the step does not cover goes through `model(...)` as before: a
-scheme whose bias depends on the content (`is_contextual`) or that computes attention itself
+rounding (tests/model/test_decode_step.py, 1e-5). What the step does not cover goes through `model(...)` as
+before: a scheme whose bias depends on the content (`is_contextual`) or that computes attention itself
 (`replaces_attention`), and a model with forward hooks (a probe or a
 recorder expects to see every step).
 """
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 def norm_fn(norm: nn.Module):
-    """`norm`'s forward as a plain function of `x` (LayerNorm or RMSNorm, its parameters read at each call)."""
+    """`norm`'s forward as a plain function of `x` (LayerNorm or RMSNorm, its parameters read at each
+    call)."""
     if isinstance(norm, nn.RMSNorm):
         return lambda x: F.rms_norm(x, norm.normalized_shape, norm.weight, norm.eps)
     return lambda x: F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)

@@ -3,12 +3,12 @@
     ids [B, T] -> token_embedding -> [B, T, C] -> positions.embed -> blocks (attention + MLP) -> norm
                -> head (the token table, transposed) -> logits [B, T, V]
 
-The position scheme (the interface in octlm/positions/scheme.py, the schemes in octlm/positions/) acts in one place:
-added to the input (learned, sinusoidal), rotating queries and keys in every attention layer (rope and its
-variants), or biasing attention scores (alibi, t5, fire; cope's bias depends on q and k as well). NoPE uses
-none, and layers listed in `model.nope_layers` skip the scheme. Positions are explicit, so incremental decoding
-with a KV cache runs the same code as a full pass. A bias too large to build whole (long sequences) is built
-one query chunk at a time (`ChunkedBias`).
+The position scheme (the interface in octlm/positions/scheme.py, the schemes in octlm/positions/) acts in one
+place: added to the input (learned, sinusoidal), rotating queries and keys in every attention layer (rope and
+its variants), or biasing attention scores (alibi, t5, fire; cope's bias depends on q and k as well). NoPE
+uses none, and layers listed in `model.nope_layers` skip the scheme. Positions are explicit, so incremental
+decoding with a KV cache runs the same code as a full pass. A bias too large to build whole (long sequences)
+is built one query chunk at a time (`ChunkedBias`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from octlm.positions import NoPositions, PositionScheme, build_positions, unboun
 from octlm.positions.scheme import AttentionCall
 
 # A bias scheme's [H, Tq, Tk] bias is built whole, once per forward and shared by every layer, up to this many
-# query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle) and
-# costs 4 MB per head. Past it the bias would grow as T^2 (9.5 GB at T = 16,384 for ALiBi at config b), so each
-# layer builds it per query chunk instead (`ChunkedBias`): memory linear in T.
+# query-key pairs: 1,024 x 1,024, where it is the fastest form (the flash kernel skips the hidden triangle)
+# and costs 4 MB per head. Past it the bias would grow as T^2 (9.5 GB at T = 16,384 for ALiBi at config b), so
+# each layer builds it per query chunk instead (`ChunkedBias`): memory linear in T.
 WHOLE_BIAS_PAIRS = 1024 * 1024
 # Bias entries (heads x queries x keys) per query chunk: 2^21 float32 = 8 MB, about the size of one activation
 # [T, C] at T = 16,384, C = 128; the bias's own temporaries (distances, buckets) are a few times that. Larger
@@ -50,7 +50,8 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.positions = torch.zeros(capacity, device=device, dtype=torch.long)
         self.length = 0
-        # What a scheme that computes attention itself keeps of the earlier tokens, per layer (`AttentionCall`).
+        # What a scheme that computes attention itself keeps of the earlier tokens, per layer
+        # (`AttentionCall`).
         self.states: list[dict] = [{} for _ in range(config.n_layers)]
 
     def reserve(self, total: int) -> None:
@@ -63,7 +64,8 @@ class KVCache:
             self.positions = F.pad(self.positions, (0, new - capacity))
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store this layer's new `[B, Hkv, T, D]` keys/values; return all cached ones `[B, Hkv, length+T, D]`."""
+        """Store this layer's new `[B, Hkv, T, D]` keys/values; return all cached ones
+        `[B, Hkv, length+T, D]`."""
         end = self.length + k.shape[2]
         self.k[layer, :, :, self.length : end] = k
         self.v[layer, :, :, self.length : end] = v
@@ -71,17 +73,18 @@ class KVCache:
 
 
 class QueryScaling(nn.Module):
-    """Queries times a factor that grows with the length (`model.attention_scaling`), so that attention can stay
-    as sharp over many keys as over few; combines with any scheme. Queries `[B, H, Tq, D]` -> the same shape.
+    """Queries times a factor that grows with the length (`model.attention_scaling`), so that attention can
+    stay as sharp over many keys as over few; combines with any scheme. Queries `[B, H, Tq, D]` -> the same
+    shape.
 
     - "ssmax", scalable softmax (Nakanishi 2025): softmax(s log(n) z) for the scores z of a query that sees n
       keys, s learned per head and layer (from `model.ssmax_init`, the value the paper reports). Scaling q_i
       scales that query's q·k/√D; a bias added to the scores (ALiBi, FoX's gates) is not scaled, since the
-      paper scales the attention logits of a model whose logits are q·k alone. n counts keys, not positions, so
-      randomized position ids do not change it.
-    - "llama4", Llama 4's attention temperature (transformers' `attn_temperature_tuning`): in the layers with no
-      position signal only, q times 1 + τ log(⌊(p + 1) / F⌋ + 1) at position p, τ = `attention_temperature`,
-      F = `attention_floor`; exactly 1 before position F - 1.
+      paper scales the attention logits of a model whose logits are q·k alone. n counts keys, not positions,
+      so randomized position ids do not change it.
+    - "llama4", Llama 4's attention temperature (transformers' `attn_temperature_tuning`): in the layers with
+      no position signal only, q times 1 + τ log(⌊(p + 1) / F⌋ + 1) at position p,
+      τ = `attention_temperature`, F = `attention_floor`; exactly 1 before position F - 1.
     """
 
     def __init__(self, config: ModelConfig, layer: int) -> None:
@@ -161,8 +164,8 @@ class Attention(nn.Module):
 class ChunkedBias:
     """A scheme's attention bias `[H, Tq, Tk]` that is never built whole: `rows` builds one query chunk of it.
 
-    Queries sit at `q_positions` `[Tq]`, keys at `k_positions` `[Tk]`: the queries are the last Tq keys (a full
-    pass, or a cache followed by new tokens).
+    Queries sit at `q_positions` `[Tq]`, keys at `k_positions` `[Tk]`: the queries are the last Tq keys (a
+    full pass, or a cache followed by new tokens).
     """
 
     def __init__(
@@ -172,7 +175,8 @@ class ChunkedBias:
         self.keys = k_positions.shape[0]
 
     def rows(self, start: int, stop: int) -> tuple[Tensor, int]:
-        """The bias `[H, stop - start, end]` of queries start .. stop - 1 over the keys they can see, and `end`.
+        """The bias `[H, stop - start, end]` of queries start .. stop - 1 over the keys they can see, and
+        `end`.
 
         The last of these queries is key Tk - Tq + stop - 1, so keys from `end` = Tk - Tq + stop on are in
         every query's future: they are left out, not masked (half the work of a full pass).
@@ -183,7 +187,8 @@ class ChunkedBias:
 
 class ContextualBias(ChunkedBias):
     """A bias that depends on this layer's queries `[B, H, Tq, D]` and keys `[B, Hkv, Tk, D]` as well as their
-    positions (`PositionScheme.contextual_bias`): `rows` builds `[B, H, stop - start, end]` for a query chunk."""
+    positions (`PositionScheme.contextual_bias`): `rows` builds `[B, H, stop - start, end]` for a query
+    chunk."""
 
     def __init__(
         self,
@@ -219,8 +224,8 @@ def chunked_attention(q: Tensor, k: Tensor, v: Tensor, bias: ChunkedBias, dropou
     for start in range(0, Tq, size):
         stop = min(start + size, Tq)
         mask, end = bias.rows(start, stop)
-        # [1, H, .., ..]: SDPA's CPU flash kernel takes 4-D masks; a 3-D one runs the math backend, 4-6x slower
-        # and a [B, H, chunk, end] score tensor more (a contextual bias is 4-D already: [B, H, .., ..])
+        # [1, H, .., ..]: SDPA's CPU flash kernel takes 4-D masks; a 3-D one runs the math backend, 4-6x
+        # slower and a [B, H, chunk, end] score tensor more (a contextual bias is 4-D already: [B, H, .., ..])
         mask = mask.unsqueeze(0) if mask.dim() == 3 else mask
         outputs.append(
             F.scaled_dot_product_attention(
@@ -328,7 +333,8 @@ class Decoder(nn.Module):
         if config.tie_embeddings:
             self.head.weight = self.token_embedding.weight  # the output head reads the same table
         self.apply(self._init_weights)
-        # GPT-2: residual projections start smaller, so the residual stream's variance does not grow with depth.
+        # GPT-2: residual projections start smaller, so the residual stream's variance does not grow with
+        # depth.
         for name, p in self.named_parameters():
             if name.endswith("attn.proj.weight") or name.endswith("mlp.proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
@@ -347,7 +353,8 @@ class Decoder(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def check_ids(self, ids: Tensor, offset: int = 0) -> None:
-        """Raise a UserError naming the problem if `ids` is not a `[B, T]` integer tensor of valid token ids."""
+        """Raise a UserError naming the problem if `ids` is not a `[B, T]` integer tensor of valid token
+        ids."""
         if (
             not isinstance(ids, Tensor)
             or ids.dtype.is_floating_point
@@ -388,10 +395,10 @@ class Decoder(nn.Module):
         """ids `[B, T]` -> (logits `[B, T, V]`, mean cross-entropy against `targets` `[B, T]` or None).
 
         The tokens sit at `positions` `[T]` (increasing; by default the next ones, `cache.length ..` with a
-        cache, `0 ..` without): randomized positions are a sorted subset of a longer range. With a cache, `ids`
-        continue the cached sequence. `return_logits=False` with targets returns (None, loss) and never builds
-        the `[B, T, V]` logits: the loss goes through the head in cache-sized chunks (octlm/model/loss.py),
-        which is how training calls it.
+        cache, `0 ..` without): randomized positions are a sorted subset of a longer range. With a cache,
+        `ids` continue the cached sequence. `return_logits=False` with targets returns (None, loss) and never
+        builds the `[B, T, V]` logits: the loss goes through the head in cache-sized chunks
+        (octlm/model/loss.py), which is how training calls it.
         """
         offset = cache.length if cache is not None else 0
         if positions is None:
@@ -449,13 +456,14 @@ class Decoder(nn.Module):
     def _attention_mask(
         self, positions: Tensor, k_positions: Tensor, scheme: PositionScheme | None = None
     ) -> tuple[Tensor | ChunkedBias | None, bool]:
-        """The mask every layer shares, for queries at `positions` `[Tq]` and keys at `k_positions` `[Tk]` (the
-        queries last among them): the scheme's bias (causal part included), or the plain causal rule.
+        """The mask every layer shares, for queries at `positions` `[Tq]` and keys at `k_positions` `[Tk]`
+        (the queries last among them): the scheme's bias (causal part included), or the plain causal rule.
 
-        A bias of more than WHOLE_BIAS_PAIRS query-key pairs is handed over as a `ChunkedBias`, built per chunk.
-        Without a bias the cheapest correct form is used: SDPA's own `is_causal` when queries and keys are the
-        same positions, no mask for one new token (it may see every cached key), and an explicit boolean mask
-        for a chunk of several new tokens after a cache (where `is_causal` would align the wrong corner).
+        A bias of more than WHOLE_BIAS_PAIRS query-key pairs is handed over as a `ChunkedBias`, built per
+        chunk. Without a bias the cheapest correct form is used: SDPA's own `is_causal` when queries and keys
+        are the same positions, no mask for one new token (it may see every cached key), and an explicit
+        boolean mask for a chunk of several new tokens after a cache (where `is_causal` would align the wrong
+        corner).
         """
         dtype, scheme, total = (
             self.token_embedding.weight.dtype,

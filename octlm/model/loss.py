@@ -1,7 +1,7 @@
 """The training loss: cross-entropy through the output head, without ever holding all the logits.
 
-A decoder ends in logits = h Wᵀ (`[N, V]`, N = B·T) and the mean cross-entropy against the next tokens. Written
-plainly, autograd keeps the whole logits tensor for the backward pass (134 MB at config c: N = 4,096,
+A decoder ends in logits = h Wᵀ (`[N, V]`, N = B·T) and the mean cross-entropy against the next tokens.
+Written plainly, autograd keeps the whole logits tensor for the backward pass (134 MB at config c: N = 4,096,
 V = 8,192), and log-softmax, its backward and the two gradient GEMMs each stream it through memory again; on a
 laptop CPU that memory traffic, not the arithmetic, is what log-softmax costs (10% of a step at config c).
 

@@ -39,8 +39,8 @@ class LearnedPositions(PositionScheme):
 
 @register
 class SinusoidalPositions(PositionScheme):
-    """The fixed sinusoidal table of Vaswani et al. (times `sinusoidal_scale`), added to the token vectors; it is
-    computed once and grown on demand, so it has no maximum length.
+    """The fixed sinusoidal table of Vaswani et al. (times `sinusoidal_scale`), added to the token vectors; it
+    is computed once and grown on demand, so it has no maximum length.
 
     The waves have amplitude 1, but token rows start at std 0.02: added unscaled, position drowns out which
     token it is, and the day1 model sat at the unigram level (3.25 bits per byte) for its first ~750 steps.

@@ -1,4 +1,5 @@
-"""Schemes that add a number to each attention score by distance: ALiBi's fixed slopes and T5's learned buckets."""
+"""Schemes that add a number to each attention score by distance: ALiBi's fixed slopes and T5's learned
+buckets."""
 
 from __future__ import annotations
 

@@ -81,8 +81,9 @@ class CopePositions(PositionScheme):
     `tables[layer]` holds e[0 .. npos - 1], `[npos, head_dim]`, shared by that layer's heads (the paper's
     appendix code and its authors' repository keep one `[head_dim, npos]` table per attention layer; each head
     counts with its own q and k). They are `nn.Embedding` tables so that, like octlm's other position tables,
-    they are not weight-decayed (octlm/training/optimizer.py); the decoder initialises them N(0, 0.02) where the paper
-    starts from zeros (both start the bias near 0: mean |z| = 0.035 in an untrained config-b model, T = 256).
+    they are not weight-decayed (octlm/training/optimizer.py); the decoder initialises them N(0, 0.02) where
+    the paper starts from zeros (both start the bias near 0: mean |z| = 0.035 in an untrained config-b model,
+    T = 256).
 
     The scale, checked against the paper's appendix code, its authors' repository
     (facebookresearch/RAM, projects/cope) and x-transformers' `CoPE`: the gates are σ of the *scaled* score

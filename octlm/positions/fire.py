@@ -1,5 +1,5 @@
-"""FIRE (Li et al., 2024): a learned function of the log-transformed relative distance, normalised by the query's
-position, as an attention bias.
+"""FIRE (Li et al., 2024): a learned function of the log-transformed relative distance, normalised by the
+query's position, as an attention bias.
 
     b_h(i, j) = f_h( ψ(i - j) / ψ(max(L, i)) )   for key j <= i (-inf for j > i),   ψ(x) = log(c·x + 1)
 
@@ -47,9 +47,10 @@ def fire_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tenso
 
     The hidden layer is laid out `[hidden, Tq·Tk]`, so the second layer is one `[H, hidden] @ [hidden, N]`
     matmul whose result is already `[H, Tq, Tk]` (no transpose copy of the bias). That hidden layer is the
-    scheme's cost: hidden / H times the bias itself (64 MiB per query chunk of octlm.model.decoder at the defaults,
-    32 / 4), written and read once per chunk and layer. Plain ops, so autograd and the ONNX export take it as
-    it is (a piecewise-linear lookup would be ~2.5x faster on CPU, but `searchsorted` has no ONNX export).
+    scheme's cost: hidden / H times the bias itself (64 MiB per query chunk of octlm.model.decoder at the
+    defaults, 32 / 4), written and read once per chunk and layer. Plain ops, so autograd and the ONNX export
+    take it as it is (a piecewise-linear lookup would be ~2.5x faster on CPU, but `searchsorted` has no ONNX
+    export).
     """
     flat = x.reshape(1, -1)  # [1, N]
     hidden = torch.addmm(b1.unsqueeze(-1), w1.unsqueeze(-1), flat).relu_()  # [hidden, N]
@@ -58,7 +59,8 @@ def fire_mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tenso
 
 @register
 class FirePositions(PositionScheme):
-    """FIRE: one learned bias per head, a function of ψ(distance) / ψ(max(L, query position)), in every layer."""
+    """FIRE: one learned bias per head, a function of ψ(distance) / ψ(max(L, query position)), in every
+    layer."""
 
     name = "fire"
     options = ("fire_hidden", "fire_threshold")
@@ -93,7 +95,8 @@ class FirePositions(PositionScheme):
         return self.c.float().abs(), self.threshold_scale.float().abs() * self.initial_threshold
 
     def bias(self, q_positions: Tensor, k_positions: Tensor) -> Tensor:
-        """`[H, Tq, Tk]` float32, -inf for keys after their query. Any query chunk: row i uses ψ(max(L, i))."""
+        """`[H, Tq, Tk]` float32, -inf for keys after their query. Any query chunk: row i uses
+        ψ(max(L, i))."""
         c, threshold = self.values()
         x = fire_inputs(c, threshold, q_positions, k_positions)
         mlp = (p.float() for p in (self.w1, self.b1, self.w2, self.b2))

@@ -1,5 +1,6 @@
 """FoX, forgetting attention (Lin et al., ICLR 2025, "Forgetting Transformer: Softmax Attention with a Forget
-Gate"): softmax attention whose scores are down-weighted by a forget gate that each token sets from its content.
+Gate"): softmax attention whose scores are down-weighted by a forget gate that each token sets from its
+content.
 
 In every layer and head h, each token t sets a scalar gate from the layer's normed input x_t:
 
@@ -49,8 +50,9 @@ def decay_bias(
 def forgetting_attention(
     q: Tensor, k: Tensor, v: Tensor, c: Tensor, q_positions: Tensor, k_positions: Tensor, dropout: float = 0.0
 ) -> Tensor:
-    """softmax(q · kᵀ / sqrt(D) + c_i - c_j) · v of queries `[B, H, Tq, D]` over keys and values `[B, Hkv, Tk, D]`
-    (the queries are the last Tq keys) with every key's running sum `c` `[B, H, Tk]` (float64): `[B, H, Tq, D]`.
+    """softmax(q · kᵀ / sqrt(D) + c_i - c_j) · v of queries `[B, H, Tq, D]` over keys and values
+    `[B, Hkv, Tk, D]` (the queries are the last Tq keys) with every key's running sum `c` `[B, H, Tk]`
+    (float64): `[B, H, Tq, D]`.
 
     Per query chunk of at most CHUNK_ENTRIES bias entries, each over the keys up to its last query (the rest
     are hidden from all of them): memory linear in Tk, and no work on the hidden triangle's far blocks."""
@@ -84,8 +86,8 @@ def recorded_attention(
     dropout: float,
     record: list[Tensor],
 ) -> Tensor:
-    """`forgetting_attention` written out (whole, not chunked: the weights `[B, H, Tq, Tk]` are the point), the
-    weights that multiplied the values appended to `record`."""
+    """`forgetting_attention` written out (whole, not chunked: the weights `[B, H, Tq, Tk]` are the point),
+    the weights that multiplied the values appended to `record`."""
     group = q.shape[1] // k.shape[1]
     if group > 1:  # query head h reads KV head h // group, as SDPA's enable_gqa does
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -133,8 +135,8 @@ class ForgettingPositions(PositionScheme):
             nn.init.zeros_(gate.bias)
 
     def forget_gates(self, x: Tensor, layer: int) -> Tensor:
-        """log f `[B, H, T]` (float64, <= 0) of the tokens whose normed input to layer `layer` is `x` `[B, T, C]`.
-        Its mean over tokens m gives a head's half-life, ln 2 / -m tokens."""
+        """log f `[B, H, T]` (float64, <= 0) of the tokens whose normed input to layer `layer` is `x`
+        `[B, T, C]`. Its mean over tokens m gives a head's half-life, ln 2 / -m tokens."""
         gate = self.gates[layer]
         # [B, T, H]; x to the weights' dtype: a bfloat16 x may meet float32 weights outside autocast
         logits = gate(x.to(gate.weight.dtype))

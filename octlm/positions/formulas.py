@@ -1,8 +1,8 @@
 """The position formulas as plain functions of tensors: what the schemes compute, and what the web site's
 TypeScript (`web/src/math.ts`) mirrors and is tested against (`octlm export fixtures`).
 
-The sinusoidal table, RoPE's frequencies and rotation, ALiBi's slopes and bias, T5's buckets, the addition of a
-position table to token vectors, and the cosine similarity of rows. Each is checked against an independent
+The sinusoidal table, RoPE's frequencies and rotation, ALiBi's slopes and bias, T5's buckets, the addition of
+a position table to token vectors, and the cosine similarity of rows. Each is checked against an independent
 reference in the tests (a NumPy re-derivation, a real library, or a property such as "the RoPE score depends
 only on the distance").
 """
@@ -40,7 +40,8 @@ def add_positions(token_vectors: Tensor, position_rows: Tensor) -> Tensor:
     if token_vectors.shape[-2:] != position_rows.shape:
         raise UserError(
             f"cannot add position table of shape {list(position_rows.shape)} to token vectors of shape "
-            f"{list(token_vectors.shape)}: the position table must be [T, C] = {list(token_vectors.shape[-2:])}"
+            f"{list(token_vectors.shape)}: the position table must be "
+            f"[T, C] = {list(token_vectors.shape[-2:])}"
         )
     return token_vectors + position_rows
 
@@ -98,8 +99,9 @@ def alibi_slopes(n_heads: int) -> Tensor:
 def alibi_bias(slopes: Tensor, q_positions: Tensor, k_positions: Tensor) -> Tensor:
     """ALiBi's score bias with the causal mask folded in, `[H, Tq, Tk]`: -slope·(q - k), -inf where k > q.
 
-    The -inf goes into the `[Tq, Tk]` distances (as +inf) before the slopes multiply them, so the `[H, Tq, Tk]`
-    result is written in one pass: long sequences build this per query chunk in every layer (octlm/model/decoder.py).
+    The -inf goes into the `[Tq, Tk]` distances (as +inf) before the slopes multiply them, so the
+    `[H, Tq, Tk]` result is written in one pass: long sequences build this per query chunk in every layer
+    (octlm/model/decoder.py).
     """
     distance = (q_positions.unsqueeze(-1) - k_positions.unsqueeze(0)).to(slopes.dtype)  # [Tq, Tk]
     distance.masked_fill_(distance < 0, float("inf"))  # -slope · inf = -inf: the causal mask

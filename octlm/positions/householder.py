@@ -55,8 +55,8 @@ def householder_factors(
 
 
 def solve_unit_lower(system: Tensor, rhs: Tensor) -> Tensor:
-    """a `[..., c, n]` with `system` a = `rhs`, for a lower-triangular `system` `[..., c, c]` whose diagonal is
-    taken as ones (it is never read)."""
+    """a `[..., c, n]` with `system` a = `rhs`, for a lower-triangular `system` `[..., c, c]` whose diagonal
+    is taken as ones (it is never read)."""
     return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
 
 
@@ -65,9 +65,10 @@ def solve_unit_lower_by_doubling(system: Tensor, rhs: Tensor, steps: int) -> Ten
     2^steps >= c; the diagonal is not read either.
 
     The inverse is built block by block: X starts as the inverse of the 1 x 1 diagonal blocks (I); a step that
-    joins blocks of size b into blocks of size 2b, [[A, 0], [C, D]], sets their lower-left block to -D⁻¹ C A⁻¹,
-    which is X ← X - X (system on those lower-left blocks) X. Unlike the Neumann product Π (I + (-N)^(2^k)),
-    no power of the system is formed, so float32 stays as close to the solve as forward substitution is.
+    joins blocks of size b into blocks of size 2b, [[A, 0], [C, D]], sets their lower-left block to
+    -D⁻¹ C A⁻¹, which is X ← X - X (system on those lower-left blocks) X. Unlike the Neumann product Π
+    (I + (-N)^(2^k)), no power of the system is formed, so float32 stays as close to the solve as forward
+    substitution is.
     """
     index = torch.arange(system.shape[-1], device=system.device)
     inverse = (index.unsqueeze(1) == index.unsqueeze(0)).to(system.dtype)  # the identity, on index's device

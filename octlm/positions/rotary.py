@@ -1,8 +1,9 @@
-"""RoPE (Su et al.) and p-RoPE (Barbero et al., 2025): queries and keys rotated inside every attention layer, by
-position times a frequency per channel pair.
+"""RoPE (Su et al.) and p-RoPE (Barbero et al., 2025): queries and keys rotated inside every attention layer,
+by position times a frequency per channel pair.
 
-RoPE may rotate only a share of each head's channels (`model.rope_fraction`, GPT-NeoX / Pythia's `rotary_pct`);
-p-RoPE keeps every channel but sets its lowest frequencies to 0, so that those pairs never turn.
+RoPE may rotate only a share of each head's channels (`model.rope_fraction`, GPT-NeoX / Pythia's
+`rotary_pct`); p-RoPE keeps every channel but sets its lowest frequencies to 0, so that those pairs never
+turn.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:
 
 
 def prope_frequencies(head_dim: int, base: float = 10000.0, kept: float = 0.75) -> Tensor:
-    """p-RoPE's θ_i, `[head_dim // 2]` float64: RoPE's base^(-2i / head_dim) for the `round(kept × D/2)` highest
-    (i small, rounded half up), 0 for the rest (pairs that never rotate: channels free for content)."""
+    """p-RoPE's θ_i, `[head_dim // 2]` float64: RoPE's base^(-2i / head_dim) for the `round(kept × D/2)`
+    highest (i small, rounded half up), 0 for the rest (pairs that never rotate: channels free for
+    content)."""
     theta = rope_frequencies(head_dim, base)
     keep = math.floor(kept * theta.shape[0] + 0.5)
     theta[keep:] = 0.0
@@ -109,12 +111,14 @@ class RotaryPositions(PositionScheme):
         self._build(initial_length)
 
     def frequencies(self) -> Tensor:
-        """θ_i of each rotated pair, `[rotary_dims / 2]` float64: fewer than D/2 entries when rope_fraction < 1
-        (the other channels have no frequency at all), and 0 for a pair that never turns (p-RoPE)."""
+        """θ_i of each rotated pair, `[rotary_dims / 2]` float64: fewer than D/2 entries when
+        rope_fraction < 1 (the other channels have no frequency at all), and 0 for a pair that never turns
+        (p-RoPE)."""
         return self.inv_freq.clone()
 
     def set_frequencies(self, inv_freq: Tensor, attention_scaling: float = 1.0) -> None:
-        """Replace θ_i (float64 `[rotary_dims / 2]`) and the cos/sin scaling; the cached tables are rebuilt."""
+        """Replace θ_i (float64 `[rotary_dims / 2]`) and the cos/sin scaling; the cached tables are
+        rebuilt."""
         if inv_freq.shape != self.inv_freq.shape:
             raise ValueError(
                 f"{self.name} rotates {self.rotary_dims} channels of each head and needs "
@@ -258,6 +262,7 @@ def _fraction_problems(head_dim: int, fraction: float) -> list[str]:
     digits = 3 - math.floor(math.log10(2 / head_dim))
     smallest = math.ceil(2 / head_dim * 10**digits) / 10**digits
     return [
-        f"model.rope_fraction = {fraction!r} rotates int({head_dim} × {fraction!r}) = {int(head_dim * fraction)} "
+        f"model.rope_fraction = {fraction!r} rotates "
+        f"int({head_dim} × {fraction!r}) = {int(head_dim * fraction)} "
         f"of each head's {head_dim} channels, not a single pair; use at least {smallest!r} (2 / {head_dim})"
     ]

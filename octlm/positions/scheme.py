@@ -1,7 +1,7 @@
 """Every position scheme behind one small interface, and the registry that finds them by name.
 
-Attention compares queries with keys and has no notion of order beyond the causal mask, so a model must be told
-where each token sits. There are three places to do it, and each scheme uses at most one:
+Attention compares queries with keys and has no notion of order beyond the causal mask, so a model must be
+told where each token sits. There are three places to do it, and each scheme uses at most one:
 
 - `embed(x, positions)`: add a position vector to each token vector before the first block
   (learned table, sinusoidal formula);
@@ -24,8 +24,8 @@ other schemes never see the hook, and their attention path is untouched.
 Every hook takes explicit integer positions, so decoding with a KV cache (new tokens at positions
 `offset .. offset + T - 1`) goes through exactly the same code as a full forward pass.
 
-Schemes are found by name in one registry (`register`, `scheme_names`, `SCHEMES.choose`; the registry itself is
-`octlm.config.registry.SCHEMES`, which config validation asks): model building, `octlm inspect`, the length
+Schemes are found by name in one registry (`register`, `scheme_names`, `SCHEMES.choose`; the registry itself
+is `octlm.config.registry.SCHEMES`, which config validation asks): model building, `octlm inspect`, the length
 experiment, the benchmark and the fixture export all ask it. Each family of schemes has its module in this
 package, and `import octlm.positions` registers them all.
 """
@@ -50,10 +50,10 @@ class AttentionCall:
 
     `x` is the layer's normed input `[B, Tq, C]` for the new tokens (gates and reflections are read from it);
     queries sit at `q_positions` `[Tq]`, keys at `k_positions` `[Tk]` (the queries are the last Tq keys).
-    `state` is this layer's dict in the KV cache, kept between calls of one cache (empty at its first call), or
-    None for a pass without a cache: a scheme keeps there what it needs of the earlier tokens. When `record`
-    is a list, the scheme appends the attention weights it used, `[B, H, Tq, Tk]`, rows of what multiplied
-    the values (octlm/model/attention_record.py asks for them).
+    `state` is this layer's dict in the KV cache, kept between calls of one cache (empty at its first call),
+    or None for a pass without a cache: a scheme keeps there what it needs of the earlier tokens. When
+    `record` is a list, the scheme appends the attention weights it used, `[B, H, Tq, Tk]`, rows of what
+    multiplied the values (octlm/model/attention_record.py asks for them).
     """
 
     x: Tensor
@@ -70,10 +70,11 @@ class PositionScheme(nn.Module):
 
     A subclass declares what the rest of octlm needs to know of it, and `register` files it by `name`:
     `options` (the `ModelConfig` fields it reads), `bounded` (whether it has a maximum length; the instance's
-    `max_length` says which), `family` (the scheme whose variant it is, grouped with it in tables), and `shows`
-    (what `octlm inspect` can show of it: "vectors", "frequencies", "bias", read through `vectors`,
-    `frequencies` and `bias_by_distance`, or "gates", a scheme's `forget_gates(x, layer)` measured on text). `from_config` builds it and `problems` lists what a config gets
-    wrong for it, with the rest of the config's problems.
+    `max_length` says which), `family` (the scheme whose variant it is, grouped with it in tables), and
+    `shows` (what `octlm inspect` can show of it: "vectors", "frequencies", "bias", read through `vectors`,
+    `frequencies` and `bias_by_distance`, or "gates", a scheme's `forget_gates(x, layer)` measured on text).
+    `from_config` builds it and `problems` lists what a config gets wrong for it, with the rest of the
+    config's problems.
     """
 
     name: ClassVar[str] = "nope"
@@ -127,7 +128,8 @@ class PositionScheme(nn.Module):
         return self.embed(zero, torch.arange(length, device=self.device))[0].detach()
 
     def frequencies(self) -> Tensor:
-        """ "frequencies": the angular frequency of each rotated channel pair, `[D/2]` float64 (0: not rotated)."""
+        """ "frequencies": the angular frequency of each rotated channel pair, `[D/2]` float64
+        (0: not rotated)."""
         raise NotImplementedError(
             f"{self.name} lists 'frequencies' in shows but does not define frequencies()"
         )
@@ -178,7 +180,8 @@ class PositionScheme(nn.Module):
 
 def register(cls: type[PositionScheme]) -> type[PositionScheme]:
     """Class decorator: file a `PositionScheme` subclass under its `name` in `SCHEMES`, the registry config
-    validation asks (a second class of a name replaces the first, so a test or a notebook can redefine one)."""
+    validation asks (a second class of a name replaces the first, so a test or a notebook can redefine
+    one)."""
     if not (isinstance(cls, type) and issubclass(cls, PositionScheme)):
         raise TypeError(f"register() takes a PositionScheme subclass, got {cls!r}")
     return SCHEMES.register(cls)
@@ -219,6 +222,6 @@ class NoPositions(PositionScheme):
 
 
 def build_positions(config: ModelConfig) -> PositionScheme:
-    """The registered scheme named by `config.position`, built from the config (`import octlm.positions` first,
-    as octlm.model.decoder does, so that every built-in scheme is registered)."""
+    """The registered scheme named by `config.position`, built from the config (`import octlm.positions`
+    first, as octlm.model.decoder does, so that every built-in scheme is registered)."""
     return SCHEMES.choose(config.position).from_config(config)

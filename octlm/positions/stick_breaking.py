@@ -11,10 +11,10 @@ For a query at position i and a key at position j < i, in every head and layer:
 
 The query's own key takes nothing (the paper breaks the stick "for each token before the current"; the
 authors' kernels, shawntan/stickbreaking-attention, call this `attend_current=False`, their default, and so
-does fla's `naive_stickbreaking_attn`), so the first token's output is 0. The weights telescope: Σ_j A_ij = 1 - Π_{j < i} (1 - β_ij), at most 1; the stick left
-over is not used here (the reference `sb_ref.py` returns it beside the output and fla's layer drops it; the
-authors' dolomite-engine layer adds it times a learned per-head vector, then a GroupNorm: a further change to
-the layer, not part of the weights).
+does fla's `naive_stickbreaking_attn`), so the first token's output is 0. The weights telescope:
+Σ_j A_ij = 1 - Π_{j < i} (1 - β_ij), at most 1; the stick left over is not used here (the reference
+`sb_ref.py` returns it beside the output and fla's layer drops it; the authors' dolomite-engine layer adds it
+times a learned per-head vector, then a GroupNorm: a further change to the layer, not part of the weights).
 
 In log space, as the paper computes it: log A_ij = logσ(z_ij) + Σ_{j < k < i} logσ(-z_ik).
 """

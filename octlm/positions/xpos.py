@@ -1,9 +1,9 @@
-"""xPos (Sun et al., 2022, "A Length-Extrapolatable Transformer"): RoPE whose queries and keys are also scaled,
-per channel pair and inversely, so that every score decays exponentially with the distance.
+"""xPos (Sun et al., 2022, "A Length-Extrapolatable Transformer"): RoPE whose queries and keys are also
+scaled, per channel pair and inversely, so that every score decays exponentially with the distance.
 
 Pair i has a scale ζ_i = (2i / D + γ) / (1 + γ), γ = 0.4, in (0, 1). A query at position n is multiplied by
-ζ_i^(n / scale_base) and a key at m by ζ_i^(-m / scale_base), so their product carries ζ_i^((n - m) / scale_base):
-it shrinks with the distance and depends on n - m alone, as RoPE's rotation does.
+ζ_i^(n / scale_base) and a key at m by ζ_i^(-m / scale_base), so their product carries
+ζ_i^((n - m) / scale_base): it shrinks with the distance and depends on n - m alone, as RoPE's rotation does.
 
 Positions are absolute. x-transformers measures them from the middle of the sequence (t - T // 2) to halve the
 range the scales span, but then a key's scale depends on how long the sequence is, and a key cached at one
@@ -35,7 +35,8 @@ SCALE_LIMIT = 64  # the scales stay within 2^±64 (float32 spans 2^±128)
 
 
 def xpos_scales(head_dim: int, gamma: float = GAMMA) -> Tensor:
-    """ζ_i = (2i / D + γ) / (1 + γ) for pairs i = 0 .. D/2 - 1, `[D/2]` float64 (the paper's and x-transformers')."""
+    """ζ_i = (2i / D + γ) / (1 + γ) for pairs i = 0 .. D/2 - 1, `[D/2]` float64 (the paper's and
+    x-transformers')."""
     return (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim + gamma) / (1 + gamma)
 
 
@@ -110,7 +111,8 @@ class XPosPositions(RotaryPositions):
             self._build(min(2 ** math.ceil(math.log2(needed)), self.safe_length))
 
     def _rows(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Queries' cos and sin `[T, D/2]` (times ζ^(n / scale_base) <= 1), then keys' (times ζ^(-m / scale_base))."""
+        """Queries' cos and sin `[T, D/2]` (times ζ^(n / scale_base) <= 1), then keys'
+        (times ζ^(-m / scale_base))."""
         return (
             self.cos[positions].to(dtype),
             self.sin[positions].to(dtype),
