@@ -2,12 +2,13 @@
 
 Which octlm stacks have an exact counterpart (GPT-2, Llama, SmolLM3 for Llama with NoPE layers, Llama 4's text
 model for Llama with its attention temperature, GPT-NeoX for RoPE on a fraction of the channels with LayerNorm
-and GELU, MPT for ALiBi without biases) and the weight names on both sides live in `octlm.interop.hf_arch`; any other mix (sinusoidal, T5, interleaved RoPE, LayerNorm with
-SwiGLU, ALiBi with biases, ...) has no standard architecture to load into, so `to_hf` raises a `UserError` that
-names every setting that differs.
+and GELU, MPT for ALiBi without biases) and the weight names on both sides live in `octlm.interop.hf_arch`;
+any other mix (sinusoidal, T5, interleaved RoPE, LayerNorm with SwiGLU, ALiBi with biases, ...) has no
+standard architecture to load into, so `to_hf` raises a `UserError` that names every setting that differs.
 
 An exported folder generates what `octlm generate` generates: its tokenizer puts `<|endoftext|>` before the
-prompt as octlm does (`prompt_tokenizer`), and its generation config starts and stops at it (`set_generation`).
+prompt as octlm does (`prompt_tokenizer`), and its generation config starts and stops at it
+(`set_generation`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
     from octlm.data.tokenizer import Tokenizer
 
-EOT = "<|endoftext|>"  # the same string as octlm.data.tokenizer.EOT (not imported: this module loads without it)
+# The same string as octlm.data.tokenizer.EOT (not imported: this module loads without it).
+EOT = "<|endoftext|>"
 
 
 def to_hf(
@@ -192,9 +194,9 @@ def prompt_tokenizer(tokenizer: Tokenizer) -> HFTokenizer:
 
     `octlm generate` starts every prompt with EOT (`octlm.generation.generate.encode_prompt`: training streams
     put EOT before every document, so it marks a start); without it a model continues "class" as if from the
-    middle of a document. With it `tokenizer("class")` is [EOT, ...], `add_special_tokens=False` gives the bare
-    ids, and `decode(..., skip_special_tokens=True)` gives the text back. A pair is two documents, each after
-    its EOT, as in the training stream.
+    middle of a document. With it `tokenizer("class")` is [EOT, ...], `add_special_tokens=False` gives the
+    bare ids, and `decode(..., skip_special_tokens=True)` gives the text back. A pair is two documents, each
+    after its EOT, as in the training stream.
     """
     from tokenizers import Tokenizer as Backend
     from tokenizers.processors import TemplateProcessing

@@ -7,21 +7,22 @@ Six octlm stacks have an exact counterpart (the names are `transformers`' `model
   (GQA allowed).
 - `smollm3` (`SmolLM3ForCausalLM`): the Llama stack with `model.nope_layers`, SmolLM3's `no_rope_layers`.
 - `llama4_text` (`Llama4ForCausalLM` with a `Llama4TextConfig`): the Llama stack with Llama 4's attention
-  temperature (`model.attention_scaling = "llama4"`, its `attn_temperature_tuning`) in the NoPE layers, RoPE in
-  either layout or none at all (`position = "nope"`). Its mixture of experts, QK norm and chunked attention
+  temperature (`model.attention_scaling = "llama4"`, its `attn_temperature_tuning`) in the NoPE layers, RoPE
+  in either layout or none at all (`position = "nope"`). Its mixture of experts, QK norm and chunked attention
   are switched off: every layer is a dense SwiGLU MLP attending to every key, as octlm's.
 - `gpt_neox` (`GPTNeoXForCausalLM`, e.g. Pythia): RoPE in the `half` layout on the first `rope_fraction` of
   each head's channels (`rotary_pct`), LayerNorm, GELU MLP, biases, sequential (not parallel) residuals.
 - `mpt` (`MptForCausalLM`): ALiBi in every layer, LayerNorm without bias, GELU MLP of width 4 x d_model, no
   biases, no grouped KV heads. Its slopes are octlm's (1/2^(8i/n), the paper's fill for other head counts) and
-  its bias is slope x (j - T + 1) for key j of T, which differs from octlm's -slope x (i - j) by a constant per
-  query row: softmax is the same. Falcon (its ALiBi is added before the 1/sqrt(d) scale) and BLOOM (a
+  its bias is slope x (j - T + 1) for key j of T, which differs from octlm's -slope x (i - j) by a constant
+  per query row: softmax is the same. Falcon (its ALiBi is added before the 1/sqrt(d) scale) and BLOOM (a
   LayerNorm after the token table) compute something else, so ALiBi maps only to MPT.
 
 The mapping is renaming plus four layout facts: GPT-2's `Conv1D` stores weights as `[in, out]` (the
 transpose of `nn.Linear`), Llama fuses nothing that octlm fuses (q/k/v and gate/up are split), GPT-NeoX
 fuses q/k/v per head (`[q_h | k_h | v_h]` for each head h) where octlm stacks them (`[q | k | v]`), and
-Llama 4 rotates the interleaved pairs (2i, 2i + 1), so a `half`-layout model's q/k rows are reordered per head.
+Llama 4 rotates the interleaved pairs (2i, 2i + 1), so a `half`-layout model's q/k rows are reordered per
+head.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _mpt_differences(config: ModelConfig, full_heads: bool) -> list[str]:
 
 def _llama4_differences(config: ModelConfig) -> list[str]:
     """What keeps `config` from Llama 4's text model: the Llama stack with the "llama4" attention temperature,
-    RoPE on every channel in either layout (the export reorders a `half` model's rows), or no positions at all."""
+    RoPE on every channel in either layout (the export reorders a `half` model's rows), or no positions at
+    all."""
     llama4 = _differences(config, _LLAMA4_NEEDS)
     if config.position not in ("rope", "nope"):
         llama4.insert(0, f"position={config.position!r} (needs 'rope' or 'nope')")
@@ -147,8 +149,8 @@ def hf_architecture(config: ModelConfig) -> str:
         + ", ".join(neox)
         + "; as MPT (MptForCausalLM, ALiBi) it differs in "
         + ", ".join(mpt)
-        + "; as Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) it differs in "
-        + ", ".join(llama4)
+        + "; as Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) "
+        "it differs in " + ", ".join(llama4)
     )
 
 
@@ -183,7 +185,8 @@ def check_rope_untouched(model: Decoder) -> None:
     ):
         raise UserError(
             "not representable in transformers: this model's RoPE frequencies are rescaled (a run fine-tuned "
-            f"with model.rope_scaling = {model.config.rope_scaling!r}, or frequencies set by set_frequencies); "
+            f"with model.rope_scaling = {model.config.rope_scaling!r}, "
+            "or frequencies set by set_frequencies); "
             "octlm exports RoPE as trained, unscaled"
         )
 
@@ -246,7 +249,8 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
             logit_scale=None,
             resid_pdrop=0.0,
             emb_pdrop=0.0,
-            use_cache=True,  # MptConfig's default is False: generate would re-read the whole sequence per token
+            # MptConfig's default is False: generate would re-read the whole sequence per token.
+            use_cache=True,
             **common,
         )
     if arch == "gpt_neox":
@@ -315,7 +319,8 @@ def _llama4_text_config(config: ModelConfig, common: dict[str, Any]) -> Any:
         attention_chunk_size=None,
         no_rope_layers=no_rope,
         **_rope_kwargs(cls, config.rope_base),
-        # Queries in the NoPE layers times 1 + attn_scale log1p(floor((p + 1) / floor_scale)): octlm's formula.
+        # Queries in the NoPE layers times 1 + attn_scale log1p(floor((p + 1) / floor_scale)): octlm's
+        # formula.
         attn_temperature_tuning=True,
         floor_scale=int(config.attention_floor),
         attn_scale=float(config.attention_temperature),
@@ -390,9 +395,9 @@ def llama4_state(model: Decoder) -> dict[str, Tensor]:
     """Llama 4's names: Llama's, with the MLP under `feed_forward`.
 
     Llama 4 rotates the pairs (2i, 2i + 1) of a head (apply_rotary_emb: channel pairs as complex numbers), the
-    `interleaved` layout. A `half` model pairs i with i + D/2 at the same frequency θ_i, so its q and k rows are
-    taken in the order 0, D/2, 1, D/2 + 1, ... of each head: the view [H, 2, D/2, C] -> [H, D/2, 2, C]. The same
-    order for q and k leaves every q·k as it was, NoPE layers included.
+    `interleaved` layout. A `half` model pairs i with i + D/2 at the same frequency θ_i, so its q and k rows
+    are taken in the order 0, D/2, 1, D/2 + 1, ... of each head: the view [H, 2, D/2, C] -> [H, D/2, 2, C].
+    The same order for q and k leaves every q·k as it was, NoPE layers included.
     """
     c = model.config
     half = c.position == "rope" and c.rope_layout == "half"
@@ -472,8 +477,8 @@ STATES = {
 
 
 def _rope_of(hc: Any) -> dict[str, Any]:
-    """RoPE's parameters: transformers 5.x `rope_parameters`; 4.x rope_theta (or GPT-NeoX's rotary_emb_base and
-    rotary_pct) plus rope_scaling (None for plain RoPE)."""
+    """RoPE's parameters: transformers 5.x `rope_parameters`; 4.x rope_theta (or GPT-NeoX's rotary_emb_base
+    and rotary_pct) plus rope_scaling (None for plain RoPE)."""
     return getattr(hc, "rope_parameters", None) or {
         "rope_type": (getattr(hc, "rope_scaling", None) or {}).get("rope_type", "default"),
         "rope_theta": getattr(hc, "rope_theta", getattr(hc, "rotary_emb_base", 10000.0)),
@@ -552,7 +557,8 @@ def _llama_config(hc: Any) -> tuple[ModelConfig, list[str]]:
 def _llama4_config(hc: Any) -> tuple[ModelConfig, list[str]]:
     """Llama 4's text model when it is the Llama stack: no experts, no QK norm in a RoPE layer, no chunked
     attention. RoPE layers read as the `interleaved` layout, Llama 4's own; a model with no RoPE layer at all
-    reads as position "nope". The temperature becomes attention_scaling "llama4" where it acts (a NoPE layer)."""
+    reads as position "nope". The temperature becomes attention_scaling "llama4" where it acts
+    (a NoPE layer)."""
     rope = _rope_of(hc)
     n = hc.num_hidden_layers
     head_dim = getattr(hc, "head_dim", None) or hc.hidden_size // hc.num_attention_heads
@@ -612,10 +618,12 @@ def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
         (
             ("hidden_act", hc.hidden_act, hc.hidden_act == "gelu"),
             ("rope_type", rope.get("rope_type"), rope.get("rope_type", "default") == "default"),
-            # Pythia's parallel residual adds attention and MLP of the same input; octlm's blocks are sequential.
+            # Pythia's parallel residual adds attention and MLP of the same input; octlm's blocks are
+            # sequential.
             ("use_parallel_residual", hc.use_parallel_residual, not hc.use_parallel_residual),
             ("attention_bias", hc.attention_bias, hc.attention_bias),
-            # An odd int(head_dim × rotary_pct) rotates one channel more than it says; octlm rotates what it says.
+            # An odd int(head_dim × rotary_pct) rotates one channel more than it says; octlm rotates what it
+            # says.
             ("rotary_pct", fraction, dims % 2 == 0 and dims > 0),
         )
     )
@@ -640,10 +648,10 @@ def _neox_config(hc: Any) -> tuple[ModelConfig, list[str]]:
 
 
 def _mpt_config(hc: Any) -> tuple[ModelConfig, list[str]]:
-    """MPT as transformers runs it: ALiBi, bias-free LayerNorm and Linear, a 4 x d_model GELU MLP (the modeling
-    code ignores `expansion_ratio`, `no_bias` and `attn_type`, so they are not read). The context length is
-    max_seq_len / MPT_LENGTH_FACTOR, the inverse of the export: octlm's ALiBi has no maximum, so it is only the
-    training block length a further run would use."""
+    """MPT as transformers runs it: ALiBi, bias-free LayerNorm and Linear, a 4 x d_model GELU MLP (the
+    modeling code ignores `expansion_ratio`, `no_bias` and `attn_type`, so they are not read). The context
+    length is max_seq_len / MPT_LENGTH_FACTOR, the inverse of the export: octlm's ALiBi has no maximum, so it
+    is only the training block length a further run would use."""
     attn, head_dim = hc.attn_config, hc.d_model // hc.n_heads
     problems = _problems(
         (

@@ -86,7 +86,7 @@ SIGNALS = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The graph
 
 
@@ -316,7 +316,8 @@ def path_as_one_chunk(max_length: int) -> Iterator[None]:
 
 
 def write_onnx(model: Decoder, path: Path, max_length: int) -> None:
-    """Write `model` (eval mode, CPU) to the single file `path` as a graph over ids `[B, T]`, T <= max_length."""
+    """Write `model` (eval mode, CPU) to the single file `path` as a graph over ids `[B, T]`,
+    T <= max_length."""
     probed = ProbedDecoder(model.eval(), max_length).eval()
     example = torch.arange(2 * min(max_length, 8)).reshape(2, -1) % model.config.vocab_size
     dims = {0: torch.export.Dim("batch", min=1), 1: torch.export.Dim("length", min=1, max=max_length)}
@@ -346,14 +347,14 @@ def check_onnx(path: Path, model: Decoder, length: int) -> float:
     return float((torch.from_numpy(logits) - reference).abs().max())
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # What is exported
 
 
 def write_checked_onnx(model: Decoder, path: Path, max_length: int, check_length: int) -> float:
     """`write_onnx`, then `check_onnx` at `check_length`: returns the max |logit difference|. Past
-    CHECK_TOLERANCE the graph is wrong (an exporter or runtime bug, not rounding): RuntimeError, and the caller
-    keeps no such file."""
+    CHECK_TOLERANCE the graph is wrong (an exporter or runtime bug, not rounding): RuntimeError, and the
+    caller keeps no such file."""
     write_onnx(model, path, max_length)
     error = check_onnx(path, model, check_length)
     if not error <= CHECK_TOLERANCE:
@@ -453,7 +454,7 @@ def model_info(model: Decoder, length: int, scaling: dict | None, eot_id: int) -
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The folder
 
 

@@ -1,14 +1,15 @@
 """`octlm export fixtures`: the JSON files that the web site's TypeScript math is tested against.
 
 The explainer site (web/) recomputes the position math in the browser, in `web/src/math.ts`. So that the two
-never drift, this command evaluates the formulas of `octlm/positions/scheme.py` and `octlm/positions/` on small fixed
-inputs and writes one JSON file per function into `web/fixtures/`, inputs included (`source` names the file). The
-query scaling of `octlm/model/decoder.py` (`model.attention_scaling`) is written from its formulas in float64, as
-`_scaling_fixtures` says why, and the Python test checks the model's float32 `QueryScaling` against them.
-`web/tests/unit/parity.test.ts` runs every TypeScript twin on the same inputs and fails when any value differs by
-more than 1e-7, and `tests/interop/test_site_fixtures.py` fails when the committed files are not what this command writes today.
-`schemes.json` is the position-scheme registry as data (name, family, bounded, shows, options, hooks, cost and the
-class docstring's summary of every scheme `import octlm.positions` registers), from which the site lists the schemes.
+never drift, this command evaluates the formulas of `octlm/positions/scheme.py` and `octlm/positions/` on
+small fixed inputs and writes one JSON file per function into `web/fixtures/`, inputs included
+(`source` names the file). The query scaling of `octlm/model/decoder.py` (`model.attention_scaling`) is
+written from its formulas in float64, as `_scaling_fixtures` says why, and the Python test checks the model's
+float32 `QueryScaling` against them. `web/tests/unit/parity.test.ts` runs every TypeScript twin on the same
+inputs and fails when any value differs by more than 1e-7, and `tests/interop/test_site_fixtures.py` fails
+when the committed files are not what this command writes today. `schemes.json` is the position-scheme
+registry as data (name, family, bounded, shows, options, hooks, cost and the class docstring's summary of
+every scheme `import octlm.positions` registers), from which the site lists the schemes.
 
 The files are stable byte for byte: keys sorted, values converted to float64 and rounded to 12 significant
 digits: far below the 1e-7 tolerance, far above the last-bit noise by which one CPU's `sin` may differ from
@@ -37,7 +38,8 @@ FixtureBuilder = Callable[[Callable[..., None]], None]
 
 
 def _clean(value: Any) -> Any:
-    """Plain JSON values: tensors to nested lists, floats to DIGITS significant digits, -inf (masked) to None."""
+    """Plain JSON values: tensors to nested lists, floats to DIGITS significant digits, -inf (masked) to
+    None."""
     return to_json(value, DIGITS, significant=True, nonfinite="mask")
 
 
@@ -55,7 +57,8 @@ def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:
 
 
 def _summary(cls: type) -> str:
-    """A class docstring's summary: its first paragraph on one line (a first physical line may stop mid-sentence)."""
+    """A class docstring's summary: its first paragraph on one line (a first physical line may stop
+    mid-sentence)."""
     doc = (cls.__doc__ or "").strip()
     return " ".join(doc.split("\n\n")[0].split())
 
@@ -63,9 +66,9 @@ def _summary(cls: type) -> str:
 def scheme_table() -> dict[str, Any]:
     """`schemes.json`: every registered scheme in table order, as the site lists them.
 
-    `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme` hooks it
-    overrides (where it acts), `bounded` whether it has a maximum length, `cost` how its cost grows when faster than
-    softmax attention's T² ("" otherwise).
+    `family` is the scheme it is grouped under (itself unless it is a variant), `hooks` the `PositionScheme`
+    hooks it overrides (where it acts), `bounded` whether it has a maximum length, `cost` how its cost grows
+    when faster than softmax attention's T² ("" otherwise).
     """
     from octlm.positions import scheme as P
 
@@ -109,8 +112,9 @@ def build_fixtures(extra: Sequence[FixtureBuilder] = ()) -> dict[str, dict[str, 
             "cases": _clean(cases),
         }
 
-    # The registry first: the modules below register their schemes as they are imported, and schemes.json lists
-    # what `import octlm.positions` registers (in a fresh process that is all octlm has, in its table order).
+    # The registry first: the modules below register their schemes as they are imported, and schemes.json
+    # lists what `import octlm.positions` registers (in a fresh process that is all octlm has, in its table
+    # order).
     files["schemes.json"] = scheme_table()
     _formula_fixtures(add)
     _scheme_formula_fixtures(add)
@@ -439,15 +443,16 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
     add(
         "path_weights",
         "softmax over j <= i of q_i . H_i H_(i-1) ... H_(j+1) k_j / sqrt(D), H_s = I - β_s w_s w_s^T: "
-        "the weights path_attention records (the queries are the last Tq tokens; with Tq < Tk the earlier keys come "
-        "from a first call, as with a KV cache); query head h reads key head h // (H / Hkv)",
+        "the weights path_attention records (the queries are the last Tq tokens; with Tq < Tk the earlier "
+        "keys come from a first call, as with a KV cache); query head h reads key head h // (H / Hkv)",
         _path_cases(),
         "octlm/positions/householder.py",
     )
 
 
 def _path_cases() -> list[dict[str, Any]]:
-    """PaTH's weights for small fixed q, k and w, β from `householder_factors` over fixed inputs and layers."""
+    """PaTH's weights for small fixed q, k and w, β from `householder_factors` over fixed inputs and
+    layers."""
     import torch
     from torch import nn
 
@@ -492,9 +497,9 @@ def _path_cases() -> list[dict[str, Any]]:
 
 def _scaling_fixtures(add: Callable[..., None]) -> None:
     """`model.attention_scaling`'s query factors (octlm/model/decoder.py, `QueryScaling`) by their formulas in
-    float64: QueryScaling computes them in float32, whose last bit (2.4e-7 at 4) would be above the site's 1e-7,
-    and which differs between CPUs' float32 log1p. tests/interop/test_site_fixtures.py checks QueryScaling
-    against these values to float32 precision."""
+    float64: QueryScaling computes them in float32, whose last bit (2.4e-7 at 4) would be above the site's
+    1e-7, and which differs between CPUs' float32 log1p. tests/interop/test_site_fixtures.py checks
+    QueryScaling against these values to float32 precision."""
     src = "octlm/model/decoder.py"
     ssmax = [
         ([0.43], list(range(1, 9))),
