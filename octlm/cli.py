@@ -1,8 +1,8 @@
 """`octlm <command>`: a thin dispatcher over the command modules (`octlm.commands`).
 
-Each command word is one module with `add_arguments(parser)` and `run(args)`, over library functions that tests
-call directly. Only the module of the command being run is imported, so `octlm --help` stays fast and one
-command's dependencies never break another.
+Each command word is one module with `add_arguments(parser)` and `run(args)`, over library functions that
+tests call directly. Only the module of the command being run is imported, so `octlm --help` stays fast and
+one command's dependencies never break another.
 
 The one error boundary (`run_command`) turns what a user can act on into one line on stderr:
 
@@ -77,7 +77,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# The exit status after standard output was closed by its reader: 128 + SIGPIPE, as a shell shows a tool it ended.
+# The exit status after standard output was closed by its reader: 128 + SIGPIPE, as a shell shows a tool it
+# ended.
 CLOSED_PIPE = 128 + signal.SIGPIPE
 
 

@@ -128,7 +128,8 @@ def autocast(device: torch.device, dtype: str = "auto") -> contextlib.AbstractCo
     """The mixed-precision context for `train.dtype` (`config.DTYPES`): `bf16` and `bf16-autocast` are
     bfloat16 autocast on any device, `fp32` none, `auto` bf16 on CUDA and fp32 on CPU (where many processors
     lack bf16 instructions). Weights, gradients and optimizer state stay float32 under autocast. (How `bf16`
-    trains, through a bf16 copy of the weights, is `octlm.training.precision`; evaluation uses this context.)"""
+    trains, through a bf16 copy of the weights, is `octlm.training.precision`; evaluation uses this
+    context.)"""
     if dtype in ("bf16", "bf16-autocast") or (dtype == "auto" and device.type == "cuda"):
         return torch.autocast(device.type, dtype=torch.bfloat16)
     if dtype not in ("auto", "fp32"):
@@ -233,8 +234,8 @@ def restore_rng(
         ) from None
 
 
-# How long `cpu_share` watches the processor: 25 clock ticks per core at Linux's 100 Hz, short beside any command
-# that computes, long enough that one busy process shows as most of a core.
+# How long `cpu_share` watches the processor: 25 clock ticks per core at Linux's 100 Hz, short beside any
+# command that computes, long enough that one busy process shows as most of a core.
 SAMPLE_SECONDS = 0.25
 PROC_STAT = Path("/proc/stat")
 # torch's own default (physical cores, or OMP_NUM_THREADS), read before octlm sets any count.

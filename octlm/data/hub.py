@@ -3,9 +3,9 @@
 `huggingface_hub` retries a failed connection five times with a growing wait (1 + 2 + 4 + 8 + 8 s) and logs a
 line for each try on stderr: offline, `octlm inspect --hf gpt2` took 27 s and 11 lines to fail. Here a caller
 first loads from the cache alone (`local_files_only`); only when that misses does it ask `require_hub`, which
-sends one HEAD request to the Hub's endpoint (`HF_ENDPOINT`) with a short timeout and no retries, and refuses in
-one line naming the model or data set and the fix when nothing answers. `quiet_hub` holds back the library's
-retry lines while the real download runs.
+sends one HEAD request to the Hub's endpoint (`HF_ENDPOINT`) with a short timeout and no retries, and refuses
+in one line naming the model or data set and the fix when nothing answers. `quiet_hub` holds back the
+library's retry lines while the real download runs.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def require_hub(what: str, fix: str) -> None:
 
     if constants.is_offline_mode():  # the user said not to ask: no request at all
         raise UserError(
-            f"{what}, and offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE); unset it and connect to "
-            f"the internet, or {fix}"
+            f"{what}, and offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE); "
+            f"unset it and connect to the internet, or {fix}"
         )
     reason = unreachable()
     if reason is not None:

@@ -57,8 +57,9 @@ class Document:
 
 class Source:
     """A kind of corpus: what `data.source` names. `problems` lists what a config gets wrong for it (with the
-    config's other problems); each source's classmethods `describe(config)` (one line for manifests and reports)
-    and `documents(config)` (the `Document`s, in a fixed order) say where its text comes from and read it."""
+    config's other problems); each source's classmethods `describe(config)` (one line for manifests and
+    reports) and `documents(config)` (the `Document`s, in a fixed order) say where its text comes from and
+    read it."""
 
     name: ClassVar[str]
     empty_fix: ClassVar[str] = ""  # what to do when the source gives no non-empty document
@@ -316,8 +317,9 @@ def _utf8_name(path: Path) -> None:
 
 
 def _text_file(path: Path, inside: bool) -> bool:
-    """True for a regular file (or a link to one), False for a folder; anything else is refused unopened. Walks
-    follow no link to a folder (a loop would never end), so one inside a folder is refused, not skipped."""
+    """True for a regular file (or a link to one), False for a folder; anything else is refused unopened.
+    Walks follow no link to a folder (a loop would never end), so one inside a folder is refused, not
+    skipped."""
     _utf8_name(path)
     try:
         mode = path.stat().st_mode
@@ -450,7 +452,8 @@ def hub_documents(name: str, split: str, text_field: str, max_documents: int) ->
         raise
     except Exception as error:  # datasets raises many types for "not found", offline, bad split, ...
         raise UserError(
-            f"could not load data set {name!r} split {split!r} ({type(error).__name__}: {first_line(error, 300)}); "
+            f"could not load data set {name!r} split {split!r} "
+            f"({type(error).__name__}: {first_line(error, 300)}); "
             "check the name, the split and your internet connection"
         ) from None
     return docs

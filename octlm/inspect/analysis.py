@@ -106,10 +106,10 @@ def unseen_rows(trained: np.ndarray, initial: np.ndarray, counts: np.ndarray) ->
 class Tables:
     """What `octlm inspect` looks at in one model: its tables and its description, as plain arrays.
 
-    `model`: the report's description (MODEL_FIELDS). `positions`: what the position scheme shows, in the terms
-    of its class's `shows` (see `shown`), for an octlm run and a pretrained model alike. `source`: where a
-    pretrained model came from (None for an octlm run). Token labels come from the tokenizer `analyze` is given
-    beside it.
+    `model`: the report's description (MODEL_FIELDS). `positions`: what the position scheme shows, in the
+    terms of its class's `shows` (see `shown`), for an octlm run and a pretrained model alike. `source`: where
+    a pretrained model came from (None for an octlm run). Token labels come from the tokenizer `analyze` is
+    given beside it.
     """
 
     token_table: np.ndarray  # [V, C] float64
@@ -211,7 +211,8 @@ def _vectors_part(section: dict[str, Any], trained: Array, untrained: Array, k: 
 
 
 def _frequencies_part(section: dict[str, Any], theta: np.ndarray, head_dim: int, note: str) -> str:
-    """Each rotated pair's θ `[P]` (0: a pair that never turns), wavelength 2π/θ and turns within the context."""
+    """Each rotated pair's θ `[P]` (0: a pair that never turns), wavelength 2π/θ and turns within the
+    context."""
     length = section["context_length"]
     wavelength = np.divide(2 * math.pi, theta, out=np.full_like(theta, np.inf), where=theta > 0)
     section["frequencies"] = {
@@ -243,7 +244,10 @@ def _bias_part(section: dict[str, Any], trained: np.ndarray, untrained: np.ndarr
     }
     span = f"{float(trained.min()) + 0.0:.3f} to {float(trained.max()) + 0.0:.3f}"  # + 0.0: no -0.000
     if np.array_equal(trained, untrained):
-        return f"Bias against distance, seen from the last position: {span}, fixed (training does not change it)."
+        return (
+            f"Bias against distance, seen from the last position: {span}, "
+            "fixed (training does not change it)."
+        )
     section["bias"]["untrained"] = untrained
     before = f"{float(untrained.min()) + 0.0:.3f} to {float(untrained.max()) + 0.0:.3f}"
     return f"Bias against distance, seen from the last position: {span} trained, {before} untrained."
@@ -362,5 +366,6 @@ def analyze(
 
 
 def to_json(value: Any, digits: int = DIGITS) -> Any:
-    """report.json's values: `octlm.storage.jsonable.to_json` at the report's precision (`digits` decimals)."""
+    """report.json's values: `octlm.storage.jsonable.to_json` at the report's precision
+    (`digits` decimals)."""
     return jsonable.to_json(value, digits)

@@ -81,7 +81,8 @@ def _looks_like_a_path(name: str) -> bool:
 
 
 def default_out(name: str) -> Path:
-    """reports/<name>: a local folder's own name, or the Hub id with `/` as `--`; odd characters become `-`."""
+    """reports/<name>: a local folder's own name, or the Hub id with `/` as `--`; odd characters become
+    `-`."""
     path = Path(name).expanduser()
     stem = path.resolve().name if path.is_dir() else name.replace("/", "--")
     return REPORTS / (re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-") or "model")
@@ -161,7 +162,8 @@ def load_model(name: str, config: Any) -> PreTrainedModel:
         raise
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:  # missing, corrupt, wrong shapes
         raise UserError(
-            f"--hf {name!r}: cannot load safetensors weights ({_one_line(error)}); octlm reads no other format"
+            f"--hf {name!r}: cannot load safetensors weights ({_one_line(error)}); "
+            "octlm reads no other format"
         ) from None
     return model.eval()
 
@@ -182,8 +184,8 @@ def fresh_model(config: Any, seed: int = UNTRAINED_SEED) -> PreTrainedModel:
 
 
 def _rope(model: PreTrainedModel, config: Any) -> dict[str, Any]:
-    """What RoPE shows as the model runs it: its rotary embedding's `inv_freq` `[P]`, the head size they rotate
-    in, and a note when transformers scaled them."""
+    """What RoPE shows as the model runs it: its rotary embedding's `inv_freq` `[P]`, the head size they
+    rotate in, and a note when transformers scaled them."""
     rotary = next(m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor))
     inv_freq = rotary.inv_freq.detach().double().cpu().numpy()  # [P]
     # transformers 5.x: rope_parameters; 4.x: rope_theta / rotary_emb_base, rotary_pct, rope_scaling.
@@ -205,7 +207,8 @@ def _rope(model: PreTrainedModel, config: Any) -> dict[str, Any]:
 
 def tables_of(model: PreTrainedModel, source: dict[str, Any] | None = None) -> Tables:
     """What the report inspects in a GPT-2, Llama or GPT-NeoX model of transformers: its token table, and what
-    its position scheme shows, as octlm's own scheme of that kind shows it (learned vectors, RoPE frequencies)."""
+    its position scheme shows, as octlm's own scheme of that kind shows it (learned vectors, RoPE
+    frequencies)."""
     config = model.config
     _, token_path, position_path = FAMILIES[config.model_type]
 
@@ -239,7 +242,8 @@ def tables_of(model: PreTrainedModel, source: dict[str, Any] | None = None) -> T
 
 
 class PretrainedTokenizer:
-    """A transformers tokenizer, seen through what the report asks of one (as `octlm.data.tokenizer.Tokenizer`).
+    """A transformers tokenizer, seen through what the report asks of one (as
+    `octlm.data.tokenizer.Tokenizer`).
 
     Byte-level vocabularies (GPT-2, GPT-NeoX, Llama 3) map each token back to its exact bytes; SentencePiece
     ones (Llama 2) read `▁` as a space and `<0xNN>` as one byte.
@@ -318,10 +322,10 @@ def load_pretrained(name: str) -> Pretrained:
         "init_std": float(getattr(config, "initializer_range", 0.02)),
         "untrained_seed": UNTRAINED_SEED,
         "summary": (
-            f"A pretrained {family} model, {name} ({type(model).__name__}, {parameters:,} parameters), loaded "
-            "with transformers from safetensors weights. 'Trained' is the pretrained model; 'untrained' is the "
-            "same config initialised afresh by transformers (from_config, seed 0): what such a model starts "
-            "from, not this model's own starting point, which is unknown."
+            f"A pretrained {family} model, {name} ({type(model).__name__}, {parameters:,} parameters), "
+            "loaded with transformers from safetensors weights. 'Trained' is the pretrained model; "
+            "'untrained' is the same config initialised afresh by transformers (from_config, seed 0): what "
+            "such a model starts from, not this model's own starting point, which is unknown."
         ),
     }
     trained = tables_of(model, source)

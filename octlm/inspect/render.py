@@ -1,7 +1,7 @@
 """A small document model: a list of blocks rendered to Markdown and to one self-contained HTML file.
 
-The report (octlm/inspect/report.py) builds its text once as blocks; each renderer walks them in order. HTML inlines
-every image as a base64 data URI, so report.html can be mailed or opened anywhere on its own.
+The report (octlm/inspect/report.py) builds its text once as blocks; each renderer walks them in order. HTML
+inlines every image as a base64 data URI, so report.html can be mailed or opened anywhere on its own.
 """
 
 from __future__ import annotations

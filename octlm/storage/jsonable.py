@@ -1,8 +1,8 @@
 """Plain JSON values from what octlm computes, and tensors that travel inside JSON exactly.
 
 `to_json` is the one converter behind report.json, the web fixtures and length.json: tensors and arrays become
-nested lists, NumPy scalars Python ones, tuples lists and dict keys strings. Floats are rounded, so a file does
-not change with last-bit noise and stays short, and -0.0 is written as 0.0.
+nested lists, NumPy scalars Python ones, tuples lists and dict keys strings. Floats are rounded, so a file
+does not change with last-bit noise and stays short, and -0.0 is written as 0.0.
 
 `encode_tensors` keeps tensors bit for bit instead ({"__tensor__": dtype, "shape", "base64"}): a checkpoint's
 RNG states travel in its config.json that way. `decode_tensors` is its inverse, for values `tensor_problem`

@@ -6,14 +6,15 @@ metrics.jsonl (`octlm.storage.run`) stays the source of truth; a tracker mirrors
 
 - scalars at global step `record["step"]`, under the tags in `SCALARS` (train and validation loss, bits per
   byte, perplexity, learning rate, tokens/s);
-- an image of the cosine similarity `[T, T]` of the position vectors (red +1, blue -1, as `octlm inspect` draws
-  it) at every evaluation that changed them, for a scheme whose class `shows` vectors: every time for the
-  learned table, once for the fixed sinusoidal one; schemes without position vectors (rope, alibi, t5, nope)
-  have no image.
+- an image of the cosine similarity `[T, T]` of the position vectors (red +1, blue -1, as `octlm inspect`
+  draws it) at every evaluation that changed them, for a scheme whose class `shows` vectors: every time for
+  the learned table, once for the fixed sinusoidal one; schemes without position vectors
+  (rope, alibi, t5, nope) have no image.
 
-A resume continues the events: events after the checkpoint's step are hidden (`purge_step`), as metrics.jsonl's
-records after it are cut. Step 0's record has validation scalars only; a stop's record (`"stopped": true`, which
-a resume drops) is not mirrored. Tracking reads the weights and never draws a random number, so it cannot change a run.
+A resume continues the events: events after the checkpoint's step are hidden (`purge_step`), as
+metrics.jsonl's records after it are cut. Step 0's record has validation scalars only; a stop's record
+(`"stopped": true`, which a resume drops) is not mirrored. Tracking reads the weights and never draws a random
+number, so it cannot change a run.
 """
 
 from __future__ import annotations
