@@ -1,12 +1,12 @@
 """The corpus: the configured source's documents, their split into training and validation, and their figures.
 
 A source (`octlm.data.sources`) gives named documents; empty ones (e.g. many `__init__.py` files) are dropped
-here, as they would only add end-of-text tokens. The split is by a hash of each document's name: deterministic,
-independent of the order and number of other documents, and never cutting a document in two.
+here, as they would only add end-of-text tokens. The split is by a hash of each document's name:
+deterministic, independent of the order and number of other documents, and never cutting a document in two.
 
-`load_corpus` gives a `Corpus`: the documents, their split, byte counts and SHA-256, each computed once when it
-is built, so that the commands and `octlm.data.cache` pass one value around instead of reloading or rehashing
-text.
+`load_corpus` gives a `Corpus`: the documents, their split, byte counts and SHA-256, each computed once when
+it is built, so that the commands and `octlm.data.cache` pass one value around instead of reloading or
+rehashing text.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from octlm.hashing import corpus_sha256, name_fraction
 def data_dir_error(error: OSError, folder: Path) -> UserError:
     """A failed write in the data folder as one line: where, the cause, and the fix for that cause."""
     return UserError(
-        f"could not write in data folder {str(folder)!r}: {explain(error, folder)} (or pass --data-dir another folder)"
+        f"could not write in data folder {str(folder)!r}: {explain(error, folder)} "
+        "(or pass --data-dir another folder)"
     )
 
 
@@ -135,5 +136,6 @@ class Corpus:
 
 
 def load_corpus(cfg: DataConfig) -> Corpus:
-    """The configured corpus, loaded, split and hashed once. Raises UserError (empty, or too few documents)."""
+    """The configured corpus, loaded, split and hashed once.
+    Raises UserError (empty, or too few documents)."""
     return Corpus(tuple(load_documents(cfg)), cfg.val_fraction, describe_source(cfg))
