@@ -17,26 +17,31 @@ from octlm.experiments.battery import Cell, Row, Settings
 from octlm.experiments.tasks import TASKS
 from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
+from octlm.training.loop import optimizer_step
 from octlm.training.optimizer import make_optimizer
 
 POOL = 8  # batches drawn once and cycled, so both models train on the same ones
 
 
 class OctlmStep:
-    """One step of a battery cell (`battery.train_step`), on pooled batches or, with `fresh`, drawing each
-    batch as the battery does (the task's generator is part of a cell's time)."""
+    """One step of a battery cell (`octlm.training.loop.optimizer_step` on `battery.answer_loss`), on pooled
+    batches or, with `fresh`, drawing each batch as the battery does (the task's generator is part of a
+    cell's time)."""
 
     def __init__(self, cell: Cell, pool: list[tuple], fresh: bool) -> None:
         torch.manual_seed(0)
         self.cell, self.model = cell, Decoder(cell.model_config())
         self.model.train()
-        self.optimizer = make_optimizer(self.model, TrainConfig(lr=cell.settings.lr))
+        self.train = TrainConfig(lr=cell.settings.lr, warmup_steps=0)  # the full rate at every step
+        self.optimizer = make_optimizer(self.model, self.train)
         self.rng = np.random.default_rng(0)
         self.pool, self.fresh = itertools.cycle(pool), fresh
 
     def __call__(self) -> None:
         batch = battery.training_batch(self.cell, self.rng) if self.fresh else next(self.pool)
-        battery.train_step(self.model, self.optimizer, batch, None)
+        ids, targets, mask = batch
+        loss = lambda: battery.answer_loss(self.model(ids)[0], targets, mask)  # noqa: E731
+        optimizer_step(self.model, self.optimizer, self.train, 0, loss, lambda *_: ValueError("not finite"))
 
 
 class HFStep:

@@ -34,7 +34,8 @@ from octlm.experiments.tasks import PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES, table_order
 from octlm.runtime import torch_threads
-from octlm.training.optimizer import lr_at, make_optimizer, set_lr
+from octlm.training.loop import optimizer_step
+from octlm.training.optimizer import make_optimizer
 
 
 # What a cell file holds (octlm.experiments.cells reads it through these before collecting).
@@ -273,16 +274,23 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
     rng = np.random.default_rng([cell.seed, 0])  # training examples; scoring draws from [seed, 1]
     generator = torch.Generator().manual_seed(cell.seed)
     losses, started = [], time.perf_counter()
+
+    def loss_of() -> Tensor:
+        """The answer-masked loss of a fresh batch, its positions randomized for a `+random` row."""
+        ids, targets, mask = training_batch(cell, rng)
+        randomized = cell.row.randomized
+        positions = random_positions(ids.shape[1], cell.position_range, generator) if randomized else None
+        return answer_loss(model(ids, positions=positions)[0], targets, mask)
+
+    def refuse(loss: float, grad_norm: float) -> UserError:
+        return UserError(
+            f"cell {cells.cell_name(cell.key)}: the training loss is {loss} (gradient norm {grad_norm}) at "
+            f"step {len(losses) + 1}; training stopped. Lower the learning rate or train fewer --steps"
+        )
+
     model.train()
     for step in range(s.steps):
-        set_lr(optimizer, lr_at(step, train))
-        batch = training_batch(cell, rng)
-        positions = (
-            random_positions(batch[0].shape[1], cell.position_range, generator)
-            if cell.row.randomized
-            else None
-        )
-        losses.append(train_step(model, optimizer, batch, positions))
+        losses.append(optimizer_step(model, optimizer, train, step, loss_of, refuse))
     model.eval()
     tail = losses[-max(1, len(losses) // 10) :]
     return model, {
@@ -304,23 +312,6 @@ def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor
             f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example"
         )
     return batch_of(examples)
-
-
-def train_step(
-    model: Decoder,
-    optimizer: torch.optim.Optimizer,
-    batch: tuple[Tensor, Tensor, Tensor],
-    positions: Tensor | None,
-) -> float:
-    """One optimizer step on the answer-masked loss of `batch` (inputs, targets, mask, each `[B, T]`)."""
-    ids, targets, mask = batch
-    logits, _ = model(ids, positions=positions)
-    loss = answer_loss(logits, targets, mask)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss.item()
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from octlm.config import Config
+from octlm.config import Config, TrainConfig
 from octlm.data.batches import eval_blocks, random_blocks
 from octlm.data.cache import PreparedData
 from octlm.errors import UserError, explain
@@ -239,27 +239,56 @@ def writing(run: Run, dist: Dist, device: torch.device) -> Iterator[None]:
 # Steps
 
 
-def train_step(state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run) -> float:
-    """One optimizer step on one global batch; returns the loss (mean over ranks). Refuses a non-finite one."""
-    tc, B, T = config.train, config.train.batch_size, config.model.context_length
-    set_lr(state.optimizer, lr_at(state.step, tc))
-    # One global batch drawn on every rank, each taking its slice: as one process with B * world.
-    x, y = random_blocks(state.data.train, T, B * dist.world, state.generator)
-    x = x[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
-    y = y[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
-    precision = state.precision
-    with precision.context():  # train.dtype (octlm.training.precision); the master weights stay float32
-        _, loss = state.train_model(x, y, return_logits=False)  # chunked loss, no [B, T, V] logits
+def optimizer_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tc: TrainConfig,
+    step: int,
+    loss_of: Callable[[], torch.Tensor],
+    refuse: Callable[[float, float], Exception],
+    precision: Precision | None = None,
+    dist: Dist | None = None,
+) -> float:
+    """octlm's one optimizer step (a main run's, a battery cell's): the schedule's rate for `step` (0-based),
+    `loss_of()` (a scalar, batch drawn inside) backward, gradients clipped to `tc.grad_clip` (0: off), then
+    the update. A non-finite loss or gradient norm raises `refuse(loss, norm)` before the weights change.
+    Returns the loss (mean over `dist`'s ranks)."""
+    set_lr(optimizer, lr_at(step, tc))
+    loss = loss_of()
     loss.backward()
-    precision.gradients_to_master()
-    loss_value = float(dist.all_mean(loss.detach().float()))
-    params = [p for p in state.model.parameters() if p.requires_grad]
+    if precision is not None:
+        precision.gradients_to_master()
+    loss_value = loss.detach().float()
+    loss_value = float(dist.all_mean(loss_value) if dist is not None else loss_value)
+    params = [p for p in model.parameters() if p.requires_grad]
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf))
     if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-        raise _nonfinite_error(state, loss_value, grad_norm, config, run)
-    state.optimizer.step()
-    state.optimizer.zero_grad(set_to_none=True)
-    precision.weights_from_master()
+        raise refuse(loss_value, grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if precision is not None:
+        precision.weights_from_master()
+    return loss_value
+
+
+def train_step(state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run) -> float:
+    """One optimizer step on one global batch; returns the loss (mean over ranks). Refuses a non-finite one."""
+    B, T = config.train.batch_size, config.model.context_length
+
+    def loss_of() -> torch.Tensor:
+        # One global batch drawn on every rank, each taking its slice: as one process with B * world.
+        x, y = random_blocks(state.data.train, T, B * dist.world, state.generator)
+        x = x[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
+        y = y[dist.rank * B : (dist.rank + 1) * B].to(device, non_blocking=True)
+        with state.precision.context():  # train.dtype (octlm.training.precision); master weights stay float32
+            return state.train_model(x, y, return_logits=False)[1]  # chunked loss, no [B, T, V] logits
+
+    def refuse(loss: float, grad_norm: float) -> UserError:
+        return _nonfinite_error(state, loss, grad_norm, config, run)
+
+    loss_value = optimizer_step(
+        state.model, state.optimizer, config.train, state.step, loss_of, refuse, state.precision, dist
+    )
     state.step += 1
     state.losses.append(loss_value)
     state.since_eval.append(loss_value)
