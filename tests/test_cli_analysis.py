@@ -1,5 +1,5 @@
 """`octlm score` and `octlm compare` from the command line: what they print and write equals the library's
-numbers (octlm/experiments/score.py and compare.py), and every mistake is one stderr line with exit status 2."""
+numbers (octlm/analysis/scores_by_length.py and compare.py), and every mistake is one stderr line with exit status 2."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from analysis_runs import train_tiny
 from tiny import check_one_line, run_cli
 
+from octlm.analysis.scores_by_length import score_run
 from octlm.experiments import lengths_scorer
-from octlm.experiments.score import score_run
-from octlm.inspect.probe import validation_tokens
+from octlm.inspect.validation import validation_tokens
 from octlm.storage.checkpoint import load_model
 
 

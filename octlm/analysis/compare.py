@@ -21,8 +21,8 @@ import numpy as np
 from octlm.errors import UserError, writing
 from octlm.inspect.attention import DEFAULT_WINDOWS, inspect_attention
 from octlm.inspect.figures import plot_attention_distance, plot_learning_curves
-from octlm.inspect.probe import validation_tokens
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table, render_markdown
+from octlm.inspect.validation import validation_tokens
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run
 

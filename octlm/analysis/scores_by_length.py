@@ -25,7 +25,7 @@ from octlm.errors import UserError, writing
 from octlm.experiments.length import MAX_LENGTH
 from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score, sliding_part
 from octlm.files import sha256_bytes, write_atomic
-from octlm.inspect.probe import text_tokens, validation_tokens
+from octlm.inspect.validation import text_tokens, validation_tokens
 from octlm.positions import unbounded_schemes
 
 if TYPE_CHECKING:

@@ -1,14 +1,14 @@
-"""`octlm compare RUN RUN [RUN ...]`: trained runs side by side (octlm/experiments/compare.py): a Markdown
+"""`octlm compare RUN RUN [RUN ...]`: trained runs side by side (octlm/analysis/compare.py): a Markdown
 report, its JSON and figures, and the runs' table printed."""
 
 from __future__ import annotations
 
 import argparse
 
+from octlm.analysis.compare import compare_runs, default_out, write_compare
 from octlm.commands import options
 from octlm.commands.options import int_in_range
 from octlm.errors import check_output
-from octlm.experiments.compare import compare_runs, default_out, write_compare
 from octlm.inspect.attention import DEFAULT_WINDOWS
 
 

@@ -1,15 +1,15 @@
 """`octlm score RUN --lengths L [L ...]`: bits per byte of a trained run at chosen lengths, scored as the length
-experiment scores (octlm/experiments/score.py), on the run's validation stream or a UTF-8 text file."""
+experiment scores (octlm/analysis/scores_by_length.py), on the run's validation stream or a UTF-8 text file."""
 
 from __future__ import annotations
 
 import argparse
 
+from octlm.analysis.scores_by_length import DEFAULT_WINDOWS, MAX_WINDOWS, score_lines, score_run, write_score
 from octlm.commands import options
 from octlm.commands.options import int_in_range
 from octlm.errors import check_output
 from octlm.experiments.length import MAX_LENGTH
-from octlm.experiments.score import DEFAULT_WINDOWS, MAX_WINDOWS, score_lines, score_run, write_score
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from octlm.errors import UserError
-from octlm.inspect.probe import validation_tokens
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table
+from octlm.inspect.validation import validation_tokens
 from octlm.model.attention_record import recording_attention
 from octlm.model.decoder import WHOLE_BIAS_PAIRS
 from octlm.storage.jsonable import to_json

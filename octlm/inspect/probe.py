@@ -34,6 +34,7 @@ from octlm.errors import UserError, writing
 from octlm.files import write_atomic
 from octlm.inspect.figures import plot_probe
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table, render_markdown
+from octlm.inspect.validation import text_tokens, validation_tokens
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import PROBE_DIR, PROBE_FILES
 
@@ -255,32 +256,6 @@ def probe_model(
 
 # ------------------------------------------------------------------------------------------------------------
 # The text, a run, the files
-
-
-def validation_tokens(config: Config, tokenizer: Tokenizer) -> np.ndarray:
-    """The run's validation stream `[N]`, through its data cache; refused if made with another tokenizer."""
-    from octlm.data.cache import prepare_data
-
-    data = prepare_data(config.data, config.model.vocab_size, progress=False)
-    if data.tokenizer_sha256 != tokenizer.sha256:
-        raise UserError(
-            f"the data cache {str(data.folder)!r} was made with another tokenizer than this run's; "
-            "probe a text of your own with --text FILE"
-        )
-    return np.asarray(data.val)
-
-
-def text_tokens(path: str | Path, tokenizer: Tokenizer) -> np.ndarray:
-    """A UTF-8 text file encoded with the run's tokenizer, `[N]`."""
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise UserError(
-            f"--text {str(path)!r} is not UTF-8 text (byte {error.start}); convert it with iconv"
-        ) from None
-    except IsADirectoryError:
-        raise UserError(f"--text {str(path)!r} is a folder; give the path of a text file") from None
-    return np.asarray(tokenizer.encode(text), dtype=np.int64)
 
 
 def probe_run(

@@ -1,4 +1,4 @@
-"""Runs side by side (octlm/experiments/compare.py): each row read back from the run independently, the
+"""Runs side by side (octlm/analysis/compare.py): each row read back from the run independently, the
 attention numbers of octlm/inspect/attention.py, the report's files, and the flag for different data."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from analysis_runs import train_tiny, write_corpus
 
+from octlm.analysis.compare import compare_runs, write_compare
 from octlm.data.cache import prepare_data
 from octlm.errors import UserError
-from octlm.experiments.compare import compare_runs, write_compare
 from octlm.inspect.attention import attention_by_distance, attention_windows
 from octlm.storage.checkpoint import load_model
 from octlm.storage.run import Run

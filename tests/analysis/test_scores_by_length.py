@@ -1,4 +1,4 @@
-"""Scoring one run outside the length experiment (octlm/experiments/score.py): the very numbers of the length
+"""Scoring one run outside the length experiment (octlm/analysis/scores_by_length.py): the very numbers of the length
 experiment's `score` on the same windows, bytes counted independently, and the refusals."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from analysis_runs import train_tiny
 
+from octlm.analysis.scores_by_length import check_lengths, score_run, scored_text
 from octlm.data.cache import prepare_data
 from octlm.errors import UserError
 from octlm.experiments import lengths_scorer
-from octlm.experiments.score import check_lengths, score_run, scored_text
 from octlm.storage.checkpoint import load_model
 
 
