@@ -25,9 +25,8 @@ import torch
 
 from octlm.errors import UserError
 from octlm.inspect.attention import DEFAULT_WINDOWS, SHOWN_DISTANCES, attention_windows
-from octlm.inspect.probe import forward_with_hooks
+from octlm.inspect.probe import forward_with_hooks, validation_tokens
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table
-from octlm.inspect.validation import validation_tokens
 from octlm.storage.jsonable import to_json
 
 if TYPE_CHECKING:
@@ -44,7 +43,8 @@ def has_gates(model: Decoder) -> bool:
 
 
 def layer_inputs(model: Decoder, ids: torch.Tensor) -> dict[int, torch.Tensor]:
-    """Each gated layer's normed input `[B, T, C]` on its way into attention, from one pass over ids `[B, T]`."""
+    """Each gated layer's normed input `[B, T, C]` on its way into attention, from one pass over ids
+    `[B, T]`."""
     caught: dict[int, torch.Tensor] = {}
     handles = [
         model.blocks[layer].attn.register_forward_pre_hook(
@@ -114,10 +114,10 @@ def gate_blocks(numbers: dict[str, Any] | None, figure: Path | None, level: int 
     decay, forget, half = (np.asarray(numbers[k], dtype=np.float64) for k in ("decay", "forget", "half_life"))
     shown = [d for d in SHOWN_DISTANCES if 0 < d < T]
     text = (
-        f"On {numbers['windows']} held-out windows of {T} tokens: what each head's forget gates add to the score "
-        "of the key d tokens back (the sum of log f over the tokens between, in nats; ALiBi's would be -m·d), "
-        "the mean gate f, and the half-life ln 2 / -mean(log f) in tokens. The gates are set by the text, so "
-        "these are averages over it, not a formula."
+        f"On {numbers['windows']} held-out windows of {T} tokens: what each head's forget gates add to the "
+        "score of the key d tokens back (the sum of log f over the tokens between, in nats; ALiBi's would be "
+        "-m·d), the mean gate f, and the half-life ln 2 / -mean(log f) in tokens. The gates are set by the "
+        "text, so these are averages over it, not a formula."
     )
     rows = [
         [str(layer), str(head), f"{forget[layer, head]:.3f}", f"{half[layer, head]:.2f}"]
