@@ -149,10 +149,10 @@ def compare_blocks(result: dict[str, Any], figures: dict[str, Path]) -> list[Blo
     blocks.append(Heading("Attention by distance"))
     blocks.append(
         Paragraph(
-            "Per layer, the mean over heads of: the distance i - j attended (sum of p × distance), each row's "
-            "entropy (nats), and the lift at distance 1 (mean probability of the previous token over uniform "
-            "attention's; 1 = no preference). Measured on each run's validation windows (octlm inspect's "
-            "section has the per-head table)."
+            "Per layer, the mean over heads of: the distance i - j attended (sum of p × distance), "
+            "each row's entropy (nats), and the lift at distance 1 (mean probability of the previous token "
+            "over uniform attention's; 1 = no preference). Measured on each run's validation windows "
+            "(octlm inspect's section has the per-head table)."
         )
     )
     table = [
@@ -196,7 +196,8 @@ def write_compare(result: dict[str, Any], folder: str | Path) -> Path:
         }
         for i, r in enumerate(result["runs"]):
             if "mean" in r["attention"]:
-                name = f"attention-{i}-{Path(r['label']).name}.png"  # labels may be paths; the index keeps names apart
+                # Labels may be paths; the index keeps the names apart.
+                name = f"attention-{i}-{Path(r['label']).name}.png"
                 figures[f"attention-{r['label']}"] = plot_attention_distance(
                     r["attention"]["mean"],
                     folder / name,

@@ -6,9 +6,9 @@ targets), windows by `windows_for`, and each length is scored by `length.score`,
 `octlm.training.scoring.summed_loss`. Bits per byte = nats / ln 2 / the UTF-8 bytes of the scored target
 tokens (EOT: 0 bytes). A number here therefore equals the experiment's cell for the same model and text.
 
-Non-overlapping windows are always scored; sliding windows (stride L // 2, the last half of each window scored,
-so every token sees at least L // 2 tokens of context) only with `sliding=True`: they cost twice the forward
-passes, and on a CPU the long lengths are what take the time.
+Non-overlapping windows are always scored; sliding windows (stride L // 2, the last half of each window
+scored, so every token sees at least L // 2 tokens of context) only with `sliding=True`: they cost twice the
+forward passes, and on a CPU the long lengths are what take the time.
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def check_lengths(lengths: Sequence[int], table_rows: int | None, run: str) -> l
     if table_rows is not None and max(lengths) > table_rows:
         past = " ".join(str(n) for n in sorted(set(lengths)) if n > table_rows)
         raise UserError(
-            f"--lengths {past} is past the learned position table of {run!r} ({table_rows} rows); use lengths "
-            f"up to {table_rows}, or score a run of a scheme without a maximum: {', '.join(unbounded_schemes())}"
+            f"--lengths {past} is past the learned position table of {run!r} ({table_rows} rows); use "
+            f"lengths up to {table_rows}, or score a run of a scheme without a maximum: "
+            f"{', '.join(unbounded_schemes())}"
         )
     return sorted(set(lengths))
 
@@ -134,19 +135,22 @@ def score_run(
 def score_lines(result: dict[str, Any]) -> list[str]:
     """The printed table: one line per length and mode."""
     lines = [
-        f"{result['run']} ({result['position']}, trained at {result['context_length']}): {result['scored_tokens']:,} "
+        f"{result['run']} ({result['position']}, trained at {result['context_length']}): "
+        f"{result['scored_tokens']:,} "
         f"tokens ({result['scored_bytes']:,} bytes) of {result['source']}",
         f"  {'length':>7} {'mode':<8} {'tokens':>9} {'loss':>7} {'ppl':>9} {'bits/byte':>9}",
     ]
     lines += [
-        f"  {r['length']:>7} {r['mode']:<8} {r['tokens']:>9,} {r['loss']:7.4f} {r['perplexity']:9.2f} {r['bpb']:9.4f}"
+        f"  {r['length']:>7} {r['mode']:<8} {r['tokens']:>9,} {r['loss']:7.4f} {r['perplexity']:9.2f} "
+        f"{r['bpb']:9.4f}"
         for r in result["records"]
     ]
     return lines
 
 
 def write_score(result: dict[str, Any], path: str | Path) -> Path:
-    """`result` as JSON at `path`, written atomically; floats in full (they round-trip to the same numbers)."""
+    """`result` as JSON at `path`, written atomically; floats in full (they round-trip to the same
+    numbers)."""
     with writing(path):
         write_atomic(path, (json.dumps(result, indent=1, allow_nan=False) + "\n").encode("utf-8"))
     return Path(path)

@@ -33,13 +33,15 @@ def run(args: argparse.Namespace) -> int:
         result = compare_runs(args.run, args.windows)
     folder = write_compare(result, out)
     print(
-        f"  {'run':<24} {'scheme':<11} {'seed':>5} {'steps':>7} {'params':>10} {'val loss':>9} {'bits/byte':>9}"
+        f"  {'run':<24} {'scheme':<11} {'seed':>5} {'steps':>7} {'params':>10} {'val loss':>9} "
+        f"{'bits/byte':>9}"
     )
     for r in result["runs"]:
         loss = "n/a" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         bpb = "n/a" if r["val_bpb"] is None else f"{r['val_bpb']:.4f}"
         print(
-            f"  {r['label']:<24} {r['scheme']:<11} {r['seed']:>5} {r['steps']:>7,} {r['parameters']:>10,} {loss:>9} {bpb:>9}"
+            f"  {r['label']:<24} {r['scheme']:<11} {r['seed']:>5} {r['steps']:>7,} {r['parameters']:>10,} "
+            f"{loss:>9} {bpb:>9}"
         )
     for note in result["notes"]:
         print(f"note: {note}")

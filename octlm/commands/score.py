@@ -1,5 +1,6 @@
-"""`octlm score RUN --lengths L [L ...]`: bits per byte of a trained run at chosen lengths, scored as the length
-experiment scores (octlm/analysis/scores_by_length.py), on the run's validation stream or a UTF-8 text file."""
+"""`octlm score RUN --lengths L [L ...]`: bits per byte of a trained run at chosen lengths, scored as the
+length experiment scores (octlm/analysis/scores_by_length.py), on the run's validation stream or a UTF-8 text
+file."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""`octlm train`: parse the flags, train (`octlm.training.loop`), then print the figures, a sample and the report.
+"""`octlm train`: parse the flags, train (`octlm.training.loop`), then print the figures, a sample and the
+report.
 
 The command owns what happens around the loop: which config (a new run's, or the run's own for `--resume`),
-how many threads, and what a user sees at the end. A run a signal stopped (SIGINT, SIGTERM, SIGHUP: it finished
-the step and wrote a checkpoint) prints where it stopped and how to resume, and the command returns 128 + the
-signal's number, so the CLI needs no special case. Sampling and the report come after `train()` returns, so
-the training loop imports neither generation nor the report.
+how many threads, and what a user sees at the end. A run a signal stopped (SIGINT, SIGTERM, SIGHUP: it
+finished the step and wrote a checkpoint) prints where it stopped and how to resume, and the command returns
+128 + the signal's number, so the CLI needs no special case. Sampling and the report come after `train()`
+returns, of the model it hands back, so the training loop imports neither generation nor the report.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The tokens a trained run is analysed on: its validation stream, through its data cache, or a UTF-8 text file
-of the user's, encoded with the run's tokenizer. `octlm probe`, `octlm score`, `octlm compare` and the
+"""The tokens a trained run is analysed on: its validation stream, through its data cache, or a UTF-8 text
+file of the user's, encoded with the run's tokenizer. `octlm probe`, `octlm score`, `octlm compare` and the
 report's attention and gates sections all read them here.
 """
 
