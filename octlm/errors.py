@@ -28,7 +28,8 @@ class UserError(ValueError):
     """A mistake the user can fix. The message is one readable line."""
 
 
-# errno -> (what happened, the fix). Each fix is the one for that cause: a permission problem is not "free space".
+# errno -> (what happened, the fix). Each fix is the one for that cause: a permission problem is not "free
+# space".
 OS_ERRORS: dict[int, tuple[str, str]] = {
     errno.ENOSPC: ("no space left on the device", "free some space there or write somewhere else"),
     errno.EDQUOT: ("disk quota exceeded", "free some of your quota (`quota -s`) or write somewhere else"),
@@ -104,12 +105,14 @@ def describe_os_error(error: OSError, where: str | None = None) -> str | None:
 
 
 def explain(error: OSError, folder: str | Path | None = None, reading: bool = False) -> str:
-    """`what (ERRNO) at 'folder'; fix` for a failed read or write, as a clause of a longer message; `folder` is
-    where the fix applies (default: the file's). An errno outside the table is said by its own description."""
+    """`what (ERRNO) at 'folder'; fix` for a failed read or write, as a clause of a longer message; `folder`
+    is where the fix applies (default: the file's). An errno outside the table is said by its own
+    description."""
     where = str(folder if folder is not None else Path(error.filename or ".").parent)
     code = error.errno or 0
     what, fix = _cause(error, reading) or (
-        f"{os.strerror(code) if code else str(error) or 'unknown error'} ({errno.errorcode.get(code, 'no errno')})",
+        f"{os.strerror(code) if code else str(error) or 'unknown error'} "
+        f"({errno.errorcode.get(code, 'no errno')})",
         "fix that",
     )
     return f"{what} at {where!r}; {fix}"
@@ -123,8 +126,8 @@ def first_line(error: BaseException, limit: int = 200) -> str:
 def describe_memory_error(error: BaseException) -> str | None:
     """One line for running out of memory, naming the size; else None.
 
-    `MemoryError` and CUDA's `torch.OutOfMemoryError` say so by their type; torch's CPU allocator raises a plain
-    RuntimeError (torch 2.13), recognised by its message, which also gives the size asked for.
+    `MemoryError` and CUDA's `torch.OutOfMemoryError` say so by their type; torch's CPU allocator raises a
+    plain RuntimeError (torch 2.13), recognised by its message, which also gives the size asked for.
     """
     text = str(error)
     cpu = re.search(r"can't allocate memory: you tried to allocate (\d+) bytes", text)
@@ -223,8 +226,8 @@ def check_text(text: str, flag: str) -> str:
     return text
 
 
-# The largest numbers torch and numpy hold (int64; uint64 for seeds). A range that ends at one ends there because
-# of the machine, not the value, so it is said in words ("at least 1"), not as a 19-digit number.
+# The largest numbers torch and numpy hold (int64; uint64 for seeds). A range that ends at one ends there
+# because of the machine, not the value, so it is said in words ("at least 1"), not as a 19-digit number.
 MACHINE_LIMITS = {
     2**63 - 1: "the largest signed 64-bit integer",
     2**64 - 1: "the largest unsigned 64-bit integer",

@@ -1,8 +1,8 @@
 """The flags every command spells the same way, and the old spellings kept for one release.
 
-The vocabulary: a command that reads a run takes it first (`RUN`, `add_run`); `--out PATH` names what a command
-writes; `--threads N` how many CPU threads it computes with (`add_threads`; None: octlm's default, which
-`runtime.torch_threads(None)` resolves); `--no-progress` silences progress; `--seed` seeds it.
+The vocabulary: a command that reads a run takes it first (`RUN`, `add_run`); `--out PATH` names what a
+command writes; `--threads N` how many CPU threads it computes with (`add_threads`; None: octlm's default,
+which `runtime.torch_threads(None)` resolves); `--no-progress` silences progress; `--seed` seeds it.
 
 An old spelling (`--run RUN`, `--run-name`, `--out-dir`) still works for one release: hidden from --help, it
 stores its value as the new spelling would, and the command says once on stderr how to write it now
@@ -110,7 +110,8 @@ def add_deprecated(parser: argparse.ArgumentParser, flag: str, dest: str, fix: s
 
 def add_run(parser: argparse.ArgumentParser, example: str = "runs/day1-learned", old_form: str = "") -> None:
     """The run a command reads, first: `RUN`; the old `--run RUN` is kept hidden (`run_folder` checks them).
-    `old_form`: what the note says instead of `--run is deprecated` where the old form had more (export's OUT)."""
+    `old_form`: what the note says instead of `--run is deprecated` where the old form had more
+    (export's OUT)."""
     parser.add_argument(
         "run", nargs="?", metavar="RUN", help=f"a run folder made by `octlm train`, e.g. {example}"
     )
@@ -152,13 +153,15 @@ def run_and_out(args: argparse.Namespace, prog: str) -> tuple[str, str]:
 
 
 def add_export_folders(parser: argparse.ArgumentParser, example: str) -> None:
-    """An export's `RUN --out DIR`, with the old `--run RUN OUT` and `RUN OUT` kept hidden (see `run_and_out`)."""
+    """An export's `RUN --out DIR`, with the old `--run RUN OUT` and `RUN OUT` kept hidden (see
+    `run_and_out`)."""
     add_run(parser, example, old_form=f"write {parser.prog} RUN --out OUT")
     parser.add_argument("old_out", nargs="?", metavar="OUT", help=argparse.SUPPRESS)
     parser.add_argument("--out", metavar="DIR", help="the folder to write (must be new or empty)")
 
 
-# The help of a field that picks a plug-in lists the registered names (asked of the registry when the flag is added).
+# The help of a field that picks a plug-in lists the registered names (asked of the registry when the flag is
+# added).
 CHOICES = {"model.position": SCHEMES, "data.source": SOURCES}
 
 
@@ -168,14 +171,14 @@ def add_config_arguments(
     refused: dict[str, str] | None = None,
     no_flag: tuple[str, ...] = (),
 ) -> None:
-    """Add `--config`, `--set` and one `--<field>` flag per config field in `fields` (`config_fields`; default:
-    every one), e.g. `--position rope`, `--steps 200`. A command lists only the fields it reads, so its --help
-    shows no flag it would ignore, and `--set` refuses the others (`overrides_from_args`).
+    """Add `--config`, `--set` and one `--<field>` flag per config field in `fields` (`config_fields`;
+    default: every one), e.g. `--position rope`, `--steps 200`. A command lists only the fields it reads, so
+    its --help shows no flag it would ignore, and `--set` refuses the others (`overrides_from_args`).
 
     `refused`: `section.field` -> why the command sets that field itself (e.g. "use --schemes rope"); its flag
-    is accepted by the parser, hidden from --help, and refused with that reason rather than ignored (`{value}` in
-    the reason is the value given). `no_flag`: fields the command reads but gives flags of its own for (train's
-    `--name` and `--out`); `--set` still reaches them.
+    is accepted by the parser, hidden from --help, and refused with that reason rather than ignored (`{value}`
+    in the reason is the value given). `no_flag`: fields the command reads but gives flags of its own for
+    (train's `--name` and `--out`); `--set` still reaches them.
     A field name that appears in two sections is only reachable with `--set section.field=value`.
     """
     fields = config_fields() if fields is None else fields

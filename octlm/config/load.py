@@ -3,8 +3,8 @@
 `octlm.commands.options`').
 
 `load_config` reads a file, applies overrides (the CLI turns `--position rope` into `model.position=rope`) and
-checks everything at once: every unknown section and key, wrong type (`octlm.config.fields`), number outside its
-range and inconsistent value is listed in one `UserError`. The built-in configs are package data
+checks everything at once: every unknown section and key, wrong type (`octlm.config.fields`), number outside
+its range and inconsistent value is listed in one `UserError`. The built-in configs are package data
 (`octlm/config/builtin/*.toml`), found through importlib.resources so that an installed wheel finds them from
 any folder.
 """
@@ -26,7 +26,8 @@ CONFIG_DIR: Traversable = files("octlm.config") / "builtin"
 
 
 def builtin_config_names() -> list[str]:
-    """The names `--config NAME` accepts (file stems), sorted; empty for an install without its package data."""
+    """The names `--config NAME` accepts (file stems), sorted; empty for an install without its package
+    data."""
     if not CONFIG_DIR.is_dir():
         return []
     return sorted(p.name.removesuffix(".toml") for p in CONFIG_DIR.iterdir() if p.name.endswith(".toml"))
@@ -89,7 +90,8 @@ def config_from_dict(
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
-    """Read a TOML config (default: the built-in octlm/config/builtin/day1.toml), apply overrides, validate."""
+    """Read a TOML config (default: the built-in octlm/config/builtin/day1.toml), apply overrides,
+    validate."""
     path: Path | Traversable = Path(path) if path is not None else CONFIG_DIR / "day1.toml"
     if not path.is_file() and (CONFIG_DIR / f"{path}.toml").is_file():
         path = CONFIG_DIR / f"{path}.toml"  # `--config modern` names a built-in config

@@ -2,7 +2,8 @@
 
 A typo (an extra zero, a value past 64 bits, a NaN) is refused where it enters, with the range it missed,
 rather than found by the allocator or the loss minutes into a run. Sizes are capped far past any model that
-fits a machine; `tests/config/test_ranges.py` checks that every int and float field of the configs is listed here.
+fits a machine; `tests/config/test_ranges.py` checks that every int and float field of the configs is listed
+here.
 """
 
 from __future__ import annotations

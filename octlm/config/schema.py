@@ -1,9 +1,10 @@
-"""What a run is: the `[model]`, `[data]` and `[train]` sections as typed dataclasses, and every check of them.
+"""What a run is: the `[model]`, `[data]` and `[train]` sections as typed dataclasses, and every check of
+them.
 
-Each section's `problems()` lists, as readable lines, every number outside its range (`octlm.config.ranges`) and
-every inconsistency; a name that picks a plug-in (`model.position`, `data.source`) is checked by asking its
-registry (`octlm.config.registry`), and the plug-in's own checks come from its class. Reading TOML and flags
-into these, with every problem listed in one `UserError`, is `octlm.config.load`.
+Each section's `problems()` lists, as readable lines, every number outside its range (`octlm.config.ranges`)
+and every inconsistency; a name that picks a plug-in (`model.position`, `data.source`) is checked by asking
+its registry (`octlm.config.registry`), and the plug-in's own checks come from its class. Reading TOML and
+flags into these, with every problem listed in one `UserError`, is `octlm.config.load`.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "swiglu")
 ROPE_LAYOUTS = ("half", "interleaved")
 # model.attention_scaling (octlm/model/decoder.py, `QueryScaling`): queries times a factor that grows with the
-# length. "ssmax": Nakanishi's scalable softmax in every layer; "llama4": Llama 4's temperature in NoPE layers.
+# length. "ssmax": Nakanishi's scalable softmax in every layer; "llama4": Llama 4's temperature in NoPE
+# layers.
 ATTENTION_SCALINGS = ("none", "ssmax", "llama4")
-# model.rope_scaling (octlm.positions.rope_scaling): RoPE's frequencies rescaled for a longer context, as a model
-# is fine-tuned and then run with them ("linear": position interpolation). Dynamic NTK follows each sequence's
-# length, so it is an inference-time option only (`octlm experiment length`).
+# model.rope_scaling (octlm.positions.rope_scaling): RoPE's frequencies rescaled for a longer context, as a
+# model is fine-tuned and then run with them ("linear": position interpolation). Dynamic NTK follows each
+# sequence's length, so it is an inference-time option only (`octlm experiment length`).
 ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")
 LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides metrics.jsonl
-# train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU; bf16 = bf16 weights, fp32 masters
+# train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU;
+# bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
 
 
@@ -125,7 +128,8 @@ class ModelConfig:
         ):
             if getattr(self, name) not in allowed:
                 p.append(
-                    f"model.{name} = {show(getattr(self, name))} is unknown; choose one of {', '.join(allowed)}"
+                    f"model.{name} = {show(getattr(self, name))} is unknown; "
+                    f"choose one of {', '.join(allowed)}"
                 )
         if self.position in SCHEMES:
             p += SCHEMES[self.position].problems(self)
@@ -164,7 +168,8 @@ class ModelConfig:
         wrong = [i for i in self.nope_layers if not 0 <= i < self.n_layers]
         if wrong:
             return [
-                f"model.nope_layers = {self.nope_layers} names layers {wrong} outside 0 .. {self.n_layers - 1}"
+                f"model.nope_layers = {self.nope_layers} names layers {wrong} "
+                f"outside 0 .. {self.n_layers - 1}"
             ]
         if len(set(self.nope_layers)) != len(self.nope_layers):
             return [f"model.nope_layers = {self.nope_layers} names a layer twice"]
@@ -228,7 +233,8 @@ class TrainConfig:
     report: bool = True
     log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.training.tracking)
     dtype: str = "auto"  # "bf16" and "bf16-autocast" on any device; checkpoints stay float32
-    # A run folder whose trained weights this run starts from (fine-tuning, e.g. at a longer context); "": none.
+    # A run folder whose trained weights this run starts from (fine-tuning, e.g. at a longer context);
+    # "": none.
     init_from: str = ""
 
     def problems(self) -> list[str]:
@@ -252,7 +258,8 @@ class TrainConfig:
         for name, allowed in (("log", LOGS), ("dtype", DTYPES)):
             if getattr(self, name) not in allowed:
                 p.append(
-                    f"train.{name} = {show(getattr(self, name))} is unknown; choose one of {', '.join(allowed)}"
+                    f"train.{name} = {show(getattr(self, name))} is unknown; "
+                    f"choose one of {', '.join(allowed)}"
                 )
         return p
 

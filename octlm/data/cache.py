@@ -12,9 +12,9 @@ vocabulary size):
 
 A second call with the same settings trains nothing and encodes nothing. A cache whose meta.json is missing or
 disagrees with the files (wrong size, changed tokenizer) is rebuilt rather than trusted. The corpus is loaded
-and hashed once per call, or not at all when the caller passes the `Corpus` it already loaded. What can fail is
-checked before work (`check_vocab_size`, `check_streams` against the context, `check_writable`), and a write
-that fails anyway is a UserError naming the cache folder and the fix for its cause.
+and hashed once per call, or not at all when the caller passes the `Corpus` it already loaded. What can fail
+is checked before work (`check_vocab_size`, `check_streams` against the context, `check_writable`), and a
+write that fails anyway is a UserError naming the cache folder and the fix for its cause.
 
 Batches from these streams are `octlm.data.batches`.
 """
@@ -132,7 +132,8 @@ def _new_meta(corpus: Corpus, vocab_size: int) -> dict[str, Any]:
 def write_tokenizer_meta(
     cfg: DataConfig, corpus: Corpus, tokenizer: Tokenizer, vocab_size: int, seconds: float
 ) -> None:
-    """Record a tokenizer trained on `corpus.train`, just saved in the cache folder, so `prepare_data` reuses it.
+    """Record a tokenizer trained on `corpus.train`, just saved in the cache folder, so `prepare_data` reuses
+    it.
 
     Existing token files stay listed; `prepare_data` re-encodes them only if the tokenizer's hash changed.
     """
@@ -391,7 +392,8 @@ def check_streams(
     corpus: Corpus, block: int, train_tokens: int, val_tokens: int, exact: bool = False
 ) -> None:
     """Both token streams hold one block of `block` tokens plus its target (`block + 1`), or a UserError
-    naming the stream, its size and the fix. With `exact=False` the counts are upper bounds (before encoding)."""
+    naming the stream, its size and the fix. With `exact=False` the counts are upper bounds (before
+    encoding)."""
     count = "" if exact else "at most "
     for name, tokens, docs, size, fix in (
         ("training", train_tokens, corpus.train, corpus.train_bytes, "add text"),

@@ -1,13 +1,15 @@
-"""Checkpoints: the weights, the optimizer and their description, written atomically, loaded without running code.
+"""Checkpoints: the weights, the optimizer and their description, written atomically, loaded without running
+code.
 
 A checkpoint is one folder inside a run folder (whose layout and file names are `octlm.storage.run`'s): the
-weights as safetensors (a tied head stored once, as the token table), the optimizer state (torch.save, read back
-with weights_only=True) and, written last, the description, config.json. Each file is serialized in memory and
-written with plain file operations, so a failed write is the operating system's own OSError, errno included, and
-becomes one UserError naming the file, the cause and the fix. The files go into a temporary folder that is
-swapped in by renames once all are flushed (checkpoint -> previous, temporary -> checkpoint, previous removed):
-a crash at any point leaves a complete current or previous checkpoint, the loader falls back to the latter, and
-a reader that read across a swap reads again. The checkpoint folders are never symbolic links.
+weights as safetensors (a tied head stored once, as the token table), the optimizer state (torch.save, read
+back with weights_only=True) and, written last, the description, config.json. Each file is serialized in
+memory and written with plain file operations, so a failed write is the operating system's own OSError, errno
+included, and becomes one UserError naming the file, the cause and the fix. The files go into a temporary
+folder that is swapped in by renames once all are flushed (checkpoint -> previous, temporary -> checkpoint,
+previous removed): a crash at any point leaves a complete current or previous checkpoint, the loader falls
+back to the latter, and a reader that read across a swap reads again. The checkpoint folders are never
+symbolic links.
 
 The description's entries, all checked on every read (`validate_meta`):
 
@@ -22,8 +24,8 @@ The description's entries, all checked on every read (`validate_meta`):
                     config and state: a hand edit is named by its key
 
 `sha256` is left out of `meta_sha256` on purpose: each entry is checked against the thing it describes, so an
-edit there is caught where it matters. Loading is safe with untrusted files: safetensors holds raw tensors only,
-`torch.load(weights_only=True)` refuses pickled objects other than tensors and plain containers, and the
+edit there is caught where it matters. Loading is safe with untrusted files: safetensors holds raw tensors
+only, `torch.load(weights_only=True)` refuses pickled objects other than tensors and plain containers, and the
 description is JSON, with the RNG states' byte tensors as base64 (`octlm.storage.jsonable.encode_tensors`).
 """
 
@@ -144,8 +146,8 @@ def validate_meta(meta: dict[str, Any], path: Path) -> Config:
     edited = _edited_key(meta)
     if edited:
         raise UserError(
-            f"{str(path)!r} was edited by hand: {edited} does not match the hash recorded when it was written "
-            "(meta_sha256); restore the file or train again"
+            f"{str(path)!r} was edited by hand: {edited} does not match the hash recorded "
+            "when it was written (meta_sha256); restore the file or train again"
         )
     return config
 
@@ -275,7 +277,8 @@ def _torch_bytes(obj: Any) -> bytes:
 def _write_files(
     tmp: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None, meta: dict[str, Any]
 ) -> None:
-    """Weights, optimizer state and (last) config.json into `tmp`, each flushed to the disk, then `tmp` itself.
+    """Weights, optimizer state and (last) config.json into `tmp`, each flushed to the disk, then `tmp`
+    itself.
 
     Each file is serialized in memory first: a library writing to the disk itself (safetensors' save_file,
     torch.save to a path) hides the errno of a failed write behind its own exception type.
@@ -298,7 +301,10 @@ def _kept(run: Run) -> str:
         step = read_meta(folder)["step"]
     except UserError:
         return "no earlier checkpoint exists"
-    return f"the checkpoint of step {step} in {str(folder)!r} is kept; resume from it with `octlm train --resume {run.path}`"
+    return (
+        f"the checkpoint of step {step} in {str(folder)!r} is kept; "
+        f"resume from it with `octlm train --resume {run.path}`"
+    )
 
 
 def _write_error(run: Run, step: int, error: OSError) -> UserError:
@@ -526,8 +532,8 @@ def load_model(run_dir: str | Path, device: str | torch.device = "cpu") -> tuple
         corpus, data = str(ckpt.meta["sha256"].get("corpus", "?"))[:12], ckpt.config.data.data_dir
         raise UserError(  # `octlm tokenizer` would train another one: the run needs the very one it used
             f"{str(tokenizer_path)!r} is missing; copy back the tokenizer the run was trained with (SHA-256 "
-            f"{str(expected)[:16]}...), from {data}/{corpus}-v{ckpt.config.model.vocab_size}-*/tokenizer.json "
-            "or a backup"
+            f"{str(expected)[:16]}...), "
+            f"from {data}/{corpus}-v{ckpt.config.model.vocab_size}-*/tokenizer.json or a backup"
         )
     tokenizer = Tokenizer.load(tokenizer_path)
     if expected and tokenizer.sha256 != expected:

@@ -2,9 +2,9 @@
 checkpoint and the data it was trained on, each checked.
 
 A resume may change only bookkeeping (`RESUMABLE_FIELDS`); the corpus, the tokenizer and the token files must
-hash the same as when the run started. A run started from another's weights may change the context and how RoPE
-scales it (`EXTENSION_FIELDS`), not the model, and must read tokens with the same tokenizer. Everything is
-checked before anything is written.
+hash the same as when the run started. A run started from another's weights may change the context and how
+RoPE scales it (`EXTENSION_FIELDS`), not the model, and must read tokens with the same tokenizer. Everything
+is checked before anything is written.
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def data_for_run(
     for key, value in hashes.items():
         if ckpt and recorded.get(key) != value:
             raise UserError(
-                f"{key} differs from the checkpoint's: SHA-256 {value[:12]} != {str(recorded.get(key))[:12]}; "
+                f"{key} differs from the checkpoint's: "
+                f"SHA-256 {value[:12]} != {str(recorded.get(key))[:12]}; "
                 "the corpus or tokenizer changed since the run started, so it cannot be resumed"
             )
     return data, hashes
