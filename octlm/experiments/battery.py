@@ -30,6 +30,7 @@ from torch import Tensor
 from octlm.config import ModelConfig, TrainConfig
 from octlm.errors import UserError
 from octlm.experiments import cells
+from octlm.experiments.rows import Row
 from octlm.experiments.tasks import PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES, table_order
@@ -124,49 +125,6 @@ def default_rows() -> list[str]:
         "rope+ssmax",
         "nope+ssmax",
     ]
-
-
-@dataclass(frozen=True)
-class Row:
-    """A row of the battery's tables: a scheme, whether its positions are randomized, which layers use none,
-    whether its queries are scaled by s log n (scalable softmax, `model.attention_scaling`)."""
-
-    spec: str
-    scheme: str
-    randomized: bool
-    nope_layers: tuple[int, ...]
-    ssmax: bool = False
-
-    @classmethod
-    def parse(cls, spec: str, n_layers: int) -> Row:
-        scheme, *extras = spec.split("+")
-        problems = (
-            []
-            if scheme in SCHEMES
-            else [f"unknown position scheme {scheme!r} in row {spec!r}; choose one of {', '.join(SCHEMES)}"]
-        )
-        layers = [int(e[4:]) for e in extras if e.startswith("nope") and e[4:].isdigit()]
-        unknown = [
-            e
-            for e in extras
-            if e not in ("random", "ssmax") and not (e.startswith("nope") and e[4:].isdigit())
-        ]
-        problems += [f"row {spec!r}: {e!r} is not random, ssmax or nopeK (K a layer index)" for e in unknown]
-        problems += [
-            f"row {spec!r}: layer {k} is not one of 0 .. {n_layers - 1}" for k in layers if k >= n_layers
-        ]
-        if (
-            "random" in extras
-            and scheme in SCHEMES
-            and not set(SCHEMES[scheme].hooks()) - {"contextual_bias", "attend"}
-        ):
-            problems.append(
-                f"row {spec!r}: {scheme} reads no position ids (only their order), so randomizing "
-                "them changes nothing; drop +random"
-            )
-        if problems:
-            raise UserError("; ".join(problems))
-        return cls(spec, scheme, "random" in extras, tuple(sorted(set(layers))), "ssmax" in extras)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells
 from octlm.experiments.lengths_scorer import MODES, EvalText, make_eval_text, score
+from octlm.experiments.rows import Row
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
@@ -259,11 +260,12 @@ ROW_OPTIONS = {"ssmax": {"model.attention_scaling": "ssmax"}}
 
 def row_overrides(row: str) -> dict[str, Any] | None:
     """The config fields a row of the grid sets (`rope`, `nope+ssmax`), or None if it names no known scheme or
-    option."""
-    scheme, *options = row.split("+")
-    if scheme not in scheme_names() or any(o not in ROW_OPTIONS for o in options):
+    option (this experiment's rows take ROW_OPTIONS only)."""
+    try:
+        parsed = Row.parse(row)
+    except UserError:
         return None
-    return {"model.position": scheme} | {k: v for o in options for k, v in ROW_OPTIONS[o].items()}
+    return None if parsed.randomized or parsed.nope_layers else parsed.config_fields()
 
 
 def row_of(config: Config) -> str:
