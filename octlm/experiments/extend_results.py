@@ -23,7 +23,7 @@ from octlm.experiments import cells
 from octlm.experiments.cells import CellsRun
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
 from octlm.files import write_atomic
-from octlm.inspect.figures import VARIANT_STYLES, plot_extend, scheme_colour
+from octlm.inspect.figures import VARIANT_STYLES, _figure, _save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 
@@ -297,3 +297,80 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
             f"wrote {out_dir}/{', '.join([MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE])} from {len(found)} cell(s)"
         )
     return ExtendResult(out_dir, records, summary, curves, markdown, missing)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The figure (the drawing helpers are octlm.inspect.figures')
+
+
+# A line of `plot_extend`: (label, colour, (line style, marker), x values, y values).
+Series = tuple[str, str, tuple[str, str], list[int], list[float]]
+
+
+def plot_extend(
+    before: list[Series],
+    after: list[Series],
+    tuning: list[Series],
+    retrieval: list[Series],
+    train_length: int,
+    extend_length: int,
+    path: Path,
+) -> Path:
+    """The extension experiment in four panels: bits per byte against length before and after fine-tuning
+    (shared y), the fine-tuning's validation bits per byte at the extended length against step, and the bits
+    the passkey's needle saves against length after fine-tuning. Dotted lines: the two training lengths."""
+    fig = _figure(18.0, 4.6)
+    fig.subplots_adjust(left=0.04, right=0.88, bottom=0.13, top=0.88, wspace=0.22)
+    axes = fig.subplots(1, 4)
+    axes[1].sharey(axes[0])
+    titles = (
+        f"before fine-tuning (trained at {train_length})",
+        f"after fine-tuning at {extend_length}",
+        f"fine-tuning: validation at {extend_length}",
+        "passkey after fine-tuning",
+    )
+    ylabels = (
+        "bits per byte",
+        "bits per byte",
+        "validation bits per byte",
+        "bits the needle saves on the key",
+    )
+    for ax, lines, title, ylabel in zip(
+        axes, (before, after, tuning, retrieval), titles, ylabels, strict=True
+    ):
+        for name, colour, (line, marker), x, y in lines:
+            ax.plot(x, y, color=colour, linestyle=line, marker=marker, ms=3, linewidth=1.3, label=name)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in (axes[0], axes[1], axes[3]):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("evaluation length (tokens)")
+        lengths = sorted({x for _, _, _, xs, _ in after for x in xs})
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        for n in (train_length, extend_length):
+            ax.axvline(n, color="grey", linestyle=":", linewidth=1)
+    axes[2].set_xlabel("fine-tuning step")
+    axes[3].axhline(0, color="grey", linewidth=0.8)
+    if not retrieval:
+        axes[3].text(
+            0.5,
+            0.5,
+            "no evaluation length holds\nthe needle and the question",
+            ha="center",
+            va="center",
+            transform=axes[3].transAxes,
+            fontsize=8,
+        )
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(0.89, 0.88),
+        title="colour: scheme; line: method",
+        title_fontsize=7,
+    )
+    fig.suptitle("Context extension by fine-tuning: mean over seeds", fontsize=10)
+    return _save(fig, path)
