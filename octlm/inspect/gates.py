@@ -25,8 +25,9 @@ import torch
 
 from octlm.errors import UserError
 from octlm.inspect.attention import DEFAULT_WINDOWS, SHOWN_DISTANCES, attention_windows
-from octlm.inspect.probe import forward_with_hooks, validation_tokens
+from octlm.inspect.probe import forward_with_hooks
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table
+from octlm.inspect.validation import validation_tokens
 from octlm.storage.jsonable import to_json
 
 if TYPE_CHECKING:
