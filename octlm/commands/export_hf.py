@@ -9,15 +9,14 @@ from octlm.interop.hf import export_hf
 
 # What `octlm export hf --help` says maps where (hf_arch.hf_architecture decides; its refusal says the same).
 SHAPES = (
-    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, layernorm, "
-    "gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV heads "
-    "allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction as "
-    "rotary_pct, layernorm, gelu, bias); MPT (alibi, layernorm, gelu, no bias, d_ff = 4 x d_model, no "
-    "nope_layers or grouped KV heads); Llama 4's text model (Llama4ForCausalLM) for a Llama-shaped rope or nope "
-    "run with attention_scaling llama4 (its temperature in the NoPE layers). Anything else is refused, naming "
-    "what differs. The exported tokenizer "
-    "puts <|endoftext|> before the text, as octlm generate does, so transformers' generate continues a prompt "
-    "as octlm does."
+    "A run exports when its model matches one transformers architecture: GPT-2 (learned positions, "
+    "layernorm, gelu, bias); Llama (rope, half layout, rope_fraction 1, rmsnorm, swiglu, no bias; grouped KV "
+    "heads allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction "
+    "as rotary_pct, layernorm, gelu, bias); MPT (alibi, layernorm, gelu, no bias, d_ff = 4 x d_model, no "
+    "nope_layers or grouped KV heads); Llama 4's text model (Llama4ForCausalLM) for a Llama-shaped rope or "
+    "nope run with attention_scaling llama4 (its temperature in the NoPE layers). Anything else is refused, "
+    "naming what differs. The exported tokenizer puts <|endoftext|> before the text, as octlm generate does, "
+    "so transformers' generate continues a prompt as octlm does."
 )
 
 

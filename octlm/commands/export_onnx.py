@@ -1,5 +1,5 @@
-"""`octlm export onnx`: a run as one ONNX graph (logits, every layer's attention and the first layer's numbers) for
-onnxruntime."""
+"""`octlm export onnx`: a run as one ONNX graph (logits, every layer's attention and the first layer's
+numbers) for onnxruntime."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`octlm generate`: stream text from a trained run (or print `--num-samples` continuations decoded together)."""
+"""`octlm generate`: stream text from a trained run (or print `--num-samples` continuations decoded
+together)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from octlm.runtime import resolve_device, torch_threads
 from octlm.storage.checkpoint import load_model
 
 DEVICES = "auto, cpu, cuda or cuda:N"
-# `--num-samples`: one batch, one KV cache of N rows; past a few thousand rows a cache would not fit in memory.
+# `--num-samples`: one batch, one KV cache of N rows; past a few thousand rows a cache would not fit in
+# memory.
 NUM_SAMPLES_RANGE = (1, 4096)
 
 

@@ -1,4 +1,5 @@
-"""`octlm model`: describe a model config: its parameter count and, with `--dry-run`, one forward pass's shapes."""
+"""`octlm model`: describe a model config: its parameter count and, with `--dry-run`, one forward pass's
+shapes."""
 
 from __future__ import annotations
 

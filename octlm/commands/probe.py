@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {'layer':<10} {'R²':>6} {'MAE':>6} {'R² ctl':>7} {'acc':>6} {'acc ctl':>7}  chance")
     for x in result["layers"]:
         print(
-            f"  {x['layer']:<10} {x['ridge']['r2']:6.3f} {x['ridge']['mae']:6.1f} {x['ridge_control']['r2']:7.3f} "
+            f"  {x['layer']:<10} {x['ridge']['r2']:6.3f} {x['ridge']['mae']:6.1f} "
+            f"{x['ridge_control']['r2']:7.3f} "
             f"{x['bucket']['accuracy']:6.3f} {x['bucket_control']['accuracy']:7.3f}  {x['chance']:.3f}"
         )
     print(f"probe: {folder / PROBE_FILES['markdown']} (also {PROBE_FILES['json']}, {PROBE_FILES['figure']})")

@@ -1,5 +1,5 @@
-"""`octlm tokenizer`: train the byte-level BPE tokenizer on the training split, store it where `octlm data` looks
-(recorded in the cache folder, so `octlm data` reuses it), print its figures."""
+"""`octlm tokenizer`: train the byte-level BPE tokenizer on the training split, store it where `octlm data`
+looks (recorded in the cache folder, so `octlm data` reuses it), print its figures."""
 
 from __future__ import annotations
 

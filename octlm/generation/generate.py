@@ -1,11 +1,12 @@
-"""Generating text from a trained model: one token at a time with the KV cache, streamed, or a batch of samples.
+"""Generating text from a trained model: one token at a time with the KV cache, streamed, or a batch of
+samples.
 
 The prompt is run once through the model, filling the cache; after that each new token is a single-position
 forward pass that reads the cached keys and values (`octlm.model.decode_step`). The cache starts with room for
-`INITIAL_NEW_TOKENS` new tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up front.
-Schemes with no maximum length keep using the cache past the trained context. A learned position table has no
-row past its last one, so once the sequence outgrows it the window slides: every new token re-reads the last
-`context_length` tokens without the cache (slower, and said once on stderr). How each token is chosen is
+`INITIAL_NEW_TOKENS` new tokens and doubles when full, so `--max-new-tokens 10**12` allocates nothing up
+front. Schemes with no maximum length keep using the cache past the trained context. A learned position table
+has no row past its last one, so once the sequence outgrows it the window slides: every new token re-reads the
+last `context_length` tokens without the cache (slower, and said once on stderr). How each token is chosen is
 `octlm.generation.sampling`.
 
 Streaming: `StreamDecoder` feeds each token's bytes through an incremental UTF-8 decoder, so printing is

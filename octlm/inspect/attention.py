@@ -58,7 +58,8 @@ def attention_windows(tokens: np.ndarray, length: int, count: int) -> np.ndarray
 
 
 def attention_probabilities(model: Decoder, ids: torch.Tensor) -> list[torch.Tensor]:
-    """Every layer's attention `[B, H, T, T]` (rows: queries, summing to 1 over keys 0..i) for ids `[B, T]`."""
+    """Every layer's attention `[B, H, T, T]` (rows: queries, summing to 1 over keys 0..i)
+    for ids `[B, T]`."""
     if ids.shape[1] ** 2 > WHOLE_BIAS_PAIRS:
         raise UserError(
             f"attention probabilities of windows of {ids.shape[1]} tokens would not fit; "
@@ -76,7 +77,8 @@ def attention_probabilities(model: Decoder, ids: torch.Tensor) -> list[torch.Ten
 
 
 def _layer_sums(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Float64 sums over windows and queries of one layer's probabilities `[B, H, T, T]` (see the module doc)."""
+    """Float64 sums over windows and queries of one layer's probabilities `[B, H, T, T]`
+    (see the module doc)."""
     p = probs.double()
     T = p.shape[-1]
     i = torch.arange(T)
@@ -128,13 +130,15 @@ def attention_by_distance(model: Decoder, windows: np.ndarray) -> dict[str, Any]
 
 
 def inspect_attention(model: Decoder, tokens: np.ndarray, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
-    """`attention_by_distance` on `windows` windows of the model's context length (at most 1,024) of `tokens`."""
+    """`attention_by_distance` on `windows` windows of the model's context length (at most 1,024)
+    of `tokens`."""
     length = min(model.config.context_length, int(WHOLE_BIAS_PAIRS**0.5))
     return attention_by_distance(model, attention_windows(tokens, length, windows))
 
 
 def summary_rows(numbers: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per layer and head: mean distance, entropy and the lift at distance 1 (what compare tabulates)."""
+    """One row per layer and head: mean distance, entropy and the lift at distance 1
+    (what compare tabulates)."""
     entropy, spread, lift = (np.asarray(numbers[k]) for k in ("entropy", "mean_distance", "lift"))
     L, H = entropy.shape
     return [
@@ -159,7 +163,8 @@ def attention_blocks(numbers: dict[str, Any] | None, figure: Path | None, level:
     T, lift = numbers["length"], np.asarray(numbers["lift"])
     shown = [d for d in SHOWN_DISTANCES if d < T]
     text = (
-        f"On {numbers['windows']} held-out windows of {T} tokens: the mean attention probability of the key d "
+        f"On {numbers['windows']} held-out windows of {T} tokens: the mean attention probability of the "
+        "key d "
         "positions back, divided by what uniform attention over the query's visible keys would give (lift: "
         "1 = no preference for near keys), per layer and head. Entropy is the mean over queries of each "
         f"attention row's entropy in nats; uniform attention would have {numbers['uniform_entropy']:.3f}."
@@ -186,7 +191,8 @@ def attention_blocks(numbers: dict[str, Any] | None, figure: Path | None, level:
 
 
 def report_attention(model: Decoder, config: Config, tokenizer: Tokenizer) -> dict[str, Any]:
-    """For `octlm inspect`: `inspect_attention` on the validation stream, or {"skipped": why} when it cannot run."""
+    """For `octlm inspect`: `inspect_attention` on the validation stream, or {"skipped": why}
+    when it cannot run."""
     try:
         numbers = inspect_attention(model, validation_tokens(config, tokenizer))
     except (UserError, OSError) as error:

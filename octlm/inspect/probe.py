@@ -5,8 +5,8 @@ causal language models learn it anyway: the causal mask lets a token count what 
 asks every layer: the embedding output (token + position vector where the scheme adds one) and the residual
 stream after each block, captured with forward hooks on the model's blocks (nothing in model.py changes).
 
-On held-out text cut into windows of the run's context length T, each token's vector `[C]` is the input and its
-position t in 0..T-1 the target of
+On held-out text cut into windows of the run's context length T, each token's vector `[C]` is the input and
+its position t in 0..T-1 the target of
 
 - ridge regression, scored by R² and mean absolute error in positions;
 - a multinomial logistic regression over `buckets` equal position buckets, scored by accuracy against chance;
@@ -70,7 +70,8 @@ def forward_with_hooks(model: Decoder, ids: torch.Tensor, handles: list[Any]) ->
 
 
 def capture_layers(model: Decoder, ids: torch.Tensor) -> list[torch.Tensor]:
-    """The embedding output and the residual stream after each block for ids `[B, T]`: n_layers + 1 `[B, T, C]`.
+    """The embedding output and the residual stream after each block for ids `[B, T]`:
+    n_layers + 1 `[B, T, C]`.
 
     A pre-hook on the first block sees its input (the embedding output); a hook on each block its output.
     """
@@ -93,7 +94,8 @@ def layer_names(n_layers: int) -> list[str]:
 
 
 def windows_of(tokens: np.ndarray, length: int, count: int) -> np.ndarray:
-    """Up to `count` non-overlapping windows `[W, length]` spread evenly over the stream (as evaluation is)."""
+    """Up to `count` non-overlapping windows `[W, length]` spread evenly over the stream
+    (as evaluation is)."""
     available = len(tokens) // length
     if available < MIN_WINDOWS:
         raise UserError(
@@ -119,14 +121,16 @@ def features(model: Decoder, windows: np.ndarray, batch: int = 16) -> np.ndarray
 
 
 def standardise(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
-    """Features `[N, C]` centred and scaled by the training rows' mean and std (constant columns kept at 0)."""
+    """Features `[N, C]` centred and scaled by the training rows' mean and std
+    (constant columns kept at 0)."""
     mean, std = train.mean(0), train.std(0)
     std = np.where(std > 0, std, 1.0)
     return [(x - mean) / std for x in (train, *others)]
 
 
 def ridge_fit(x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[np.ndarray, float]:
-    """Weights `[C]` and intercept minimising mean((x w + b - y)²) + alpha ||w||² (b unpenalised), x `[N, C]`."""
+    """Weights `[C]` and intercept minimising mean((x w + b - y)²) + alpha ||w||² (b unpenalised),
+    x `[N, C]`."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     mean_x, mean_y = x.mean(0), y.mean()
     xc = x - mean_x
@@ -219,7 +223,8 @@ def probe_layer(
 
 
 def split_windows(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Training and test window indices: a quarter of the windows (at least one) held out, chosen by `seed`."""
+    """Training and test window indices: a quarter of the windows (at least one) held out,
+    chosen by `seed`."""
     order = np.random.default_rng(seed).permutation(count)
     held = max(1, round(count * TEST_FRACTION))
     return np.sort(order[held:]), np.sort(order[:held])
@@ -265,7 +270,8 @@ def probe_run(
     buckets: int = BUCKETS,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Probe a trained run on its validation stream (or on `text`, a file): `probe_model`'s numbers + names."""
+    """Probe a trained run on its validation stream (or on `text`, a file):
+    `probe_model`'s numbers + names."""
     from octlm.storage.checkpoint import load_model
 
     model, config, tokenizer = load_model(run_dir)
@@ -296,7 +302,8 @@ def probe_blocks(result: dict[str, Any], figure: Path | None, level: int = 2) ->
     t, k = result["context_length"], result["buckets"]
     alphas = ", ".join(f"{a:g}" for a in result["alphas"])
     method = (
-        f"Linear probes for each token's absolute position t in 0..{t - 1} within windows of T = {t} tokens of "
+        f"Linear probes for each token's absolute position t in 0..{t - 1} within windows of T = {t} "
+        "tokens of "
         f"{result['source']}: {result['windows']['train']} training and {result['windows']['test']} held-out "
         f"windows ({result['tokens']['test']:,} test tokens; split by window, seed {result['seed']}). Ridge "
         f"regression on standardised features, penalty α chosen from {{{alphas}}} by R² on a fifth of the "
@@ -346,7 +353,8 @@ def probe_blocks(result: dict[str, Any], figure: Path | None, level: int = 2) ->
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> Table:
-    """One table of several runs' probes (e.g. one per scheme in the length experiment), row per run and layer."""
+    """One table of several runs' probes (e.g. one per scheme in the length experiment),
+    row per run and layer."""
     rows = [
         [
             name,

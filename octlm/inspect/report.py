@@ -14,12 +14,13 @@ initialised model of its config and without training counts. The report holds:
   leaves them exactly at their initial values).
 
 The stage is four modules: octlm/inspect/analysis.py computes every number (`analyze`, one JSON-able dict),
-octlm/inspect/figures.py draws them, octlm/inspect/render.py renders blocks to Markdown and HTML, and this module writes
-the report's text, the files (`write_report`, `write_pretrained_report`) and the CLI.
+octlm/inspect/figures.py draws them, octlm/inspect/render.py renders blocks to Markdown and HTML, and this
+module writes the report's text, the files (`write_report`, `write_pretrained_report`) and the CLI.
 
     runs/<name>/report/ (--hf: reports/<name>/)
         report.md  report.html  report.json  embeddings.json  positions.png  tokens_pca.png  norms.png
-        [position_scheme.png for RoPE, ALiBi and T5]  [attention.png: attention by distance, octlm/inspect/attention.py]
+        [position_scheme.png for RoPE, ALiBi and T5]
+        [attention.png: attention by distance, octlm/inspect/attention.py]
         [gates.png: FoX's forget gates against distance, octlm/inspect/gates.py]
 """
 
@@ -159,7 +160,10 @@ def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[B
             "training, beside the sinusoidal table of the same width."
         )
     elif pos["has_vectors"]:
-        caption = f"Position x position cosine similarity of the {m['position']} vectors (fixed: trained = untrained)."
+        caption = (
+            f"Position x position cosine similarity of the {m['position']} vectors "
+            "(fixed: trained = untrained)."
+        )
     else:
         caption = (
             f"For reference only: the sinusoidal table of width {m['d_model']}. A {m['position']} model "
@@ -174,7 +178,8 @@ def _position_blocks(report: dict[str, Any], figures: dict[str, Path]) -> list[B
 
 
 def _vector_blocks(pos: dict[str, Any]) -> list[Block]:
-    """Nearest positions, trained (and untrained), and the mean similarity by distance beside the sinusoidal."""
+    """Nearest positions, trained (and untrained), and the mean similarity by distance beside the
+    sinusoidal."""
     versions = [("trained", pos["trained"])] + (
         [("untrained", pos["untrained"])] if "untrained" in pos else []
     )
@@ -360,7 +365,8 @@ def write_pretrained_report(
     out: str | Path | None = None,
     export_web: str | Path | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default reports/<name>/).
+    """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default
+    reports/<name>/).
 
     `name`: a local folder or a Hub name (see octlm/inspect/pretrained.py); UserError when it is refused.
     """

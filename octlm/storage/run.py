@@ -12,15 +12,17 @@
         report/                    what `octlm inspect` writes (probe/: what `octlm probe` writes)
         tensorboard/               TensorBoard event files, with `--log tensorboard` (octlm.training.tracking)
         .lock                      the writer's lock, holding its PID, while `octlm train` writes the folder
-        .replaced/                 the previous run's files, while an `--overwrite` has no checkpoint of its own
+        .replaced/                 the previous run's files, while an `--overwrite` has no checkpoint of
+                                   its own
         .replacing/                the same, while being moved (out of the way, or back after a failure)
 
 One writer at a time: `Run.lock()` holds an `fcntl.flock` on `.lock` for the whole of a train or resume (the
 kernel drops it when the process dies, so a lock is never stale); a second writer is refused, naming the PID.
-Readers (generate, inspect, export) never lock. A new run in a folder that holds one (`--overwrite`) first moves
-the old run's files into `.replaced/` (`set_aside`); `settle()` deletes them once the new run's first checkpoint
-exists, and puts them back when the new run fails before it, or, after a crash, when the next writer locks the
-folder. Metrics are written with O_NOFOLLOW: a symlink in the run folder is refused, never written through.
+Readers (generate, inspect, export) never lock. A new run in a folder that holds one (`--overwrite`) first
+moves the old run's files into `.replaced/` (`set_aside`); `settle()` deletes them once the new run's first
+checkpoint exists, and puts them back when the new run fails before it, or, after a crash, when the next
+writer locks the folder. Metrics are written with O_NOFOLLOW: a symlink in the run folder is refused, never
+written through.
 
 Every other module asks a `Run` for a path or a record instead of spelling a file name. Reading never executes
 code: config.json and metrics.jsonl are JSON, and every problem is a UserError naming the file.
@@ -136,7 +138,8 @@ class Run:
         return self.checkpoint_dir.is_dir() or self.old_checkpoint_dir.is_dir()
 
     def is_run(self) -> bool:
-        """The folder holds a run (a checkpoint, complete or not, or a metrics log): no export writes there."""
+        """The folder holds a run (a checkpoint, complete or not, or a metrics log): no export writes
+        there."""
         return self.has_checkpoint() or self.metrics_path.is_file()
 
     def find_checkpoint(self) -> Path:
@@ -155,7 +158,8 @@ class Run:
             raise UserError(
                 f"run {str(run_dir)!r} has no checkpoint of its own yet: an --overwrite is replacing it and "
                 f"has not written its first; the previous run is kept in {REPLACED_DIR}/ until then, and if "
-                f"the new run died, the next `octlm train` here puts it back (e.g. octlm train --resume {run_dir})"
+                f"the new run died, the next `octlm train` here puts it back "
+                f"(e.g. octlm train --resume {run_dir})"
             )
         if self.metrics_path.is_file() or self.tokenizer_path.is_file():
             raise UserError(
@@ -207,8 +211,9 @@ class Run:
         return records[-1] if records else {}
 
     def truncate_metrics(self, up_to_step: int) -> None:
-        """Keep the records of steps <= up_to_step: evaluations after a checkpoint are redone by the resume. A
-        stop's own record (`"stopped": true`) goes too: the resumed run goes on past it, as if never stopped."""
+        """Keep the records of steps <= up_to_step: evaluations after a checkpoint are redone by the resume.
+        A stop's own record (`"stopped": true`) goes too: the resumed run goes on past it, as if never
+        stopped."""
         if not self.metrics_path.is_file():
             return
         kept = [r for r in self.read_metrics() if _step_of(r) <= up_to_step and r.get("stopped") is not True]
@@ -218,7 +223,8 @@ class Run:
         tmp.replace(self.metrics_path)
 
     def refuse_links(self) -> None:
-        """A UserError when a file the run writes is a symlink: octlm never writes through one out of the run."""
+        """A UserError when a file the run writes is a symlink: octlm never writes through one out of the
+        run."""
         for path in (self.metrics_path, self.tokenizer_path, self.tensorboard_dir, self.lock_path):
             if path.is_symlink():
                 raise UserError(
@@ -269,8 +275,8 @@ class Run:
                     holder = _holder(fd)
                     os.close(fd)
                     raise UserError(
-                        f"run folder {str(self.path)!r} is in use: another octlm train (PID {holder}) is writing "
-                        "it; wait for it to finish or stop it, or train under another --name"
+                        f"run folder {str(self.path)!r} is in use: another octlm train (PID {holder}) is "
+                        "writing it; wait for it to finish or stop it, or train under another --name"
                     ) from None
                 if _same_file(fd, self.lock_path):
                     os.ftruncate(fd, 0)
@@ -282,16 +288,16 @@ class Run:
             if error.errno == errno.ELOOP:
                 self.refuse_links()
             raise UserError(
-                f"cannot write in run folder {str(self.path)!r}: {error.strerror or error}; make it a writable "
-                "folder, or choose another --out or --name"
+                f"cannot write in run folder {str(self.path)!r}: {error.strerror or error}; make it a "
+                "writable folder, or choose another --out or --name"
             ) from None
 
     # --- the checkpoint folders: a new one swapped in whole --------------------------------------------
     def check_checkpoint_layout(self) -> None:
         """Refuse, before anything is written, what a checkpoint swap would write through or trip over.
 
-        The run folder may itself be a link (runs/ on another disk is fine), but its checkpoint folders may not:
-        renaming or deleting them would act on a folder outside the run.
+        The run folder may itself be a link (runs/ on another disk is fine), but its checkpoint folders may
+        not: renaming or deleting them would act on a folder outside the run.
         """
         if self.path.exists() and not self.path.is_dir():
             raise UserError(
@@ -300,9 +306,10 @@ class Run:
         for path in (self.checkpoint_dir, self.old_checkpoint_dir):
             if path.is_symlink():
                 raise UserError(
-                    f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); octlm writes checkpoints only "
-                    "inside the run folder, never through a link: replace the link by the folder it points to "
-                    "(rm the link, then mv that folder here), or make the whole run folder the link instead"
+                    f"{str(path)!r} is a symbolic link (to {os.readlink(path)!r}); octlm writes checkpoints "
+                    "only inside the run folder, never through a link: replace the link by the folder it "
+                    "points to (rm the link, then mv that folder here), or make the whole run folder the "
+                    "link instead"
                 )
             if path.exists() and not path.is_dir():
                 raise UserError(f"{str(path)!r} is a file, not a checkpoint folder; move it out of the way")
@@ -338,7 +345,8 @@ class Run:
 
     # --- replace, don't destroy ---------------------------------------------------------------------------
     def set_aside(self) -> bool:
-        """Move the run's files into `.replaced/` (via `.replacing/`) for a new run; False if there were none."""
+        """Move the run's files into `.replaced/` (via `.replacing/`) for a new run; False if there were
+        none."""
         present = [self.path / name for name in RUN_ENTRIES if os.path.lexists(self.path / name)]
         if not present:
             return False

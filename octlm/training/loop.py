@@ -1,17 +1,18 @@
 """The training loop: evaluation in bits per byte, checkpoints, resume and DDP.
 
-`train()` opens a run folder (`octlm.storage.run`), builds the training state, loops over `train_step`, `evaluate`
-and `save`, and returns a `TrainResult`. Sampling and the report come after it returns, in the command
-(`octlm.commands.train`), so this module imports neither.
+`train()` opens a run folder (`octlm.storage.run`), builds the training state, loops over `train_step`,
+`evaluate` and `save`, and returns a `TrainResult`. Sampling and the report come after it returns, in the
+command (`octlm.commands.train`), so this module imports neither.
 
 Choices, and why (the optimizer's and the schedule's are in `octlm.training.optimizer`):
 
 - Determinism: `torch.manual_seed(seed)` before the model is built, and batches drawn by a dedicated
   `torch.Generator` whose state is checkpointed together with the global RNG. A CPU run that is stopped and
   resumed ends bit-identical to an uninterrupted one (tests check this).
-- Resume may change only bookkeeping (`octlm.training.resume.RESUMABLE_FIELDS`: steps, evaluation and checkpoint intervals, devices,
-  out_dir, run name, report, sample length, log, data_dir). Extending `steps` stretches the cosine from the resume
-  point on; the tokenizer, the corpus and the token files must hash the same as when the run started.
+- Resume may change only bookkeeping (`octlm.training.resume.RESUMABLE_FIELDS`: steps, evaluation and
+  checkpoint intervals, devices, out_dir, run name, report, sample length, log, data_dir). Extending `steps`
+  stretches the cosine from the resume point on; the tokenizer, the corpus and the token files must hash the
+  same as when the run started.
 - DDP: `torchrun --nproc_per_node=N -m octlm train ...`. Every rank draws the same global batch of N·B offsets
   from the shared generator and takes its own slice. At dropout 0, N processes with batch B therefore follow
   one process with batch N·B, up to float rounding (gradients are averaged in another order). With dropout > 0
@@ -272,7 +273,8 @@ def optimizer_step(
 
 
 def train_step(state: TrainState, config: Config, device: torch.device, dist: Dist, run: Run) -> float:
-    """One optimizer step on one global batch; returns the loss (mean over ranks). Refuses a non-finite one."""
+    """One optimizer step on one global batch; returns the loss (mean over ranks). Refuses a non-finite
+    one."""
     B, T = config.train.batch_size, config.model.context_length
 
     def loss_of() -> torch.Tensor:
@@ -347,7 +349,8 @@ def save(state: TrainState, config: Config, device: torch.device, dist: Dist, ru
             "rng": rng_state(state.generator, device),
             "world_size": dist.world,
             "tokens_seen": state.step * config.train.batch_size * config.model.context_length * dist.world,
-            "losses_since_eval": state.since_eval,  # so the next record averages the same steps after a resume
+            # so the next record averages the same steps after a resume
+            "losses_since_eval": state.since_eval,
         }
         if ranks is not None:
             extra["rank_rng"] = ranks
