@@ -10,17 +10,21 @@ table has no row for a size reads "no rows" there.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from octlm.experiments import cells
 from octlm.experiments.battery import AXES, wilson_interval
 from octlm.experiments.cells import CellsRun
+from octlm.experiments.figures import STYLE_KEY, row_style
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
-from octlm.inspect.figures import plot_accuracy, plot_heatmaps
+from octlm.inspect.figures import _figure, _save
 from octlm.inspect.render import Block, Code, Heading, Image, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 
@@ -259,3 +263,88 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
             f"wrote {out_dir}/{MD_FILE}, {FIGURE_FILE}, {WEB_FILE} from {len(found)} cell(s) in {wall / 60:.1f} min"
         )
     return BatteryResult(out_dir, records, markdown, wall, missing)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The figures (the drawing helpers are octlm.inspect.figures')
+
+
+def plot_accuracy(
+    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int], path: Path
+) -> Path:
+    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
+    where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
+    line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line style its
+    options' (`row_style`)."""
+    columns = min(4, len(panels))
+    n_rows = math.ceil(len(panels) / columns)
+    fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
+    fig.subplots_adjust(
+        left=0.06,
+        right=1 - 2.2 / (3.6 * columns + 2.2),
+        bottom=0.12 / n_rows,
+        top=1 - 0.2 / n_rows,
+        wspace=0.25,
+        hspace=0.45,
+    )
+    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
+    for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
+        for row, values in lines.items():
+            color, (style, marker) = row_style(row)
+            y = [np.nan if v is None else 100 * v for v in values]
+            ax.plot(sizes, y, linestyle=style, marker=marker, ms=3, color=color, label=row)
+        ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.set_ylim(-3, 103)
+        ax.set_title(task, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles,
+        labels,
+        fontsize=7,
+        loc="upper right",
+        bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
+        title=STYLE_KEY,
+        title_fontsize=7,
+    )
+    fig.suptitle(
+        "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
+    )
+    return _save(fig, path)
+
+
+def plot_heatmaps(
+    grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int], title: str, path: Path
+) -> Path:
+    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
+    grey where the row cannot run at that size; `title` names the rows and columns."""
+    from matplotlib import colormaps
+
+    columns = min(5, len(grids))
+    n_rows = math.ceil(len(grids) / columns)
+    fig = _figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
+    fig.subplots_adjust(
+        left=0.07, right=0.9, bottom=0.1 / n_rows, top=1 - 0.22 / n_rows, wspace=0.35, hspace=0.5
+    )
+    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
+    cmap = colormaps["viridis"].with_extremes(bad="#cccccc")
+    image = None
+    for ax, (row, grid) in zip(axes, grids.items(), strict=False):
+        values = np.array([[np.nan if v is None else 100 * v for v in line] for line in grid])
+        image = ax.imshow(values, cmap=cmap, vmin=0, vmax=100, aspect="auto", origin="upper")
+        ax.set_xticks(range(len(sizes)), [str(n) for n in sizes], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
+        ax.set_title(row, fontsize=8)
+    for ax in axes[len(grids) :]:
+        ax.set_visible(False)
+    if image is not None:
+        fig.colorbar(image, cax=fig.add_axes((0.92, 0.15, 0.015, 0.7)), label="exact match (%)")
+    fig.suptitle(
+        f"{title}; grey: the row cannot run there (no rows)",
+        fontsize=10,
+    )
+    return _save(fig, path)

@@ -22,8 +22,9 @@ from octlm.config import config_from_dict
 from octlm.experiments import cells
 from octlm.experiments.cells import CellsRun
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
+from octlm.experiments.figures import VARIANT_STYLES
 from octlm.files import write_atomic
-from octlm.inspect.figures import VARIANT_STYLES, _figure, _save, scheme_colour
+from octlm.inspect.figures import _figure, _save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 

@@ -20,9 +20,10 @@ import numpy as np
 from octlm.config import Config, config_from_dict
 from octlm.experiments import cells
 from octlm.experiments.cells import CellsRun
+from octlm.experiments.figures import STYLE_KEY, VARIANT_STYLES, row_style
 from octlm.experiments.length import AXES, Settings
 from octlm.inspect import probe
-from octlm.inspect.figures import VARIANT_STYLES, Curve, plot_length, row_style, scheme_colour
+from octlm.inspect.figures import _figure, _save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
@@ -393,3 +394,67 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
         files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE]
         print(f"wrote {out_dir}/{', '.join(files)} from {len(found)} cell(s) in {wall / 60:.1f} min")
     return LengthResult(out_dir, records, summary, wall, markdown, missing)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The figure (the drawing helpers are octlm.inspect.figures')
+
+
+@dataclass
+class Curve:
+    """One line of `plot_length`: `mean` `[n]` at `lengths` `[n]`, a band of ± `spread` `[n]` around it."""
+
+    label: str
+    lengths: np.ndarray
+    mean: np.ndarray
+    spread: np.ndarray
+    color: str = "#000000"  # `scheme_colour` of its scheme: the same in every panel and figure
+    style: tuple[str, str] = ("-", "o")  # its variant's (line style, marker): VARIANT_STYLES
+
+
+def plot_length(
+    panels: list[list[tuple[str, list[Curve]]]], train_length: int, lengths: list[int], note: str, path: Path
+) -> Path:
+    """Bits per byte against evaluation length (log x): rows of panels, each (title, curves); shared y axis.
+
+    A dotted line marks the training length; each row has its legend on the right; `note` (e.g. the rows left
+    off the scale) goes under the panels.
+    """
+    n_rows, n_cols = len(panels), max(len(row) for row in panels)
+    fig = _figure(14.0, 1.0 + 4.5 * n_rows)
+    fig.subplots_adjust(
+        left=0.05, right=0.83, bottom=0.1 / n_rows, top=1 - 0.14 / n_rows, wspace=0.06, hspace=0.3
+    )
+    grid = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
+    for row, axes in zip(panels, grid, strict=True):
+        _length_row(row, axes, train_length, lengths)
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8)
+    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
+    return _save(fig, path)
+
+
+def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int, lengths: list[int]) -> None:
+    for ax, (title, curves) in zip(axes, row, strict=False):
+        for c in curves:
+            line = ax.plot(
+                c.lengths, c.mean, linestyle=c.style[0], marker=c.style[1], ms=3, color=c.color, label=c.label
+            )[0]
+            ax.fill_between(
+                c.lengths,
+                c.mean - c.spread,
+                c.mean + c.spread,
+                color=line.get_color(),
+                alpha=0.15,
+                linewidth=0,
+            )
+        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("bits per byte (the same tokens at every length)")
+    axes[len(row) - 1].legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=STYLE_KEY, title_fontsize=7
+    )

@@ -1,4 +1,5 @@
-"""The report's figures, drawn from an `analyze` result (octlm/inspect/analysis.py), and the experiments'.
+"""The report's figures, drawn from an `analyze` result (octlm/inspect/analysis.py), and the drawing helpers
+and scheme colours every figure shares (each experiment's figure is beside its results, octlm/experiments).
 
 matplotlib's Agg canvas only, never pyplot, so nothing global is touched and no display is needed. Also the
 web site's data (`web_export`, embeddings.json): the rows of the report's model that its playground draws.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -249,21 +249,6 @@ def _token_text(tokenizer: Tokenizer | None, token_id: int) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # One colour per scheme, in every figure
 
-# How a variant of a scheme is drawn: in its scheme's colour, with a (line style, marker) of its own. RoPE's
-# inference-time extensions (octlm.positions.rope_scaling.VARIANTS) and the battery's row options (+random,
-# +nopeK); "" and "plain" are the scheme as trained.
-VARIANT_STYLES: dict[str, tuple[str, str]] = {
-    "": ("-", "o"),
-    "plain": ("-", "o"),
-    "pi": ("--", "s"),
-    "ntk": ("-.", "^"),
-    "dynamic": (":", "v"),
-    "yarn": ("--", "D"),
-    "random": ("--", "s"),
-    "nope": ("-.", "^"),
-    "random+nope": (":", "v"),
-    "ssmax": (":", "P"),
-}
 # The built-in schemes' colours, fixed so that a reader learns them once: tab10 for the ten of 2024 (in their
 # registration order then), and for the three that compute attention themselves three dark hues (tab20b's)
 # that tab10 does not use.
@@ -282,7 +267,6 @@ BUILT_IN_COLOURS = {
     "path": "#637939",
     "stick-breaking": "#7b4173",
 }
-STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 
 
 def scheme_colour(scheme: str) -> str:
@@ -297,155 +281,6 @@ def scheme_colour(scheme: str) -> str:
     if scheme not in plugins:
         return "#000000"
     return to_hex(colormaps["tab20"](2 * (plugins.index(scheme) % 10) + 1))  # a built-in's hue, lighter
-
-
-def row_style(row: str) -> tuple[str, tuple[str, str]]:
-    """(colour, (line style, marker)) of a figure row: a scheme, or a battery row `scheme+random`,
-    `scheme+nopeK`."""
-    scheme, *extras = row.split("+")
-    kinds = ["nope" if e.startswith("nope") else e for e in extras]
-    return scheme_colour(scheme), VARIANT_STYLES.get("+".join(sorted(kinds, reverse=True)), ("--", "x"))
-
-
-@dataclass
-class Curve:
-    """One line of `plot_length`: `mean` `[n]` at `lengths` `[n]`, a band of ± `spread` `[n]` around it."""
-
-    label: str
-    lengths: np.ndarray
-    mean: np.ndarray
-    spread: np.ndarray
-    color: str = "#000000"  # `scheme_colour` of its scheme: the same in every panel and figure
-    style: tuple[str, str] = ("-", "o")  # its variant's (line style, marker): VARIANT_STYLES
-
-
-def plot_length(
-    panels: list[list[tuple[str, list[Curve]]]], train_length: int, lengths: list[int], note: str, path: Path
-) -> Path:
-    """Bits per byte against evaluation length (log x): rows of panels, each (title, curves); shared y axis.
-
-    A dotted line marks the training length; each row has its legend on the right; `note` (e.g. the rows left
-    off the scale) goes under the panels.
-    """
-    n_rows, n_cols = len(panels), max(len(row) for row in panels)
-    fig = _figure(14.0, 1.0 + 4.5 * n_rows)
-    fig.subplots_adjust(
-        left=0.05, right=0.83, bottom=0.1 / n_rows, top=1 - 0.14 / n_rows, wspace=0.06, hspace=0.3
-    )
-    grid = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
-    for row, axes in zip(panels, grid, strict=True):
-        _length_row(row, axes, train_length, lengths)
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=8)
-    fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
-    return _save(fig, path)
-
-
-def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int, lengths: list[int]) -> None:
-    for ax, (title, curves) in zip(axes, row, strict=False):
-        for c in curves:
-            line = ax.plot(
-                c.lengths, c.mean, linestyle=c.style[0], marker=c.style[1], ms=3, color=c.color, label=c.label
-            )[0]
-            ax.fill_between(
-                c.lengths,
-                c.mean - c.spread,
-                c.mean + c.spread,
-                color=line.get_color(),
-                alpha=0.15,
-                linewidth=0,
-            )
-        ax.axvline(train_length, color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.set_xlabel("evaluation length (tokens)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("bits per byte (the same tokens at every length)")
-    axes[len(row) - 1].legend(
-        fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), title=STYLE_KEY, title_fontsize=7
-    )
-
-
-def plot_accuracy(
-    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int], path: Path
-) -> Path:
-    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
-    where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
-    line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line style its
-    options' (`row_style`)."""
-    columns = min(4, len(panels))
-    n_rows = math.ceil(len(panels) / columns)
-    fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
-    fig.subplots_adjust(
-        left=0.06,
-        right=1 - 2.2 / (3.6 * columns + 2.2),
-        bottom=0.12 / n_rows,
-        top=1 - 0.2 / n_rows,
-        wspace=0.25,
-        hspace=0.45,
-    )
-    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
-    for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
-        for row, values in lines.items():
-            color, (style, marker) = row_style(row)
-            y = [np.nan if v is None else 100 * v for v in values]
-            ax.plot(sizes, y, linestyle=style, marker=marker, ms=3, color=color, label=row)
-        ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(n) for n in sizes])
-        ax.set_ylim(-3, 103)
-        ax.set_title(task, fontsize=9)
-        ax.grid(alpha=0.3)
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(
-        handles,
-        labels,
-        fontsize=7,
-        loc="upper right",
-        bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
-        title=STYLE_KEY,
-        title_fontsize=7,
-    )
-    fig.suptitle(
-        "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
-    )
-    return _save(fig, path)
-
-
-def plot_heatmaps(
-    grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int], title: str, path: Path
-) -> Path:
-    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
-    grey where the row cannot run at that size; `title` names the rows and columns."""
-    from matplotlib import colormaps
-
-    columns = min(5, len(grids))
-    n_rows = math.ceil(len(grids) / columns)
-    fig = _figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
-    fig.subplots_adjust(
-        left=0.07, right=0.9, bottom=0.1 / n_rows, top=1 - 0.22 / n_rows, wspace=0.35, hspace=0.5
-    )
-    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
-    cmap = colormaps["viridis"].with_extremes(bad="#cccccc")
-    image = None
-    for ax, (row, grid) in zip(axes, grids.items(), strict=False):
-        values = np.array([[np.nan if v is None else 100 * v for v in line] for line in grid])
-        image = ax.imshow(values, cmap=cmap, vmin=0, vmax=100, aspect="auto", origin="upper")
-        ax.set_xticks(range(len(sizes)), [str(n) for n in sizes], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
-        ax.set_title(row, fontsize=8)
-    for ax in axes[len(grids) :]:
-        ax.set_visible(False)
-    if image is not None:
-        fig.colorbar(image, cax=fig.add_axes((0.92, 0.15, 0.015, 0.7)), label="exact match (%)")
-    fig.suptitle(
-        f"{title}; grey: the row cannot run there (no rows)",
-        fontsize=10,
-    )
-    return _save(fig, path)
 
 
 def plot_probe(
