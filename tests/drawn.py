@@ -17,16 +17,16 @@ TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e37
 
 
 def keeping(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> dict[str, Any]:
-    """Every figure the `_save` of `modules` is given, by its file name, kept after it is written."""
+    """Every figure the `save` of `modules` is given, by its file name, kept after it is written."""
     kept: dict[str, Any] = {}
     for module in modules:
-        real = module._save
+        real = module.save
 
         def keep(fig: Any, path: Path, real: Any = real) -> Path:
             kept[Path(path).name] = fig
             return real(fig, path)
 
-        monkeypatch.setattr(module, "_save", keep)
+        monkeypatch.setattr(module, "save", keep)
     return kept
 
 

@@ -24,7 +24,7 @@ from octlm.experiments.cells import CellsRun
 from octlm.experiments.figures import STYLE_KEY, row_style
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
-from octlm.inspect.figures import _figure, _save
+from octlm.inspect.figures import figure, save
 from octlm.inspect.render import Block, Code, Heading, Image, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 
@@ -278,7 +278,7 @@ def plot_accuracy(
     options' (`row_style`)."""
     columns = min(4, len(panels))
     n_rows = math.ceil(len(panels) / columns)
-    fig = _figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
+    fig = figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
     fig.subplots_adjust(
         left=0.06,
         right=1 - 2.2 / (3.6 * columns + 2.2),
@@ -314,7 +314,7 @@ def plot_accuracy(
     fig.suptitle(
         "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
     )
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_heatmaps(
@@ -326,7 +326,7 @@ def plot_heatmaps(
 
     columns = min(5, len(grids))
     n_rows = math.ceil(len(grids) / columns)
-    fig = _figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
+    fig = figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
     fig.subplots_adjust(
         left=0.07, right=0.9, bottom=0.1 / n_rows, top=1 - 0.22 / n_rows, wspace=0.35, hspace=0.5
     )
@@ -347,4 +347,4 @@ def plot_heatmaps(
         f"{title}; grey: the row cannot run there (no rows)",
         fontsize=10,
     )
-    return _save(fig, path)
+    return save(fig, path)

@@ -24,7 +24,7 @@ from octlm.experiments.cells import CellsRun
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
 from octlm.experiments.figures import VARIANT_STYLES
 from octlm.files import write_atomic
-from octlm.inspect.figures import _figure, _save, scheme_colour
+from octlm.inspect.figures import figure, save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.storage.jsonable import to_json
 
@@ -320,7 +320,7 @@ def plot_extend(
     """The extension experiment in four panels: bits per byte against length before and after fine-tuning
     (shared y), the fine-tuning's validation bits per byte at the extended length against step, and the bits
     the passkey's needle saves against length after fine-tuning. Dotted lines: the two training lengths."""
-    fig = _figure(18.0, 4.6)
+    fig = figure(18.0, 4.6)
     fig.subplots_adjust(left=0.04, right=0.88, bottom=0.13, top=0.88, wspace=0.22)
     axes = fig.subplots(1, 4)
     axes[1].sharey(axes[0])
@@ -374,4 +374,4 @@ def plot_extend(
         title_fontsize=7,
     )
     fig.suptitle("Context extension by fine-tuning: mean over seeds", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)

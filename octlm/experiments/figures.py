@@ -4,6 +4,8 @@ results (`length_results`, `battery_results`, `extend_results`)."""
 
 from __future__ import annotations
 
+from octlm.errors import UserError
+from octlm.experiments.rows import Row
 from octlm.inspect.figures import scheme_colour
 
 # How a variant of a scheme is drawn: in its scheme's colour, with a (line style, marker) of its own. RoPE's
@@ -21,12 +23,16 @@ VARIANT_STYLES: dict[str, tuple[str, str]] = {
     "random+nope": (":", "v"),
     "ssmax": (":", "P"),
 }
+UNKNOWN_STYLE = ("--", "x")  # options no variant style is for
 STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 
 
 def row_style(row: str) -> tuple[str, tuple[str, str]]:
-    """(colour, (line style, marker)) of a figure row: a scheme, or a battery row `scheme+random`,
-    `scheme+nopeK`."""
-    scheme, *extras = row.split("+")
-    kinds = ["nope" if e.startswith("nope") else e for e in extras]
-    return scheme_colour(scheme), VARIANT_STYLES.get("+".join(sorted(kinds, reverse=True)), ("--", "x"))
+    """(colour, (line style, marker)) of a figure row (`Row`): a scheme, or a row with options `scheme+random`,
+    `scheme+nopeK`. A row this process cannot parse (a plug-in scheme not imported) is black, dashed."""
+    try:
+        parsed = Row.parse(row)
+    except UserError:
+        return scheme_colour(""), UNKNOWN_STYLE
+    on = (("random", parsed.randomized), ("nope", parsed.nope_layers), ("ssmax", parsed.ssmax))
+    return scheme_colour(parsed.scheme), VARIANT_STYLES.get("+".join(k for k, v in on if v), UNKNOWN_STYLE)

@@ -23,7 +23,7 @@ from octlm.experiments.cells import CellsRun
 from octlm.experiments.figures import STYLE_KEY, VARIANT_STYLES, row_style
 from octlm.experiments.length import AXES, Settings
 from octlm.inspect import probe
-from octlm.inspect.figures import _figure, _save, scheme_colour
+from octlm.inspect.figures import figure, save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
 from octlm.positions import family_of, table_order
 from octlm.positions.rope_scaling import LABELS, VARIANTS
@@ -421,7 +421,7 @@ def plot_length(
     off the scale) goes under the panels.
     """
     n_rows, n_cols = len(panels), max(len(row) for row in panels)
-    fig = _figure(14.0, 1.0 + 4.5 * n_rows)
+    fig = figure(14.0, 1.0 + 4.5 * n_rows)
     fig.subplots_adjust(
         left=0.05, right=0.83, bottom=0.1 / n_rows, top=1 - 0.14 / n_rows, wspace=0.06, hspace=0.3
     )
@@ -431,7 +431,7 @@ def plot_length(
     if note:
         fig.text(0.01, 0.01, note, fontsize=8)
     fig.suptitle("Train short, test long: mean over seeds, band = ± 1 std", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _length_row(row: list[tuple[str, list[Curve]]], axes: Any, train_length: int, lengths: list[int]) -> None:

@@ -25,14 +25,15 @@ WEB_TOKENS = 300  # rows exported to embeddings.json
 WEB_SCHEMA = 1
 
 
-def _figure(width: float, height: float) -> Any:
+def figure(width: float, height: float) -> Any:
     """A figure on the Agg canvas. Margins are set by hand: constrained layout doubles the drawing time."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=100)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save(fig: Any, path: Path) -> Path:
+    """`fig` written to `path` as a PNG; returns `path`."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # glyphs a font lacks (rare token bytes) are not worth a warning
         fig.savefig(path, format="png")
@@ -42,7 +43,7 @@ def _save(fig: Any, path: Path) -> Path:
 def plot_similarity_maps(maps: list[tuple[str, np.ndarray]], path: Path) -> Path:
     """One panel per (title, `[T, T]` cosine similarity); diverging colours fixed to [-1, 1], a colour bar."""
     two_lines = any("\n" in title for title, _ in maps)  # a reference's title says what it stands in for
-    fig = _figure(3.4 * len(maps) + 1.0, 3.5 + 0.2 * two_lines)
+    fig = figure(3.4 * len(maps) + 1.0, 3.5 + 0.2 * two_lines)
     top = 0.87 if two_lines else 0.91
     fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=0.97, bottom=0.14, top=top, wspace=0.35)
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
@@ -53,12 +54,12 @@ def plot_similarity_maps(maps: list[tuple[str, np.ndarray]], path: Path) -> Path
         ax.set_xlabel("position")
         ax.set_ylabel("position")
     fig.colorbar(image, ax=list(axes), label="cosine similarity", shrink=0.9)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_pca(panels: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: Path) -> Path:
     """One panel per (title, coordinates `[N, 2]`, explained `[2]`, labels `[N]`): labelled 2-D points."""
-    fig = _figure(5.2 * len(panels), 5.0)
+    fig = figure(5.2 * len(panels), 5.0)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.1, top=0.94, wspace=0.22)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (title, coords, explained, labels) in zip(axes, panels, strict=True):
@@ -69,7 +70,7 @@ def plot_pca(panels: list[tuple[str, np.ndarray, np.ndarray, list[str]]], path: 
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(f"PC 1 ({explained[0]:.0%} of variance)")
         ax.set_ylabel(f"PC 2 ({explained[1]:.0%} of variance)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_norms(
@@ -80,7 +81,7 @@ def plot_norms(
     Tokens never seen in training (count 0) cannot sit on a log axis; they are drawn in red at x = 0.5. The
     dashed line is the expected norm of a freshly initialised row, INIT_STD·√C. Without counts, norms by id.
     """
-    fig = _figure(4.6 * len(panels), 3.8)
+    fig = figure(4.6 * len(panels), 3.8)
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, top=0.92, wspace=0.12)
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, (title, norms) in zip(axes, panels, strict=True):
@@ -104,7 +105,7 @@ def plot_norms(
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("row norm")
         ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
@@ -118,7 +119,7 @@ def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
 
 
 def _plot_wavelengths(scheme: str, frequencies: dict[str, Any], length: int, path: Path) -> Path:
-    fig = _figure(5.0, 3.4)
+    fig = figure(5.0, 3.4)
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.15, top=0.9)
     ax = fig.subplots()
     wavelength = frequencies["wavelength"]
@@ -128,12 +129,12 @@ def _plot_wavelengths(scheme: str, frequencies: dict[str, Any], length: int, pat
     ax.set_ylabel("wavelength 2π/θ_i (positions)")
     ax.set_title(f"{scheme}: one rotation frequency per channel pair (none: not rotated)", fontsize=9)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
     """A scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted) if it moved."""
-    fig = _figure(5.4, 3.6)
+    fig = figure(5.4, 3.6)
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
     ax = fig.subplots()
     distance = np.arange(bias["trained"].shape[1])
@@ -146,7 +147,7 @@ def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
     ax.set_xlabel("distance (query - key)")
     ax.set_ylabel("added to the attention score")
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def draw_figures(report: dict[str, Any], folder: Path) -> dict[str, Path]:
@@ -290,7 +291,7 @@ def plot_probe(
 
     The control is dashed; a dotted line marks chance (`octlm probe`, octlm/inspect/probe.py).
     """
-    fig = _figure(4.2 * len(panels), 3.6)
+    fig = figure(4.2 * len(panels), 3.6)
     fig.subplots_adjust(left=0.09, right=0.98, bottom=0.2, top=0.9, wspace=0.28)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     x = np.arange(len(layers))
@@ -305,7 +306,7 @@ def plot_probe(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle("What each layer knows of a token's absolute position (held-out windows)", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Path:
@@ -317,7 +318,7 @@ def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Pa
     """
     mean = np.asarray(mean, dtype=np.float64)  # report.json's nested lists too
     layers, heads, length = mean.shape
-    fig = _figure(3.6 * layers + 0.6, 3.4)
+    fig = figure(3.6 * layers + 0.6, 3.4)
     fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.98, bottom=0.16, top=0.86, wspace=0.2)
     axes = fig.subplots(1, layers, squeeze=False, sharey=True)[0]
     distance = np.arange(length)
@@ -334,7 +335,7 @@ def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Pa
     axes[0].set_ylabel("mean attention probability")
     axes[-1].legend(fontsize=7, loc="best", ncol=1 + heads // 8)
     fig.suptitle(title or "Attention against distance (held-out windows)", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_gate_decay(decay: np.ndarray, path: Path) -> Path:
@@ -342,7 +343,7 @@ def plot_gate_decay(decay: np.ndarray, path: Path) -> Path:
     panel per gated layer (NaN rows, NoPE layers, are left out), a line per head (octlm/inspect/gates.py)."""
     decay = np.asarray(decay, dtype=np.float64)
     layers = [layer for layer in range(decay.shape[0]) if not np.isnan(decay[layer]).all()]
-    fig = _figure(3.6 * len(layers) + 0.6, 3.4)
+    fig = figure(3.6 * len(layers) + 0.6, 3.4)
     fig.subplots_adjust(left=0.9 / fig.get_figwidth(), right=0.98, bottom=0.16, top=0.86, wspace=0.2)
     axes = fig.subplots(1, len(layers), squeeze=False, sharey=True)[0]
     distance = np.arange(decay.shape[2])
@@ -355,13 +356,13 @@ def plot_gate_decay(decay: np.ndarray, path: Path) -> Path:
     axes[0].set_ylabel("added to the score (nats)")
     axes[-1].legend(fontsize=7, loc="best", ncol=1 + decay.shape[1] // 8)
     fig.suptitle("FoX: the forget gates' mean decay against distance (held-out windows)", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_learning_curves(curves: list[tuple[str, str, list[int], list[float]]], path: Path) -> Path:
     """Validation bits per byte against training step, a line per (label, scheme, steps, bits per byte), one
     axes: the scheme's colour (`scheme_colour`), and runs of one scheme (seeds) told apart by line style."""
-    fig = _figure(6.4, 4.0)
+    fig = figure(6.4, 4.0)
     fig.subplots_adjust(left=0.11, right=0.98, bottom=0.13, top=0.92)
     ax = fig.subplots()
     seen: dict[str, int] = {}
@@ -382,4 +383,4 @@ def plot_learning_curves(curves: list[tuple[str, str, list[int], list[float]]], 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
     ax.set_title("Learning curves", fontsize=10)
-    return _save(fig, path)
+    return save(fig, path)

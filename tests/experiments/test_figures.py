@@ -1,7 +1,7 @@
 """The experiments' shared styles (octlm/experiments/figures.py): a row in its scheme's colour, with its
 variant's line style and marker, the same in the length experiment's figure and the task battery's.
 
-Read back from the matplotlib artists (tests/drawn.py): `_save` is wrapped to keep every figure it writes.
+Read back from the matplotlib artists (tests/drawn.py): `save` is wrapped to keep every figure it writes.
 """
 
 from __future__ import annotations

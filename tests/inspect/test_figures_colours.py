@@ -1,6 +1,6 @@
 """One colour per scheme in every figure, and reference panels titled as references (octlm/inspect/figures.py).
 
-Read back from the matplotlib artists (tests/drawn.py): `_save` is wrapped to keep every figure it writes.
+Read back from the matplotlib artists (tests/drawn.py): `save` is wrapped to keep every figure it writes.
 """
 
 from __future__ import annotations
