@@ -39,6 +39,15 @@ class Stopped(BaseException):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    def __reduce__(self) -> tuple[type, tuple[int]]:  # from a pool's worker to its parent, by number
+        return Stopped, (self.signum,)
+
+
+def stopping(signum: int) -> BaseException:
+    """What work that stops between steps with nothing to save raises for `signum`: KeyboardInterrupt for
+    SIGINT, `Stopped` otherwise, so the command ends as if the signal had ended it (130, 143, 129)."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
+
 
 def _raise_stopped(signum: int, frame: Any) -> None:
     raise Stopped(signum)

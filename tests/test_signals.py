@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from safetensors.torch import load_file
 from tiny import PYTHON, ForkServer, quiet_env, tiny_data_flags, tiny_flags, write_corpus
 
 from octlm.runtime import in_processes
-from octlm.signals import Stopped, raising_signals
+from octlm.signals import Stopped, raising_signals, stopping
 from octlm.storage.checkpoint import load_checkpoint
 
 STEPS = 60  # a few ms a step: a trial (stopped, then resumed) costs about one such run
@@ -310,6 +311,12 @@ def test_sigterm_and_sighup_raise_stopped_inside_and_only_inside() -> None:
         assert signal.getsignal(signum) is signal.SIG_DFL  # put back on leaving
     for signum, handler in before.items():
         signal.signal(signum, handler)
+
+
+def test_a_stop_crosses_from_a_worker_and_ends_as_its_signal_would() -> None:
+    assert pickle.loads(pickle.dumps(Stopped(signal.SIGHUP))).signum == signal.SIGHUP  # a pool's worker's
+    assert isinstance(stopping(signal.SIGINT), KeyboardInterrupt)
+    assert isinstance(error := stopping(signal.SIGTERM), Stopped) and error.signum == signal.SIGTERM
 
 
 def test_an_ignored_or_handled_signal_is_left_alone() -> None:

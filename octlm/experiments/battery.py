@@ -35,6 +35,7 @@ from octlm.experiments.tasks import PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES, table_order
 from octlm.runtime import torch_threads
+from octlm.signals import StopRequest, stopping
 from octlm.training.loop import optimizer_step
 from octlm.training.optimizer import make_optimizer
 
@@ -247,8 +248,11 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
         )
 
     model.train()
-    for step in range(s.steps):
-        losses.append(optimizer_step(model, optimizer, train, step, loss_of, refuse))
+    with StopRequest(announce=False) as stop:  # a signal: this step finishes, then the cell stops, unwritten
+        for step in range(s.steps):
+            losses.append(optimizer_step(model, optimizer, train, step, loss_of, refuse))
+            if stop.requested:
+                raise stopping(stop.signum)
     model.eval()
     tail = losses[-max(1, len(losses) // 10) :]
     return model, {

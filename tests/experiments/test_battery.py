@@ -6,12 +6,16 @@ position: hide the order of the prompt and reverse cannot be learned; show it an
 from __future__ import annotations
 
 import math
+import signal
 from dataclasses import replace
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pytest
 import torch
+from processes import signal_when
+from tiny import PYTHON
 
 from octlm.errors import UserError
 from octlm.experiments import battery
@@ -203,3 +207,60 @@ def test_passkey_splits_its_examples_over_the_depths_and_pools_them_per_size() -
         assert at[0]["hits"] == sum(r["hits"] for r in at[1:])
     learned = battery.run_cell(Cell(Passkey, Row.parse("learned", 1), 0, settings))[0]
     assert {r["status"] for r in learned if r["size"] == 64} == {"no rows"}
+
+
+# Stopping: a cell finishes its step, then the command ends as `octlm train` does on a signal, no cell written
+
+MARKED = """
+import sys, os, time
+from pathlib import Path
+import octlm.experiments.battery as battery
+from octlm.cli import main
+
+real = battery.optimizer_step
+
+
+def marked(*args, **kwargs):  # in every process, spawned workers too (they import this file, not __main__)
+    with open({marks!r}, "a") as f:
+        f.write(f"{{os.getpid()}} start\\n")
+    time.sleep(0.02)  # a signal lands inside the step
+    loss = real(*args, **kwargs)
+    with open({marks!r}, "a") as f:
+        f.write(f"{{os.getpid()}} end\\n")
+    return loss
+
+
+battery.optimizer_step = marked
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # real processes (~5-10 s each)
+@pytest.mark.parametrize(
+    ("signum", "jobs", "code", "line"),
+    [
+        (signal.SIGINT, 1, 130, "interrupted"),
+        (signal.SIGTERM, 1, 143, "stopped by SIGTERM"),
+        (signal.SIGTERM, 2, 143, "stopped by SIGTERM"),  # passed on to both workers
+    ],
+)
+def test_a_signal_stops_each_cell_after_its_step_and_writes_no_cell(
+    signum: int, jobs: int, code: int, line: str, tmp_path: Path
+) -> None:
+    marks, script = tmp_path / "marks", tmp_path / "marked.py"
+    script.write_text(MARKED.format(marks=str(marks)))
+    rows, out = ["rope", "alibi"][:jobs], tmp_path / "out"  # a cell per worker
+    flags = f"--quick --tasks copy --steps 400 --jobs {jobs} --schemes".split()
+    argv = [PYTHON, str(script), "experiment", "tasks", *flags, *rows, "--out", str(out)]
+
+    def started() -> bool:
+        pids = {m.split()[0] for m in marks.read_text().splitlines()} if marks.exists() else set()
+        return len(pids) == jobs
+
+    rc, _out, err = signal_when(argv, tmp_path, started, signum, "training steps")
+    assert rc == code and err.splitlines()[-1] == f"octlm experiment tasks: {line}", err
+    assert "Traceback" not in err
+    last = dict(mark.split() for mark in marks.read_text().splitlines())  # pid -> its last mark
+    assert len(last) == jobs and set(last.values()) == {"end"}  # every cell finished the step it was in
+    assert not [p.name for p in out.glob("cells/*") if not p.name.endswith(".lock")]  # no cell, no temporary
