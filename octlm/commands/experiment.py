@@ -1,12 +1,16 @@
-"""What the `octlm experiment` commands share: the options of a grid of cells, and how a run of it ends.
+"""What the `octlm experiment` commands share: the flags of an experiment's settings, the options of a grid of
+cells, and how a run of it ends.
 
-Each experiment (`experiment_length`, `experiment_tasks`) adds its own options, then `add_grid_arguments`;
-its `run` builds its settings and calls `run_grid` with the functions that run and collect its cells.
+Each experiment (`experiment_length`, `experiment_tasks`, `experiment_extend`) adds the flags its `Settings`
+declares (`add_settings_arguments`, see `octlm.experiments.settings`), then `add_grid_arguments`; its `run`
+reads its settings back (`settings_from_args`), and calls `run_grid` with the command that reproduces them
+(`command_line`) and the functions that run and collect its cells.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -15,10 +19,71 @@ from typing import Any
 
 from octlm.commands import options
 from octlm.commands.options import int_in_range
-from octlm.errors import writing
+from octlm.errors import check_output, writing
+from octlm.experiments.settings import Flag
 from octlm.files import write_atomic
 
 MAX_JOBS = 4096
+
+
+def _flags(cls: type) -> list[tuple[dataclasses.Field, Flag]]:
+    return [(f, f.metadata["flag"]) for f in dataclasses.fields(cls) if "flag" in f.metadata]
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """A flag per field of `cls` declared with `settings.flag`, then a switch per preset (`cls.presets`), then
+    the fields' switches. Every flag defaults to None: the setting then comes from the presets or `cls`."""
+    for f, flag in _flags(cls):
+        kind = int_in_range(*flag.range) if flag.range else None if flag.type is str else flag.type
+        if flag.type is not bool:
+            parser.add_argument(
+                flag.name,
+                dest=f.name,
+                type=kind,
+                nargs="+"
+                if f.default_factory is not dataclasses.MISSING or isinstance(f.default, tuple)
+                else None,
+                default=None,
+                metavar=flag.metavar or flag.name[2:].replace("-", "_").upper(),
+                help=flag.help() if callable(flag.help) else flag.help,
+            )
+    for name, (_, text) in cls.presets.items():
+        parser.add_argument(f"--{name}", action="store_true", help=text)
+    for f, flag in _flags(cls):
+        if flag.type is bool:
+            parser.add_argument(flag.name, dest=f.name, action="store_true", default=None, help=flag.help)
+
+
+def settings_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """The defaults of `cls`, overridden by the presets given (in their order), then by the flags given."""
+    values: dict[str, Any] = {}
+    for name, (preset, _) in cls.presets.items():
+        if getattr(args, name):
+            values.update(preset)
+    for f, flag in _flags(cls):
+        if (value := getattr(args, f.name)) is not None:
+            values[f.name] = flag.parse(value) if flag.parse else value
+    return cls(**values, jobs=args.jobs, threads=args.threads)
+
+
+def command_line(name: str, settings: Any, args: argparse.Namespace, overrides: dict[str, Any]) -> str:
+    """A command that reproduces this experiment: its presets, --config, then every setting recorded always,
+    then those recorded where they differ from the default, then the config's `overrides` as --set."""
+    parts = ["octlm", "experiment", name, *(f"--{p}" for p in settings.presets if getattr(args, p))]
+    if getattr(args, "config", None):
+        parts += ["--config", args.config]
+    flags = _flags(type(settings))
+    for f, flag in [x for x in flags if x[1].recorded == "always"] + [
+        x for x in flags if x[1].recorded == "changed"
+    ]:
+        value = getattr(settings, f.name)
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if flag.recorded == "always" or value != default:
+            values = value if isinstance(value, list | tuple) else [value]
+            parts += [flag.name, *(f"{v:g}" if isinstance(v, float) else str(v) for v in values)]
+    for key, value in overrides.items():
+        parts += ["--set", f"{key}={' '.join(value) if isinstance(value, list) else value}"]
+    return shlex.join(parts)
 
 
 def add_grid_arguments(
@@ -70,7 +135,10 @@ def run_grid(
     """`--only`: those cells, then how to collect them (returns None). Otherwise the collection of `--collect`'s
     cells on disk, or of the whole grid run first: its missing cells named on stderr, its JSON copied to
     `--export-web`; returns it. `run_cells(only)` runs the grid's cells (all of them for `()`);
-    `collect(out, progress[, ran])` builds the results."""
+    `collect(out, progress[, ran])` builds the results. The outputs are checked first."""
+    check_output(out, "--out", folder=True)
+    if args.export_web is not None:
+        check_output(args.export_web, "--export-web", folder=False)
     progress = not args.no_progress
     if args.only:
         ran = run_cells(args.only)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import shlex
 from pathlib import Path
-from typing import Any
 
 from octlm.commands import experiment, options
 from octlm.commands.options import add_config_arguments, overrides_from_args
 from octlm.config import config_fields, load_config
-from octlm.errors import UserError, check_output
+from octlm.errors import UserError
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
 
@@ -52,47 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",
         metavar="DIR",
     )
-    parser.add_argument("--train-length", type=int, default=None, help="training context length (default 64)")
-    parser.add_argument(
-        "--eval-lengths",
-        type=int,
-        nargs="+",
-        default=None,
-        metavar="L",
-        help="evaluation lengths (default 64 128 256 512 1024)",
-    )
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per scheme (default 3)")
-    parser.add_argument(
-        "--schemes",
-        nargs="+",
-        default=None,
-        metavar="SCHEME",
-        help=f"position schemes, each alone or as SCHEME+ssmax (queries scaled by s log n) "
-        f"(default: {' '.join(length.default_rows())})",
-    )
-    parser.add_argument(
-        "--eval-windows",
-        type=int,
-        default=None,
-        help="scored tokens = this × the longest evaluation length (default 16)",
-    )
-    parser.add_argument(
-        "--rope-factor",
-        type=float,
-        default=None,
-        help="static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute",
-    )
-    parser.add_argument(
-        "--long",
-        action="store_true",
-        help="evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)",
-    )
-    parser.add_argument("--retrain", action="store_true", help="train again even where a run is reused")
+    experiment.add_settings_arguments(parser, Settings)
     experiment.add_grid_arguments(
         parser,
         out_default="runs/length-<YYYY-MM-DD>",
@@ -104,70 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The --quick or full defaults, overridden by the options given."""
-    keys = ("train_length", "eval_lengths", "seeds", "eval_windows")
-    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    chosen = {**(length.QUICK if args.quick else length.FULL), **(length.LONG if args.long else {}), **given}
-    return Settings(
-        train_length=chosen["train_length"],
-        eval_lengths=sorted(set(chosen["eval_lengths"])),
-        seeds=chosen["seeds"],
-        schemes=args.schemes or length.default_rows(),
-        eval_windows=chosen["eval_windows"],
-        rope_factor=args.rope_factor,
-        retrain=args.retrain,
-        jobs=args.jobs,
-        threads=args.threads,
-    )
-
-
-def command_line(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any]) -> str:
-    """A command that reproduces this experiment: every experiment option spelled out, config as --set."""
-    parts = ["octlm", "experiment", "length"]
-    if args.quick:
-        parts.append("--quick")
-    if args.long:
-        parts.append("--long")  # what it sets is spelled out below; this names the mode
-    if args.config:
-        parts += ["--config", args.config]
-    parts += [
-        "--train-length",
-        str(settings.train_length),
-        "--eval-lengths",
-        *map(str, settings.eval_lengths),
-        "--seeds",
-        str(settings.seeds),
-        "--eval-windows",
-        str(settings.eval_windows),
-    ]
-    if settings.schemes != length.default_rows():
-        parts += ["--schemes", *settings.schemes]
-    if settings.rope_factor is not None:
-        parts += ["--rope-factor", f"{settings.rope_factor:g}"]
-    for key, value in overrides.items():
-        value = " ".join(value) if isinstance(value, list) else value
-        parts += ["--set", f"{key}={value}"]
-    return shlex.join(parts)
-
-
-def _check_args(args: argparse.Namespace, out: Path) -> None:
-    """What can be refused before any training: too many seeds, outputs that cannot be written."""
-    if args.seeds is not None and args.seeds > MAX_SEEDS:
-        raise UserError(f"--seeds {args.seeds} is more than {MAX_SEEDS} seeds per scheme; pass fewer")
-    check_output(out, "--out", folder=True)
-    if args.export_web is not None:
-        check_output(args.export_web, "--export-web", folder=False)
-
-
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    settings = experiment.settings_from_args(Settings, args)
     overrides = overrides_from_args(args)
     defaults = length.QUICK_DEFAULTS if args.quick else length.FULL_DEFAULTS
     config = load_config(args.config, {**defaults, **overrides})  # the user's flags win over the budget
     out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
-    _check_args(args, out)
-    progress, command = not args.no_progress, command_line(args, settings, overrides)
+    if settings.seeds > MAX_SEEDS:  # what can be refused before any training
+        raise UserError(f"--seeds {settings.seeds} is more than {MAX_SEEDS} seeds per scheme; pass fewer")
+    progress = not args.no_progress
+    command = experiment.command_line("length", settings, args, overrides)
     result = experiment.run_grid(
         args,
         "octlm experiment length",

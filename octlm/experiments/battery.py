@@ -19,8 +19,8 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from octlm.config import ModelConfig, TrainConfig
-from octlm.errors import UserError
+from octlm.errors import SEED_RANGE, UserError
 from octlm.experiments import cells
 from octlm.experiments.rows import Row
+from octlm.experiments.settings import Presets, flag
 from octlm.experiments.tasks import PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.positions import SCHEMES, table_order
@@ -93,20 +94,58 @@ AXES = cells.Axes(
     facts=BatteryFacts,
 )
 MAX_NOPE_LAYERS = 64
+# Past these a battery is a typo, not an experiment.
+MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 1000, 10**7, 10**6
+QUICK = {
+    "seeds": 1,
+    "steps": 40,
+    "examples": 16,
+    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+}
 
 
 @dataclass(frozen=True)
 class Settings:
     """What the battery trains and scores: rows, tasks, seeds, the model's shape and the training budget."""
 
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
-    schemes: list[str] = field(default_factory=lambda: default_rows())  # rows: SCHEME[+random][+nopeK]
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    steps: int = 600
-    batch_size: int = 32
+    presets: ClassVar[Presets] = {
+        "quick": (QUICK, "a tiny model, a few steps, one seed: every task and row in a few minutes")
+    }
+    tasks: list[str] = flag(
+        None,
+        "--tasks",
+        lambda: f"tasks (default: every one: {' '.join(TASKS)})",
+        str,
+        "TASK",
+        factory=lambda: list(TASKS),
+    )
+    schemes: list[str] = flag(  # rows: SCHEME[+random][+nopeK][+ssmax]
+        None,
+        "--schemes",
+        lambda: (
+            "rows: a position scheme, +random for randomized positions, +nopeK for a NoPE layer K, "
+            "+ssmax for queries scaled by s log n, e.g. rope rope+random alibi+nope0 nope+ssmax "
+            f"(default: {' '.join(default_rows())})"
+        ),
+        str,
+        "ROW",
+        factory=lambda: default_rows(),
+    )
+    seed: int = flag(0, "--seed", "the first seed (default 0)", range=SEED_RANGE)
+    seeds: int = flag(3, "--seeds", "seeds per cell (default 3)", range=(1, MAX_SEEDS))  # seed, seed + 1, ...
+    steps: int = flag(600, "--steps", "training steps per cell", range=(1, MAX_STEPS))
+    batch_size: int = flag(32, "--batch-size", "examples per step", range=(1, 4096))
     lr: float = 3e-3
-    examples: int = 100  # scored per test size (per depth for passkey's grid)
-    factors: tuple[int, ...] = (1, 2, 4, 8)  # test sizes: the largest training size times each
+    examples: int = flag(  # scored per test size (per depth for passkey's grid)
+        100, "--examples", "examples scored per test size (default 100)", range=(1, MAX_EXAMPLES)
+    )
+    factors: tuple[int, ...] = flag(  # test sizes: the largest training size times each
+        (1, 2, 4, 8),
+        "--factors",
+        "test sizes: the largest training size times each (default 1 2 4 8)",
+        metavar="F",
+        parse=tuple,
+    )
     model: dict[str, Any] = field(
         default_factory=lambda: {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256}
     )
@@ -357,7 +396,7 @@ def check_settings(settings: Settings) -> list[Row]:
             rows.append(Row.parse(spec, settings.model["n_layers"]))
         except UserError as error:
             problems.append(str(error))
-    if not settings.seeds:
+    if settings.seeds < 1:
         problems.append("at least one seed is needed")
     if not settings.factors or min(settings.factors) < 1:
         problems.append(
@@ -383,18 +422,25 @@ def check_settings(settings: Settings) -> list[Row]:
 
 
 def run_cells(
-    settings: Settings, out_dir: Any, command: str, progress: bool = True, only: Sequence[str] = ()
+    settings: Settings,
+    out_dir: Any,
+    command: str,
+    progress: bool = True,
+    only: Sequence[str] = (),
+    checked: list[Row] | None = None,
 ) -> cells.CellsRun:
     """Train and score the battery's cells (every task x row x seed, or the `--only TASK:SCHEME:SEED` ones),
-    each written to `out_dir/cells/` as it finishes."""
-    rows = {row.spec: row for row in check_settings(settings)}
+    each written to `out_dir/cells/` as it finishes. `checked`: the rows `check_settings` gave, where the
+    caller has checked the settings already."""
+    rows = {row.spec: row for row in checked or check_settings(settings)}
     started, say = time.perf_counter(), cells.saying(progress)
-    values = [settings.tasks, list(rows), settings.seeds]
+    seeds = list(range(settings.seed, settings.seed + settings.seeds))
+    values = [settings.tasks, list(rows), seeds]
     jobs = cells.chosen(only, AXES, values)
     grid = {
         "tasks": settings.tasks,
         "schemes": list(rows),
-        "seeds": settings.seeds,
+        "seeds": seeds,
         "steps": settings.steps,
         "batch_size": settings.batch_size,
         "examples": settings.examples,
@@ -403,8 +449,8 @@ def run_cells(
     }
     workers = cells.workers_for(settings.jobs, len(jobs))
     say(
-        f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * len(settings.seeds)} cells "
-        f"({len(settings.tasks)} tasks x {len(rows)} rows x {len(settings.seeds)} seeds), {settings.steps} steps "
+        f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * settings.seeds} cells "
+        f"({len(settings.tasks)} tasks x {len(rows)} rows x {settings.seeds} seeds), {settings.steps} steps "
         f"each, {workers} worker process(es) -> {out_dir}"
     )
     work = functools.partial(battery_cell, rows=rows, settings=settings)
@@ -432,12 +478,3 @@ def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> 
         f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
         f"exact match {shown}"
     )
-
-
-QUICK = replace(
-    Settings(),
-    seeds=[0],
-    steps=40,
-    examples=16,
-    model={"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-)

@@ -23,9 +23,9 @@ import dataclasses
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ from octlm.errors import UserError
 from octlm.experiments import cells, length, passkey
 from octlm.experiments.length import finished_run, run_config, trained_model
 from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score
+from octlm.experiments.settings import Presets, flag, sorted_unique
 from octlm.positions import scheme_names
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.runtime import torch_threads
@@ -119,16 +120,6 @@ AXES = cells.Axes(
 PHASES = ("before", "after")
 
 # The base trainings are the length experiment's (its FULL_DEFAULTS, at 64 tokens): `--base` reuses them.
-FULL = {
-    "train_length": 64,
-    "extend_length": 256,
-    "eval_lengths": [64, 128, 256, 512, 1024],
-    "seeds": 3,
-    "eval_windows": 8,
-    "steps": 100,
-    "curve_interval": 10,
-    "passkey_per_depth": 8,
-}
 QUICK = {
     "train_length": 16,
     "extend_length": 32,
@@ -147,18 +138,54 @@ FINE_TUNE = {"train.lr": 3e-4, "train.min_lr": 3e-5, "train.warmup_steps": 10}
 class Settings:
     """What the experiment varies and measures (the base training config comes from `Config`)."""
 
-    train_length: int = 64
-    extend_length: int = 256
-    eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
-    seeds: int = 3
-    rows: list[str] = field(default_factory=lambda: list(ROWS))
-    eval_windows: int = 8
-    steps: int = 100  # fine-tuning steps
-    curve_interval: int = 10  # fine-tuning steps between evaluations at the extended length
-    passkey_per_depth: int = 8  # passkey windows per depth and length
-    base: Path | None = None  # a length experiment's output folder whose base runs are reused
+    presets: ClassVar[Presets] = {
+        "quick": (
+            QUICK,
+            "a tiny model, a few steps, 2 seeds, lengths 16 -> 32: the pipeline in about a minute",
+        )
+    }
+    train_length: int = flag(64, "--train-length", "base training length L (default 64)")
+    extend_length: int = flag(256, "--extend-length", "fine-tuning length L' (default 256)")
+    eval_lengths: list[int] = flag(
+        None,
+        "--eval-lengths",
+        "evaluation lengths (default 64 128 256 512 1024)",
+        metavar="L",
+        parse=sorted_unique,
+        factory=lambda: [64, 128, 256, 512, 1024],
+    )
+    seeds: int = flag(3, "--seeds", "seeds per row (default 3)")
+    rows: list[str] = flag(
+        None,
+        "--rows",
+        f"rows (default: {' '.join(ROWS)}): RoPE fine-tuned plain or with PI, NTK or YaRN, and schemes that "
+        "need no rescaling",
+        str,
+        "ROW",
+        recorded="changed",
+        factory=lambda: list(ROWS),
+    )
+    steps: int = flag(
+        100, "--steps-to-extend", "fine-tuning steps at the extended length (default 100)", metavar="N"
+    )
+    curve_interval: int = flag(
+        10, "--curve-interval", "fine-tuning steps between evaluations at the extended length (default 10)"
+    )
+    eval_windows: int = flag(
+        8, "--eval-windows", "scored tokens = this × the longest evaluation length (default 8)"
+    )
+    passkey_per_depth: int = flag(8, "--passkey-windows", "passkey windows per depth and length (default 8)")
+    base: Path | None = flag(  # a length experiment's output folder whose base runs are reused
+        None,
+        "--base",
+        "a length experiment's output folder: its runs of the same config are the base models",
+        str,
+        "DIR",
+        parse=lambda text: Path(text) if text else None,
+        recorded="never",
+    )
     batch_tokens: int = 8192
-    retrain: bool = False
+    retrain: bool = flag(False, "--retrain", "train again even where a run is reused", bool, recorded="never")
     jobs: int = 0
     threads: int = 1
 

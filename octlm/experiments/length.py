@@ -29,9 +29,9 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -40,6 +40,7 @@ from octlm.errors import UserError
 from octlm.experiments import cells
 from octlm.experiments.lengths_scorer import MODES, EvalText, make_eval_text, score
 from octlm.experiments.rows import Row
+from octlm.experiments.settings import Presets, flag, sorted_unique
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
@@ -142,15 +143,49 @@ LONG = {"eval_lengths": [64 << i for i in range(9)], "eval_windows": 2}
 class Settings:
     """What the experiment varies and measures (the per-run training config comes from `Config`)."""
 
-    train_length: int = 64
-    eval_lengths: list[int] = field(default_factory=lambda: list(FULL["eval_lengths"]))
-    seeds: int = 3
-    schemes: list[str] = field(default_factory=lambda: default_rows())
-    eval_windows: int = 16  # N = eval_windows × max(eval_lengths) scored tokens
+    presets: ClassVar[Presets] = {
+        "quick": (
+            QUICK,
+            "a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute",
+        ),
+        "long": (LONG, "evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)"),
+    }
+    train_length: int = flag(64, "--train-length", "training context length (default 64)")
+    eval_lengths: list[int] = flag(
+        None,
+        "--eval-lengths",
+        "evaluation lengths (default 64 128 256 512 1024)",
+        metavar="L",
+        parse=sorted_unique,
+        factory=lambda: list(FULL["eval_lengths"]),
+    )
+    seeds: int = flag(3, "--seeds", "seeds per scheme (default 3)")
+    schemes: list[str] = flag(
+        None,
+        "--schemes",
+        lambda: (
+            "position schemes, each alone or as SCHEME+ssmax (queries scaled by s log n) "
+            f"(default: {' '.join(default_rows())})"
+        ),
+        str,
+        "SCHEME",
+        recorded="changed",
+        factory=lambda: default_rows(),
+    )
+    # N = eval_windows × max(eval_lengths) scored tokens
+    eval_windows: int = flag(
+        16, "--eval-windows", "scored tokens = this × the longest evaluation length (default 16)"
+    )
     modes: tuple[str, ...] = MODES  # how each length is cut into windows (see windows_for)
-    rope_factor: float | None = None  # None: max(eval_lengths) / train_length
+    rope_factor: float | None = flag(  # None: max(eval_lengths) / train_length
+        None,
+        "--rope-factor",
+        "static RoPE extension factor for PI, NTK and YaRN (default: longest / train length)",
+        float,
+        recorded="changed",
+    )
     batch_tokens: int = 8192  # tokens per evaluation forward pass
-    retrain: bool = False
+    retrain: bool = flag(False, "--retrain", "train again even where a run is reused", bool, recorded="never")
     jobs: int = 0  # worker processes; 0: one per CPU core (at most one per training)
     # The seed whose models are probed (octlm.inspect.probe; results.md shows one model per scheme); None: every seed.
     probe_seed: int | None = None

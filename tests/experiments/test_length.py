@@ -281,14 +281,13 @@ def test_bad_options_are_user_errors(
 def long_settings(*flags: str) -> tuple[Settings, str]:
     import argparse
 
-    from octlm.commands import experiment_length as length_command
+    from octlm.commands import experiment, experiment_length
 
     parser = argparse.ArgumentParser()
-    length_command.add_arguments(parser)
+    experiment_length.add_arguments(parser)
     args = parser.parse_args(list(flags))
-    return length_command.settings_from_args(args), length_command.command_line(
-        args, length_command.settings_from_args(args), {}
-    )
+    settings = experiment.settings_from_args(Settings, args)
+    return settings, experiment.command_line("length", settings, args, {})
 
 
 def test_long_evaluates_from_64_to_16384_tokens() -> None:
