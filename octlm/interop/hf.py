@@ -28,10 +28,10 @@ from octlm.interop.hf_arch import (
     CLASSES,
     STATES,
     check_rope_untouched,
-    config_from_hf,
     hf_architecture,
     hf_config,
 )
+from octlm.interop.hf_config_read import config_from_hf
 from octlm.model.decoder import Decoder
 from octlm.storage.run import Run
 
@@ -83,7 +83,8 @@ def to_hf(
 def from_hf(hf_model: PreTrainedModel) -> Decoder:
     """The octlm Decoder for a `transformers` model of a representable configuration (the inverse of `to_hf`).
 
-    Raises UserError for other architectures or settings octlm does not have (see `hf_arch.config_from_hf`).
+    Raises UserError for other architectures or settings octlm does not have (see
+    `hf_config_read.config_from_hf`).
     """
     config = config_from_hf(hf_model.config)
     model = Decoder(config)
