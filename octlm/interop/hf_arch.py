@@ -207,8 +207,6 @@ def _rope_kwargs(hf_config: type, base: float, fraction: float | None = None) ->
 
 def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
     """The `transformers` config for an octlm ModelConfig (arch from `hf_architecture`)."""
-    import transformers
-
     common = dict(
         vocab_size=config.vocab_size,
         tie_word_embeddings=config.tie_embeddings,
@@ -219,57 +217,83 @@ def hf_config(config: ModelConfig, arch: str, eos_token_id: int | None) -> Any:
     if arch == "llama4_text":
         return _llama4_text_config(config, common)
     if arch == "gpt2":
-        return transformers.GPT2Config(
-            n_embd=config.d_model,
-            n_layer=config.n_layers,
-            n_head=config.n_heads,
-            n_positions=config.context_length,
-            n_inner=config.d_ff,
-            activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
-            layer_norm_epsilon=config.norm_eps,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            **common,
-        )
+        return _gpt2_hf_config(config, common)
     if arch == "mpt":
-        # softmax_scale None is 1/sqrt(head_dim), as SDPA's; the slopes' 8 is ALiBi's (alibi_slopes).
-        attn = dict(
-            alibi=True, alibi_bias_max=8, softmax_scale=None, clip_qkv=None, qk_ln=False, attn_pdrop=0
-        )
-        return transformers.MptConfig(
-            d_model=config.d_model,
-            n_heads=config.n_heads,
-            n_layers=config.n_layers,
-            expansion_ratio=4,
-            max_seq_len=MPT_LENGTH_FACTOR * config.context_length,
-            layer_norm_epsilon=config.norm_eps,
-            attn_config=attn,
-            no_bias=True,
-            logit_scale=None,
-            resid_pdrop=0.0,
-            emb_pdrop=0.0,
-            # MptConfig's default is False: generate would re-read the whole sequence per token.
-            use_cache=True,
-            **common,
-        )
+        return _mpt_hf_config(config, common)
     if arch == "gpt_neox":
-        cls = transformers.GPTNeoXConfig
-        return cls(
-            hidden_size=config.d_model,
-            intermediate_size=config.d_ff,
-            num_hidden_layers=config.n_layers,
-            num_attention_heads=config.n_heads,
-            hidden_act="gelu",  # exact erf GELU, as F.gelu
-            **_rope_kwargs(cls, config.rope_base, _rotary_pct(config)),
-            use_parallel_residual=False,  # octlm's block: x + attn(norm1(x)), then + mlp(norm2(that))
-            layer_norm_eps=config.norm_eps,
-            max_position_embeddings=config.context_length,
-            attention_bias=True,
-            attention_dropout=0.0,
-            hidden_dropout=0.0,
-            **common,
-        )
+        return _neox_hf_config(config, common)
+    return _llama_hf_config(config, arch, common)
+
+
+def _gpt2_hf_config(config: ModelConfig, common: dict[str, Any]) -> Any:
+    """GPT-2's config: its MLP's exact GELU, no dropout."""
+    import transformers
+
+    return transformers.GPT2Config(
+        n_embd=config.d_model,
+        n_layer=config.n_layers,
+        n_head=config.n_heads,
+        n_positions=config.context_length,
+        n_inner=config.d_ff,
+        activation_function="gelu",  # exact erf GELU, as F.gelu; GPT-2's own "gelu_new" is the tanh form
+        layer_norm_epsilon=config.norm_eps,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        **common,
+    )
+
+
+def _mpt_hf_config(config: ModelConfig, common: dict[str, Any]) -> Any:
+    """MPT's config: ALiBi with octlm's slopes, no biases, MPT_LENGTH_FACTOR x the context as its maximum."""
+    import transformers
+
+    # softmax_scale None is 1/sqrt(head_dim), as SDPA's; the slopes' 8 is ALiBi's (alibi_slopes).
+    attn = dict(alibi=True, alibi_bias_max=8, softmax_scale=None, clip_qkv=None, qk_ln=False, attn_pdrop=0)
+    return transformers.MptConfig(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        n_layers=config.n_layers,
+        expansion_ratio=4,
+        max_seq_len=MPT_LENGTH_FACTOR * config.context_length,
+        layer_norm_epsilon=config.norm_eps,
+        attn_config=attn,
+        no_bias=True,
+        logit_scale=None,
+        resid_pdrop=0.0,
+        emb_pdrop=0.0,
+        # MptConfig's default is False: generate would re-read the whole sequence per token.
+        use_cache=True,
+        **common,
+    )
+
+
+def _neox_hf_config(config: ModelConfig, common: dict[str, Any]) -> Any:
+    """GPT-NeoX's config: RoPE on `_rotary_pct` of the channels, sequential residuals."""
+    import transformers
+
+    cls = transformers.GPTNeoXConfig
+    return cls(
+        hidden_size=config.d_model,
+        intermediate_size=config.d_ff,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        hidden_act="gelu",  # exact erf GELU, as F.gelu
+        **_rope_kwargs(cls, config.rope_base, _rotary_pct(config)),
+        use_parallel_residual=False,  # octlm's block: x + attn(norm1(x)), then + mlp(norm2(that))
+        layer_norm_eps=config.norm_eps,
+        max_position_embeddings=config.context_length,
+        attention_bias=True,
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
+        **common,
+    )
+
+
+def _llama_hf_config(config: ModelConfig, arch: str, common: dict[str, Any]) -> Any:
+    """Llama's config, or SmolLM3's (arch "smollm3": Llama with NoPE layers)."""
+    import transformers
+
     cls = transformers.SmolLM3Config if arch == "smollm3" else transformers.LlamaConfig
     llama = dict(
         hidden_size=config.d_model,
