@@ -23,11 +23,14 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from octlm.errors import UserError, check_output, writing
 from octlm.files import write_atomic
 from octlm.storage.jsonable import to_json
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_OUT = Path("web") / "fixtures"
 SCHEMA = 1
@@ -54,6 +57,18 @@ def _inputs(rows: int, cols: int, seed: int) -> list[list[float]]:
             row.append(round((state >> 11) / 2**53 * 2 - 1, 4))
         out.append(row)
     return out
+
+
+def _f64(rows: Any) -> torch.Tensor:
+    """Nested lists (or a tensor) as a float64 tensor."""
+    import torch
+
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def _exact(value: torch.Tensor) -> Any:
+    """`value` as the fixture stores it, so that both languages start from the very same numbers."""
+    return _f64(_clean(value))
 
 
 def _summary(cls: type) -> str:
@@ -116,8 +131,12 @@ def build_fixtures(extra: Sequence[FixtureBuilder] = ()) -> dict[str, dict[str, 
     # lists what `import octlm.positions` registers (in a fresh process that is all octlm has, in its table
     # order).
     files["schemes.json"] = scheme_table()
-    _formula_fixtures(add)
-    _scheme_formula_fixtures(add)
+    _sinusoidal_fixtures(add)
+    _rope_fixtures(add)
+    _bias_and_shape_fixtures(add)
+    _rotary_fixtures(add)
+    _xpos_fixtures(add)
+    _fire_fixtures(add)
     _cope_fixtures(add)
     _attention_fixtures(add)
     _scaling_fixtures(add)
@@ -126,14 +145,9 @@ def build_fixtures(extra: Sequence[FixtureBuilder] = ()) -> dict[str, dict[str, 
     return dict(sorted(files.items()))
 
 
-def _formula_fixtures(add: Callable[..., None]) -> None:
-    """The formulas of octlm/positions/formulas.py on small fixed inputs."""
-    import torch
-
+def _sinusoidal_fixtures(add: Callable[..., None]) -> None:
+    """The sinusoidal table and the cosine similarity matrix (octlm/positions/formulas.py)."""
     from octlm.positions import formulas as P
-
-    def f64(rows: list[list[float]]) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.float64)
 
     add(
         "sinusoidal_table",
@@ -154,8 +168,15 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
     add(
         "cosine_similarity_matrix",
         "output[i][j] = cosine of the angle between rows i and j of x",
-        [{"inputs": {"x": x}, "output": P.cosine_similarity_matrix(f64(x))} for x in similarity_inputs],
+        [{"inputs": {"x": x}, "output": P.cosine_similarity_matrix(_f64(x))} for x in similarity_inputs],
     )
+
+
+def _rope_fixtures(add: Callable[..., None]) -> None:
+    """RoPE's frequencies and rotation (octlm/positions/formulas.py)."""
+    import torch
+
+    from octlm.positions import formulas as P
 
     add(
         "rope_frequencies",
@@ -174,7 +195,7 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
         ]:
             x = _inputs(rows, dim, seed)
             pos = torch.tensor(positions, dtype=torch.float64)
-            out = P.rope_rotate(f64(x), pos, base=base, layout=layout)
+            out = P.rope_rotate(_f64(x), pos, base=base, layout=layout)
             rope_cases.append(
                 {"inputs": {"x": x, "positions": positions, "base": base, "layout": layout}, "output": out}
             )
@@ -183,6 +204,13 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
         "row r of x rotated as position positions[r]: pair i turns by positions[r] * theta_i",
         rope_cases,
     )
+
+
+def _bias_and_shape_fixtures(add: Callable[..., None]) -> None:
+    """ALiBi's slopes and bias, T5's buckets and add_positions' shape check (octlm/positions/formulas.py)."""
+    import torch
+
+    from octlm.positions import formulas as P
 
     add(
         "alibi_slopes",
@@ -224,18 +252,9 @@ def _formula_fixtures(add: Callable[..., None]) -> None:
     )
 
 
-def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
-    """The plain formulas of the newer schemes (octlm/positions/), each fixture naming its source file."""
-    import torch
-
-    from octlm.positions import fire, rotary, xpos
-
-    def f64(rows: Any) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.float64)
-
-    def exact(value: torch.Tensor) -> Any:
-        """`value` as the fixture stores it, so that both languages start from the very same numbers."""
-        return f64(_clean(value))
+def _rotary_fixtures(add: Callable[..., None]) -> None:
+    """Partial RoPE's rotated channels and p-RoPE's frequencies (octlm/positions/rotary.py)."""
+    from octlm.positions import rotary
 
     src = "octlm/positions/rotary.py"
     add(
@@ -274,6 +293,11 @@ def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
         src,
     )
 
+
+def _xpos_fixtures(add: Callable[..., None]) -> None:
+    """xPos's per-pair scales and its safe length (octlm/positions/xpos.py)."""
+    from octlm.positions import xpos
+
     src = "octlm/positions/xpos.py"
     add(
         "xpos_scales",
@@ -303,6 +327,13 @@ def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
         src,
     )
 
+
+def _fire_fixtures(add: Callable[..., None]) -> None:
+    """FIRE's normalized distances and its MLP (octlm/positions/fire.py)."""
+    import torch
+
+    from octlm.positions import fire
+
     src = "octlm/positions/fire.py"
     fire_cases = []
     for c, threshold, q, k in [
@@ -310,7 +341,7 @@ def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
         (0.5, 2.0, [5, 9], list(range(10))),
         (2.0, 100.0, [100, 300], [0, 1, 50, 100, 299, 300]),
     ]:
-        out = fire.fire_inputs(f64(c), f64(threshold), torch.tensor(q), torch.tensor(k))
+        out = fire.fire_inputs(_f64(c), _f64(threshold), torch.tensor(q), torch.tensor(k))
         fire_cases.append(
             {"inputs": {"c": c, "threshold": threshold, "q_positions": q, "k_positions": k}, "output": out}
         )
@@ -322,8 +353,8 @@ def _scheme_formula_fixtures(add: Callable[..., None]) -> None:
     )
     mlp_cases = []
     for heads, hidden, seed in [(2, 4, 21), (3, 8, 22)]:
-        x = exact(fire_cases[1]["output"] if heads == 2 else fire_cases[0]["output"])
-        rows = f64(_inputs(4, heads * hidden, seed))  # four rows of fixed values in [-1, 1]
+        x = _exact(fire_cases[1]["output"] if heads == 2 else fire_cases[0]["output"])
+        rows = _f64(_inputs(4, heads * hidden, seed))  # four rows of fixed values in [-1, 1]
         w1, b1, w2, b2 = (
             rows[0, :hidden] * 2,
             rows[1, :hidden],
@@ -341,9 +372,6 @@ def _cope_fixtures(add: Callable[..., None]) -> None:
 
     from octlm.positions import cope
 
-    def f64(rows: Any) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.float64)
-
     src = "octlm/positions/cope.py"
     count_cases, bias_cases = [], []
     for b, h, hkv, tq, tk, d, limit, offset, seed in [
@@ -352,14 +380,14 @@ def _cope_fixtures(add: Callable[..., None]) -> None:
         (1, 1, 1, 6, 6, 8, 63, 0, 33),
     ]:
         # times 3: scores of a few units, so that the gates spread over (0, 1) instead of all sitting near 1/2
-        q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
-        k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
+        q = _f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
+        k = _f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
         qp, kp = list(range(offset, offset + tq)), list(range(tk))
         counts = cope.gated_counts(q, k, torch.tensor(qp), torch.tensor(kp), limit)
         inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp, "limit": limit}
         count_cases.append({"inputs": inputs, "output": counts})
-        table = f64(_inputs(limit + 1, d, seed + 200))
-        p = f64(_clean(counts))  # the counts as the fixture stores them: both sides start from them
+        table = _f64(_inputs(limit + 1, d, seed + 200))
+        p = _exact(counts)  # the counts as the fixture stores them: both sides start from them
         # (a copy goes in: interpolated_bias overwrites its counts with their fractional parts)
         bias_cases.append(
             {
@@ -390,9 +418,6 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
 
     from octlm.positions import forgetting, stick_breaking
 
-    def f64(rows: Any) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.float64)
-
     src = "octlm/positions/forgetting.py"
     decay_cases = []
     for b, h, tq, tk, seed, constant in [
@@ -402,7 +427,7 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
     ]:
         if constant is None:
             # log σ of a few units: gates from near 0 (forget at once) to near 1 (keep everything)
-            log_forget = f64(_clean(F.logsigmoid(f64(_inputs(b * h, tk, seed)).reshape(b, h, tk) * 4 + 1)))
+            log_forget = _exact(F.logsigmoid(_f64(_inputs(b * h, tk, seed)).reshape(b, h, tk) * 4 + 1))
         else:  # every gate e^-0.5: the bias is ALiBi's with slope 0.5
             log_forget = torch.full((b, h, tk), constant, dtype=torch.float64)
         c = log_forget.cumsum(-1)  # every key's running sum, as ForgettingPositions.running_sums keeps it
@@ -426,8 +451,8 @@ def _attention_fixtures(add: Callable[..., None]) -> None:
         (1, 1, 1, 6, 6, 8, 53),
     ]:
         # times 3: scores of a few units, so that the shares β spread over (0, 1)
-        q = f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
-        k = f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
+        q = _f64(_inputs(b * h * tq, d, seed)).reshape(b, h, tq, d) * 3
+        k = _f64(_inputs(b * hkv * tk, d, seed + 100)).reshape(b, hkv, tk, d) * 3
         qp, kp = list(range(tk - tq, tk)), list(range(tk))
         weights = stick_breaking.stick_breaking_weights(q, k, torch.tensor(qp), torch.tensor(kp))
         inputs = {"q": q, "k": k, "q_positions": qp, "k_positions": kp}
@@ -458,26 +483,23 @@ def _path_cases() -> list[dict[str, Any]]:
 
     from octlm.positions import householder
 
-    def f64(rows: Any) -> torch.Tensor:
-        return torch.tensor(rows, dtype=torch.float64)
-
     cases = []
     for b, h, hkv, tq, tk, d, width, seed in [
         (1, 2, 2, 6, 6, 4, 6, 61),
         (2, 4, 2, 5, 5, 4, 8, 62),
         (1, 2, 1, 3, 7, 8, 6, 63),
     ]:
-        x = f64(_inputs(b * tk, width, seed)).reshape(b, tk, width)
+        x = _f64(_inputs(b * tk, width, seed)).reshape(b, tk, width)
         directions = nn.Linear(width, hkv * d, bias=False, dtype=torch.float64)
         strengths = nn.Linear(width, hkv, dtype=torch.float64)
         with torch.no_grad():
-            directions.weight.copy_(f64(_inputs(hkv * d, width, seed + 100)))
-            strengths.weight.copy_(f64(_inputs(hkv, width, seed + 200)) * 2)  # β spread over (0, 2)
-            strengths.bias.copy_(f64(_inputs(1, hkv, seed + 300)[0]))
+            directions.weight.copy_(_f64(_inputs(hkv * d, width, seed + 100)))
+            strengths.weight.copy_(_f64(_inputs(hkv, width, seed + 200)) * 2)  # β spread over (0, 2)
+            strengths.bias.copy_(_f64(_inputs(1, hkv, seed + 300)[0]))
             w, beta = householder.householder_factors(x, directions, strengths, hkv)
-        w, beta = f64(_clean(w)), f64(_clean(beta))  # as the fixture stores them: both sides start from these
-        q = f64(_inputs(b * h * tq, d, seed + 400)).reshape(b, h, tq, d) * 2
-        k = f64(_inputs(b * hkv * tk, d, seed + 500)).reshape(b, hkv, tk, d) * 2
+        w, beta = _exact(w), _exact(beta)  # as the fixture stores them: both sides start from these
+        q = _f64(_inputs(b * h * tq, d, seed + 400)).reshape(b, h, tq, d) * 2
+        k = _f64(_inputs(b * hkv * tk, d, seed + 500)).reshape(b, hkv, tk, d) * 2
         v = torch.zeros_like(k)  # the weights are the point; the values only fill the call
         earlier, cached = None, tk - tq
         # A first call over the earlier tokens leaves their keys transformed, as a KV cache keeps them.
