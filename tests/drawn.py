@@ -1,5 +1,5 @@
-"""Figures read back from their matplotlib artists (each line's colour and style, each panel's title), not from
-the PNG: the tests of octlm/inspect/figures.py and of the experiments' figures share this."""
+"""Figures read back from their matplotlib artists (each line's colour and style, each panel's title), not
+from the PNG: the tests of octlm/inspect/figures.py and of the experiments' figures share this."""
 
 from __future__ import annotations
 

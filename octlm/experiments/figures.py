@@ -35,4 +35,5 @@ def row_style(row: str) -> tuple[str, tuple[str, str]]:
     except UserError:
         return scheme_colour(""), UNKNOWN_STYLE
     on = (("random", parsed.randomized), ("nope", parsed.nope_layers), ("ssmax", parsed.ssmax))
-    return scheme_colour(parsed.scheme), VARIANT_STYLES.get("+".join(k for k, v in on if v), UNKNOWN_STYLE)
+    variant = "+".join(name for name, present in on if present)
+    return scheme_colour(parsed.scheme), VARIANT_STYLES.get(variant, UNKNOWN_STYLE)
