@@ -368,6 +368,10 @@ class SelectiveCopy(Task):
     LETTERS: ClassVar[int] = 4
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return cls.symbols[:-1]  # the letters, not the noise
+
+    @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         if size < cls.LETTERS:
             raise UserError(
