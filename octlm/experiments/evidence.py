@@ -268,7 +268,7 @@ class Battery:
             except Inconclusive as why:
                 left_out.append(str(why))
         if not kept:
-            raise Inconclusive("; ".join(left_out))
+            raise Inconclusive("; ".join(left_out) or "missing rows: no task recorded")
         named = f"{metric} past training, mean of {', '.join(kept)}"
         a, b = (mean_of(f"{r} {named}", [self.past(t, r, metric) for t in kept]) for r in (row, other))
         check = higher(a, b)
@@ -294,6 +294,7 @@ class Length:
     bits per byte) in one mode, as t-intervals over seeds. A row is a scheme; RoPE's is its plain variant."""
 
     def __init__(self, records: Iterable[dict[str, Any]], mode: str = "windows") -> None:
+        self.mode = mode
         self.records = [
             r
             for r in records
@@ -304,6 +305,8 @@ class Length:
         self.longest = max(lengths, default=0)
 
     def by_seed(self, row: str, length: int) -> dict[int, float]:
+        if not self.records:
+            raise Inconclusive(f"missing rows: no {self.mode} records")
         found = {r["seed"]: r["bpb"] for r in self.records if (r["scheme"], r["length"]) == (row, length)}
         if not found:
             raise Inconclusive(f"missing rows: {row} at {length} tokens")
