@@ -1,29 +1,34 @@
 """Tasks whose answer depends on where things are, generated from a seed: the task battery's examples.
 
-Each task is one registered class with its own small vocabulary (`SPECIALS`, then its symbols), a range of sizes
-it trains on (its test sizes are multiples of the largest: 1x, 2x, 4x, 8x by default), and `example(rng, size)`: one token sequence, `<bos>` first and `<eos>` last, with the tokens that answer marked.
-The loss and the score read the marked tokens only: the answer and the `<eos>` that ends it, each predicted from
-the tokens before it. The size counts what the task says (items, digits, pairs, statements, filler characters),
-so that "2x" means twice the task, whatever that does to the token count.
+Each task is one registered class with its own small vocabulary (`SPECIALS`, then its symbols), a range of
+sizes it trains on (its test sizes are multiples of the largest: 1x, 2x, 4x, 8x by default), and
+`example(rng, size)`: one token sequence, `<bos>` first and `<eos>` last, with the tokens that answer marked.
+The loss and the score read the marked tokens only: the answer and the `<eos>` that ends it, each predicted
+from the tokens before it. The size counts what the task says (items, digits, pairs, statements, filler
+characters), so that "2x" means twice the task, whatever that does to the token count.
 
 - `copy`, `reverse` (Kazemnejad et al., 2023): `x1 .. xn <sep>` then the items again, or backwards.
-- `addition`, `addition-reversed`, `addition-hints` (Zhou et al., 2024): two n-digit numbers and their sum, most
-  significant digit first, or every number least significant first (the order the carries run in), or reversed
-  with an index hint before every digit (the paper's whole format).
-- `mqar` (Arora et al., 2023, Zoology): n key-value pairs, then every key again, each answered by its value.
+- `addition`, `addition-reversed`, `addition-hints` (Zhou et al., 2024): two n-digit numbers and their sum,
+  most significant digit first, or every number least significant first (the order the carries run in), or
+  reversed with an index hint before every digit (the paper's whole format).
+- `mqar` (Arora et al., 2023, Zoology): n key-value pairs (distinct keys, distinct values), then n queries
+  drawn with repeats, each answered by its value, which the model never reads back (`Example.withheld`).
 - `counting` (Golovneva et al., 2024, CoPE): n statements that set (`a = 0 ;`), increment (`a ++ ;`) or skip
-  (`pass ;`) three variables, then `print a`: the value is how many increments of `a` followed its last set.
+  (`pass ;`) three variables, then `print a`: the value is how many increments of `a` followed its last set,
+  drawn uniformly first so that every size asks for every value.
 - `selective-copy`: four letters scattered among n positions of noise (`.`), copied in order.
-- `passkey` (Mohtashami & Jaggi, 2023): a five-digit key in n characters of filler drawn from the built-in corpus
-  (the standard library's sources) at a chosen depth, then asked for; `example_at` places it.
+- `passkey` (Mohtashami & Jaggi, 2023): "The pass key is N. Remember it. N is the pass key." with a
+  five-digit N, at a chosen depth in n characters of their digit-free filler ("The grass is green. ..."
+  repeated), then asked for; `example_at` places it.
 
-A task of your own is a `Task` subclass decorated with `@register`, imported before the battery runs.
+`DEFAULT_TASKS` is the battery's default: addition, in its three formats, stays registered but out of it
+until a battery model learns it at its training sizes. A task of your own is a `Task` subclass decorated
+with `@register`, imported before the battery runs.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -33,10 +38,12 @@ import numpy as np
 
 from octlm.config.registry import Registry
 from octlm.errors import UserError
+from octlm.experiments.passkey import NEEDLE
 
 SPECIALS = ("<pad>", "<bos>", "<sep>", "<eos>")
 PAD, BOS, SEP, EOS = range(len(SPECIALS))
 TASKS = Registry("task", __name__)  # this module registers the built-in tasks as it is imported
+DEFAULT_TASKS = ("copy", "reverse", "selective-copy", "passkey", "mqar", "counting")
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,16 @@ class Example:
 
     tokens: tuple[int, ...]
     answer: tuple[bool, ...]  # True where the token is predicted and scored: the answer and its <eos>
+    withheld: tuple[int, ...] = ()  # positions of answer tokens the model predicts but never reads back
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        """What the model reads at each position: the tokens, a withheld one read as `<pad>` (Zoology's
+        blank 0), so that a later answer cannot be read off an earlier one (MQAR); targets are `tokens`."""
+        if not self.withheld:
+            return self.tokens
+        hidden = set(self.withheld)
+        return tuple(PAD if i in hidden else t for i, t in enumerate(self.tokens))
 
     @classmethod
     def of(cls, prompt: list[int], answer: list[int]) -> Example:
@@ -77,6 +94,11 @@ class Task:
     @classmethod
     def vocabulary(cls) -> tuple[str, ...]:
         return SPECIALS + cls.symbols
+
+    @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        """The symbols an answer token is drawn from: what the chance baseline guesses among, uniformly."""
+        return cls.symbols
 
     @classmethod
     def ids(cls, symbols: str | list[str]) -> list[int]:
@@ -155,6 +177,10 @@ class Addition(Task):
     reversed_digits: ClassVar[bool] = False
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return tuple("0123456789")
+
+    @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         a, b = (cls.number(rng, size) for _ in range(2))
         return Example.of(cls.ids([*cls.digits(a), "+", *cls.digits(b), "="]), cls.ids(cls.digits(a + b)))
@@ -197,6 +223,10 @@ class HintedAddition(ReversedAddition):
     max_size = HINTS - 1  # a sum of n digits can have n + 1, each with its hint
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return (*"0123456789", *cls.symbols[len(Addition.symbols) :])
+
+    @classmethod
     def max_tokens(cls, size: int) -> int:
         """Addition's, every digit with its hint."""
         return 6 * size + 6
@@ -215,25 +245,34 @@ class HintedAddition(ReversedAddition):
 
 @register
 class MultiQueryRecall(Task):
-    """Multi-query associative recall: n key-value pairs, then every key again, each followed by its value."""
+    """Multi-query associative recall as Zoology's: n pairs `k v` (distinct keys, distinct values),
+    `<sep>`, then n queries, keys drawn with repeats, each answered by its value. An answer is predicted but
+    never read back (withheld: the model reads a blank there, as Zoology's inputs hold 0 after a query), and
+    queries repeat, so neither the answers already given nor the keys not yet asked narrow the next answer:
+    without recalling the pair, a query is right 1 time in n. Scored per query: the answer is the values of
+    the queries in order."""
 
     name, counts = "mqar", "pairs"
-    keys, values = tuple(f"k{i}" for i in range(64)), tuple(f"v{i}" for i in range(16))
+    keys, values = tuple(f"k{i}" for i in range(64)), tuple(f"v{i}" for i in range(64))
     symbols = keys + values
     train_sizes, max_size = (1, 8), len(keys)
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return cls.values
+
+    @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
-        keys = [int(k) for k in rng.choice(len(cls.keys), size, replace=False)]
-        values = {k: int(v) for k, v in zip(keys, rng.integers(0, len(cls.values), size), strict=True)}
-        key_id = lambda k: len(SPECIALS) + k  # noqa: E731
-        value_id = lambda v: len(SPECIALS) + len(cls.keys) + v  # noqa: E731
-        prompt = [t for k in keys for t in (key_id(k), value_id(values[k]))] + [SEP]
-        tokens, answer = [BOS, *prompt], [False] * (len(prompt) + 1)
-        for k in rng.permutation(keys):  # each query key, then its value (marked)
-            tokens += [key_id(int(k)), value_id(values[int(k)])]
-            answer += [False, True]
-        return Example((*tokens, EOS), (*answer, True))
+        key_ids = [len(SPECIALS) + int(k) for k in rng.choice(len(cls.keys), size, replace=False)]
+        first_value = len(SPECIALS) + len(cls.keys)
+        value_ids = [first_value + int(v) for v in rng.choice(len(cls.values), size, replace=False)]
+        queries = [int(q) for q in rng.integers(0, size, size)]  # indices into the pairs, repeats allowed
+        context = [t for pair in zip(key_ids, value_ids, strict=True) for t in pair]
+        asked = [t for q in queries for t in (key_ids[q], value_ids[q])]
+        tokens = (BOS, *context, SEP, *asked, EOS)
+        answer = tuple(i > len(context) + 1 and (i - len(context)) % 2 == 1 for i in range(len(tokens) - 1))
+        withheld = tuple(i for i, marked in enumerate(answer) if marked)
+        return Example(tokens, (*answer, True), withheld)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -243,7 +282,16 @@ class MultiQueryRecall(Task):
 @register
 class Counting(Task):
     """CoPE's counting: statements that set, increment or skip three variables, then `print` one: its value is
-    the number of increments since it was last set (at most 10)."""
+    the number of increments since it was last set (at most 10).
+
+    The answer is drawn first, uniformly over 0 .. min(10, n - 1), and the statements are built around it:
+    the printed variable's last set at a uniform place that leaves room, its increments at uniform places
+    after it, every other statement drawn as the paper's generator draws them (weights 1 : 50 : 7 for set,
+    pass, increment) on the variables still free to change. The paper's own draw, printing whatever the
+    statements left, answers 0 in 62 % of training examples and never 6 or more, while the test sizes (up to
+    8x) ask for larger values: a model could score by always answering 0 and could not be tested on values it
+    never saw. Drawn this way, every training size from 11 statements on asks for every value 0 .. 10, each
+    test size asks for the same values with the same weights, and the best constant answer scores 1 in 11."""
 
     name, counts = "counting", "statements"
     variables = ("a", "b", "c")
@@ -253,13 +301,32 @@ class Counting(Task):
     MAX_VALUE: ClassVar[int] = 10
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return tuple(str(v) for v in range(cls.MAX_VALUE + 1))
+
+    @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
-        while True:  # a draw in which no variable was ever set has nothing to print: draw again
-            words, values = cls._statements(rng, size)
-            if values:
-                break
-        var = sorted(values)[int(rng.integers(len(values)))]
-        return Example.of(cls.ids([*words, "print", var]), cls.ids([str(values[var])]))
+        value = int(rng.integers(0, min(cls.MAX_VALUE, size - 1) + 1))
+        printed = cls.variables[int(rng.integers(len(cls.variables)))]
+        last_set = int(rng.integers(0, size - value))
+        increments = {last_set + 1 + int(i) for i in rng.choice(size - 1 - last_set, value, replace=False)}
+        words, values = [], {}
+        for place in range(size):
+            if place == last_set:
+                op, var = "set", printed
+            elif place in increments:
+                op, var = "increment", printed
+            else:  # after the last set, the printed variable is left alone
+                op, var = cls._distractor(rng, values, () if place < last_set else (printed,))
+            if op == "set":
+                values[var] = 0
+                words += [var, "=", "0", ";"]
+            elif op == "increment":
+                values[var] += 1
+                words += [var, "++", ";"]
+            else:
+                words += ["pass", ";"]
+        return Example.of(cls.ids([*words, "print", printed]), cls.ids([str(value)]))
 
     @classmethod
     def max_tokens(cls, size: int) -> int:
@@ -267,34 +334,24 @@ class Counting(Task):
         return 4 * size + 5
 
     @classmethod
-    def _statements(cls, rng: np.random.Generator, size: int) -> tuple[list[str], dict[str, int]]:
-        """`size` statements and the values they leave; an increment with no variable below MAX_VALUE to
-        increment is drawn again, as the paper's generator does."""
+    def _distractor(
+        cls, rng: np.random.Generator, values: dict[str, int], fixed: tuple[str, ...]
+    ) -> tuple[str, str | None]:
+        """An op drawn with the paper's weights and the variable it acts on, none of `fixed`: an increment
+        with no set variable below MAX_VALUE to increment is drawn again, as the paper's generator does."""
         ops = list(cls.WEIGHTS)
         # one uniform draw per op against the cumulative weights: rng.choice(p=...) costs more than the model
         bounds = list(itertools.accumulate(cls.WEIGHTS.values()))
-        words: list[str] = []
-        values: dict[str, int] = {}
-
-        def draw() -> str:
-            return ops[bisect.bisect_right(bounds, rng.random() * bounds[-1])]
-
-        for _ in range(size):
-            op = draw()
-            while op == "increment" and not any(v < cls.MAX_VALUE for v in values.values()):
-                op = draw()
+        free = [v for v in cls.variables if v not in fixed]
+        while True:
+            op = ops[bisect.bisect_right(bounds, rng.random() * bounds[-1])]
             if op == "set":
-                var = cls.variables[int(rng.integers(len(cls.variables)))]
-                values[var] = 0
-                words += [var, "=", "0", ";"]
-            elif op == "increment":
-                can_grow = [v for v in sorted(values) if values[v] < cls.MAX_VALUE]
-                var = can_grow[int(rng.integers(len(can_grow)))]
-                values[var] += 1
-                words += [var, "++", ";"]
-            else:
-                words += ["pass", ";"]
-        return words, values
+                return op, free[int(rng.integers(len(free)))]
+            if op == "pass":
+                return op, None
+            can_grow = [v for v in sorted(values) if v in free and values[v] < cls.MAX_VALUE]
+            if can_grow:
+                return op, can_grow[int(rng.integers(len(can_grow)))]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -309,6 +366,10 @@ class SelectiveCopy(Task):
     symbols = (*_letters(16), ".")
     train_sizes = (4, 16)
     LETTERS: ClassVar[int] = 4
+
+    @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return cls.symbols[:-1]  # the letters, not the noise
 
     @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
@@ -329,20 +390,20 @@ class SelectiveCopy(Task):
 # Passkey retrieval
 
 
-@functools.cache
-def filler_text() -> str:
-    """The built-in corpus (the standard library's sources, `octlm.data.sources`) as one string of printable
-    ASCII, every run of other characters and spaces one space (indentation would fill a window with blanks):
-    what passkey examples hide their key in."""
-    from octlm.data.sources import stdlib_documents
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
-    text = " ".join(d.text for d in stdlib_documents())
-    return " ".join("".join(c if " " <= c <= "~" else " " for c in text).split())
+
+def filler_text(size: int) -> str:
+    """Mohtashami & Jaggi's filler, its sentences repeated (no digit anywhere), `size` characters longer than
+    one round of them: a cut of `size` characters from a uniform start is a uniform phase of the round."""
+    unit = FILLER + " "
+    return (unit * (size // len(unit) + 2))[: size + len(unit)]
 
 
 @register
 class Passkey(Task):
-    """A five-digit key hidden in filler text at a chosen depth, asked for at the end."""
+    """A five-digit key in Mohtashami & Jaggi's needle, hidden in their filler at a chosen depth, asked for at
+    the end: `<filler> The pass key is N. Remember it. N is the pass key. <filler> <sep> N`."""
 
     name, counts = "passkey", "filler characters"
     symbols = tuple(chr(c) for c in range(ord(" "), ord("~") + 1))
@@ -351,21 +412,26 @@ class Passkey(Task):
     KEY_DIGITS: ClassVar[int] = 5
 
     @classmethod
+    def answer_symbols(cls) -> tuple[str, ...]:
+        return tuple("0123456789")
+
+    @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         return cls.example_at(rng, size, float(rng.random()))
 
     @staticmethod
     def needle(key: str) -> str:
-        """The sentence that hides `key` in the filler, its spaces included."""
-        return f" The pass key is {key}. "
+        """The sentences that hide `key` in the filler (the language model's passkey's, `passkey.NEEDLE`),
+        with a space either side."""
+        return f"{NEEDLE[0]} {key}{NEEDLE[1]} {key}{NEEDLE[2]} "
 
     @classmethod
     def example_at(
         cls, rng: np.random.Generator, size: int, depth: float, text: str | None = None
     ) -> Example:
-        """The key after `round(depth x size)` characters of filler (0: first, 1: last), the filler cut from
-        `text` (default: `filler_text()`, the built-in corpus)."""
-        text = filler_text() if text is None else text
+        """The needle after `round(depth x size)` characters of filler (0: first, 1: last), the filler cut
+        from `text` (default: `filler_text(size)`, Mohtashami & Jaggi's sentences from a random phase)."""
+        text = filler_text(size) if text is None else text
         start = int(rng.integers(0, len(text) - size))
         filler = text[start : start + size]
         key = "".join(str(int(d)) for d in rng.integers(0, 10, cls.KEY_DIGITS))

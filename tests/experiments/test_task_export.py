@@ -156,7 +156,8 @@ def test_passkey_case_rebuilds_from_its_fields(size, depth):
     case = passkey_case(sample, 3, size, depth)
     filler = sample[case["start"] : case["start"] + size]
     cut = math.floor(depth * size + 0.5)  # round half up, as Passkey.example_at
-    prompt = f"{filler[:cut]} The pass key is {case['key']}. {filler[cut:]}"
+    key = case["key"]
+    prompt = f"{filler[:cut]} The pass key is {key}. Remember it. {key} is the pass key. {filler[cut:]}"
     assert case["tokens"] == [BOS, *Passkey.ids(prompt), SEP, *Passkey.ids(case["key"]), EOS]
     assert case["answer"] == [False] * (len(prompt) + 2) + [True] * 6
     assert len(case["key"]) == 5 and case["key"].isdigit()

@@ -4,12 +4,25 @@ deterministic by seed; sizes mean what each task says."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from octlm.experiments.tasks import BOS, EOS, SEP, SPECIALS, TASKS, Example, Passkey
+from octlm.experiments.tasks import (
+    BOS,
+    DEFAULT_TASKS,
+    EOS,
+    PAD,
+    SEP,
+    SPECIALS,
+    TASKS,
+    Example,
+    Passkey,
+    filler_text,
+)
 
 SIZES = {"copy": [1, 5, 16, 40], "reverse": [1, 7, 16], "addition": [1, 3, 8, 20], "addition-reversed": [1, 4, 8],
          "addition-hints": [1, 2, 8, 40],
@@ -61,7 +74,10 @@ def recompute(task: str, prompt: list[str]) -> list[str]:
     if task == "selective-copy":
         return [w for w in prompt[:-1] if w != "."]
     if task == "passkey":
-        return list(re.search(r"The pass key is (\d{5})\.", "".join(prompt[:-1])).group(1))
+        text = "".join(prompt[:-1])
+        found = re.findall(r"The pass key is (\d{5})\. Remember it\. (\d{5}) is the pass key\.", text)
+        assert len(found) == 1 and found[0][0] == found[0][1] and len(re.findall(r"\d", text)) == 10, text
+        return list(found[0][0])
     raise AssertionError(task)
 
 
@@ -95,18 +111,133 @@ def test_every_answer_is_the_right_one(task: str) -> None:
     assert checked >= 10 or task == "mqar"
 
 
-def test_mqar_answers_every_key_with_its_value() -> None:
+def mqar_parts(example: Example) -> tuple[dict[str, str], list[str], list[str]]:
+    """MQAR read back: the pairs before `<sep>`, the queries after it (every other token) and the marked
+    answers (their <eos> left off); the layout is checked on the way."""
+    all_words = words("mqar", example.tokens)
+    sep = all_words.index("<sep>")
+    pairs = dict(zip(all_words[1:sep:2], all_words[2:sep:2], strict=True))
+    assert all(k.startswith("k") for k in pairs) and all(v.startswith("v") for v in pairs.values())
+    marked = [w for w, m in zip(all_words, example.answer, strict=True) if m]
+    assert marked[-1] == "<eos>"
+    return pairs, all_words[sep + 1 : -1 : 2], marked[:-1]
+
+
+def test_mqar_answers_each_query_with_its_value_and_never_reads_an_answer_back() -> None:
+    repeats = 0
     for seed in range(5):
         for size in SIZES["mqar"]:
             example = TASKS["mqar"].example(np.random.default_rng(seed), size)
-            all_words = words("mqar", example.tokens)
-            sep = all_words.index("<sep>")
-            pairs = dict(zip(all_words[1:sep:2], all_words[2:sep:2], strict=True))
-            assert len(pairs) == size  # distinct keys
-            queries = all_words[sep + 1 : -1]
-            assert sorted(queries[::2]) == sorted(pairs) and queries[1::2] == [pairs[k] for k in queries[::2]]
-            marked = [w for w, m in zip(all_words, example.answer, strict=True) if m]
-            assert marked == [*queries[1::2], "<eos>"]
+            pairs, queries, answers = mqar_parts(example)
+            assert len(pairs) == size and len(set(pairs.values())) == size  # distinct keys, distinct values
+            assert len(queries) == size and set(queries) <= set(pairs)
+            assert answers == [pairs[q] for q in queries]
+            repeats += len(queries) - len(set(queries))
+            # the model reads a blank wherever an answer stands, and the tokens everywhere else
+            answer_at = [i for i, m in enumerate(example.answer) if m][:-1]
+            assert list(example.withheld) == answer_at
+            assert [t for i, t in enumerate(example.inputs) if i in answer_at] == [PAD] * size
+            assert [t for i, t in enumerate(example.inputs) if i not in answer_at] == [
+                t for i, t in enumerate(example.tokens) if i not in answer_at
+            ]
+            after = example.inputs[example.inputs.index(SEP) :]
+            assert not set(after) & set(TASKS["mqar"].ids(answers))  # values are read in the pairs only
+    assert repeats > 20  # queries repeat
+
+
+def eliminate(inputs: list[str], rng: np.random.Generator) -> str:
+    """The elimination shortcut, with no recall: the value seen most often in what the model has read, among
+    those not yet read after `<sep>` (the answers given, where they are read back), ties broken at random."""
+    sep = inputs.index("<sep>")
+    given = set(inputs[sep:])
+    seen = Counter(w for w in inputs if w.startswith("v") and w not in given)
+    if not seen:
+        return "v0"
+    top = max(seen.values())
+    tied = sorted(w for w, c in seen.items() if c == top)
+    return tied[int(rng.integers(len(tied)))]
+
+
+def repeat_or_eliminate(inputs: list[str], rng: np.random.Generator) -> str:
+    """Answer a repeated query as the token read after its last asking, else eliminate."""
+    sep, query = inputs.index("<sep>"), inputs[-1]
+    earlier = [i for i in range(sep + 1, len(inputs) - 1) if inputs[i] == query]
+    return (
+        inputs[earlier[-1] + 1] if earlier and inputs[earlier[-1] + 1] != "<pad>" else eliminate(inputs, rng)
+    )
+
+
+def in_order(inputs: list[str], rng: np.random.Generator) -> str:
+    """The i-th query answered by the i-th value shown (a positional guess)."""
+    sep = inputs.index("<sep>")
+    values = inputs[1:sep:2]
+    return values[((len(inputs) - sep - 2) // 2) % len(values)]
+
+
+def shortcut_hits(layout: str, shortcut, size: int, count: int) -> tuple[int, int]:  # noqa: ANN001
+    """Queries the shortcut gets right over `count` examples, and queries asked: on the generator's own
+    inputs, or on the old layout built from the same pairs (every key asked once, each answer read back)."""
+    rng, hits, asked = np.random.default_rng([size, 1]), 0, 0
+    for seed in range(count):
+        example = TASKS["mqar"].example(np.random.default_rng([size, seed]), size)
+        pairs, queries, answers = mqar_parts(example)
+        if layout == "old":
+            queries = list(dict.fromkeys(rng.permutation(list(pairs))))
+            answers = [pairs[q] for q in queries]
+            inputs = [w for k, v in pairs.items() for w in (k, v)] + ["<sep>"]
+            inputs += [w for q in queries for w in (q, pairs[q])]
+        else:
+            inputs = words("mqar", example.inputs)[1:-1]
+        sep = inputs.index("<sep>")
+        for i, answer in enumerate(answers):
+            hits += shortcut(inputs[: sep + 2 + 2 * i], rng) == answer
+            asked += 1
+    return hits, asked
+
+
+@pytest.mark.parametrize("size", [2, 4, 8])
+@pytest.mark.parametrize("shortcut", [eliminate, repeat_or_eliminate, in_order])
+def test_mqar_shortcuts_score_at_chance(size: int, shortcut) -> None:  # noqa: ANN001
+    """Without recall, a query is right 1 time in n (guessing among the n values shown): every shortcut
+    scores within 4 binomial standard deviations of 1/n on the generator, while elimination on the old
+    layout (every key once, answers read back) scores H_n / n (75, 52, 34 % at 2, 4, 8 pairs)."""
+    hits, asked = shortcut_hits("new", shortcut, size, 600)
+    p = 1 / size
+    assert abs(hits / asked - p) <= 4 * math.sqrt(p * (1 - p) / asked), (hits, asked)
+    if shortcut is eliminate:
+        hits, asked = shortcut_hits("old", shortcut, size, 600)
+        p = sum(1 / k for k in range(1, size + 1)) / size
+        assert abs(hits / asked - p) <= 4 * math.sqrt(p * (1 - p) / asked), (hits, asked)
+
+
+def test_the_passkey_filler_holds_no_digit() -> None:
+    assert not re.search(r"\d", filler_text(5000)) and len(filler_text(300)) > 300
+    for seed in range(20):
+        example = Passkey.example(np.random.default_rng(seed), 200)
+        text = "".join(words("passkey", example.tokens)[1:-7])
+        key = "".join(words("passkey", example.answer_tokens[:-1]))
+        assert re.sub(r"\d", "", text) == text.replace(key, "")  # the key's two copies are the only digits
+        assert text.count(key) == 2 and "The grass is green." in text
+
+
+def test_counting_answers_every_value_the_test_sizes_ask_for() -> None:
+    """Uniform over 0 .. min(10, n - 1) at every size: no value past 1/11 + 4 standard deviations at a test
+    size, every value a test size gives also given in training, and 0 no longer the common answer."""
+    cls = TASKS["counting"]
+    draw = lambda size, seed: int(
+        words("counting", cls.example(np.random.default_rng([size, seed]), size).tokens)[-2]
+    )  # noqa: E731, E501
+    train = Counter(draw(size, seed) for size in range(4, 17) for seed in range(150))
+    assert sorted(train) == list(range(11)) and train[0] / train.total() < 0.2
+    for size in cls.test_sizes():
+        test = Counter(draw(size, seed) for seed in range(600))
+        assert set(test) <= set(train) and sorted(test) == list(range(11))
+        assert max(test.values()) / 600 <= 1 / 11 + 4 * math.sqrt(1 / 11 * 10 / 11 / 600), test
+
+
+def test_default_tasks_leave_addition_out() -> None:
+    assert DEFAULT_TASKS == ("copy", "reverse", "selective-copy", "passkey", "mqar", "counting")
+    assert set(DEFAULT_TASKS) < set(TASKS) and not [t for t in DEFAULT_TASKS if t.startswith("addition")]
 
 
 @pytest.mark.parametrize("task", list(SIZES))
@@ -129,7 +260,10 @@ def test_sizes_count_what_each_task_says() -> None:
     selective = TASKS["selective-copy"].example(rng, 30)
     assert words("selective-copy", selective.tokens).index("<sep>") == 31
     key = Passkey.example_at(rng, 100, 0.5)
-    assert len(key.tokens) == 100 + len(" The pass key is 12345. ") + 1 + 5 + 2
+    assert (
+        len(key.tokens)
+        == 100 + len(" The pass key is 12345. Remember it. 12345 is the pass key. ") + 1 + 5 + 2
+    )
 
 
 @pytest.mark.parametrize("depth", Passkey.depths)
@@ -160,7 +294,8 @@ def test_max_tokens_bounds_every_example_and_is_reached(task: str) -> None:
 def test_max_tokens_by_hand() -> None:
     assert TASKS["addition"].max_tokens(3) == 1 + 3 + 1 + 3 + 1 + 4 + 1  # <bos> 999 + 999 = 1998 <eos>
     assert TASKS["addition-hints"].max_tokens(3) == 1 + 6 + 1 + 6 + 1 + 8 + 1
-    assert TASKS["passkey"].max_tokens(10) == 1 + len(" The pass key is 12345. ") + 10 + 1 + 5 + 1
+    needle = " The pass key is 12345. Remember it. 12345 is the pass key. "
+    assert TASKS["passkey"].max_tokens(10) == 1 + len(needle) + 10 + 1 + 5 + 1
 
 
 def test_test_sizes_are_multiples_of_the_largest_training_size() -> None:

@@ -1,0 +1,329 @@
+"""Paper claims as code: each claim that the task battery, the length experiment or the extension touches is
+one declaration (`CLAIMS`) whose predicate reads the collected records (`octlm.experiments.evidence`) and
+returns agree, disagree or inconclusive from 95 % intervals, naming the numbers it used.
+
+`findings(experiment, records)` checks every claim of one experiment ("tasks", "length", "extend");
+`claims_markdown` and `claims_json` write the table. A claim is stated in the paper's own metric where the
+experiment records it ("not recorded" otherwise), and a battery row that did not learn a task at its training
+sizes is left out of the claims about generalising it ("not learned").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from octlm.experiments.evidence import (
+    EXACT,
+    PER_TOKEN,
+    Battery,
+    Check,
+    Estimate,
+    Extend,
+    Length,
+    Verdict,
+    all_of,
+)
+from octlm.experiments.extend import Settings as ExtendSettings
+
+EXPERIMENTS = ("tasks", "length", "extend")
+LEARNED = 0.95  # a battery row learned a task when its exact match at the largest training size reaches this
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim as this lab can test it: `check` reads the experiment's evidence (`Battery`, `Length`
+    or `Extend`) in `metric`, the paper's metric as this experiment records it."""
+
+    key: str
+    paper: str
+    year: int
+    statement: str
+    experiment: str
+    metric: str
+    check: Callable[[Any], Check]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim's verdict on one experiment's results, the estimates it used and why, in one line."""
+
+    claim: Claim
+    verdict: Verdict
+    estimates: tuple[Estimate, ...]
+    reason: str
+
+
+def not_tested(why: str) -> Check:
+    return Check(Verdict.INCONCLUSIVE, f"not tested by this experiment: {why}")
+
+
+KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")  # theirs that the battery has
+PAST = "past the largest training size, mean over the test sizes there"
+
+CLAIMS = (
+    Claim(
+        "kazemnejad-nope",
+        "Kazemnejad et al.",
+        2023,
+        "NoPE generalises to longer inputs at least as well as T5's bias, and better than ALiBi, RoPE and "
+        "absolute positions (learned, sinusoidal)",
+        "tasks",
+        f"exact match (their seq_acc) {PAST}, then over copy, reverse and addition",
+        lambda b: all_of(
+            b.above("nope", other, KAZEMNEJAD_TASKS, EXACT)
+            for other in ("t5", "alibi", "rope", "learned", "sinusoidal")
+        ),
+    ),
+    Claim(
+        "ruoss-rope",
+        "Ruoss et al.",
+        2023,
+        "Randomized positions raise RoPE's accuracy on inputs longer than trained on",
+        "tasks",
+        f"per-token accuracy {PAST}, then over the tasks",
+        lambda b: b.above("rope+random", "rope", None, PER_TOKEN),
+    ),
+    Claim(
+        "ruoss-learned",
+        "Ruoss et al.",
+        2023,
+        "Randomized positions raise a learned table's accuracy on inputs longer than trained on",
+        "tasks",
+        f"per-token accuracy {PAST}, then over the tasks (no rows past the table: every answer wrong)",
+        lambda b: b.above("learned+random", "learned", None, PER_TOKEN),
+    ),
+    Claim(
+        "cope-counting",
+        "Golovneva et al. (CoPE)",
+        2024,
+        "CoPE solves counting and selective copy past the training length, where RoPE fails",
+        "tasks",
+        f"exact match {PAST}, each task",
+        lambda b: all_of(b.above("cope", "rope", (t,), EXACT) for t in ("counting", "selective-copy")),
+    ),
+    Claim(
+        "passkey-rope",
+        "Mohtashami & Jaggi",
+        2023,
+        "RoPE's passkey retrieval drops past the training length; ALiBi's and NoPE's hold better",
+        "tasks",
+        f"exact match of the 5-digit key, at the largest training size and {PAST}",
+        lambda b: all_of(
+            [
+                b.drops("rope", "passkey", EXACT),
+                b.above("alibi", "rope", ("passkey",), EXACT),
+                b.above("nope", "rope", ("passkey",), EXACT),
+            ]
+        ),
+    ),
+    Claim(
+        "zoology-mqar",
+        "Arora et al. (Zoology)",
+        2023,
+        "On multi-query associative recall attention beats cheaper sequence mixers (gated convolutions, "
+        "SSMs)",
+        "tasks",
+        "per-query accuracy",
+        lambda b: not_tested("every battery row is attention; no cheaper sequence mixer is trained"),
+    ),
+    Claim(
+        "path-copy",
+        "Yang et al. (PaTH)",
+        2025,
+        "PaTH beats RoPE on copying (copy, reverse) past the training length",
+        "tasks",
+        f"exact match {PAST}, each task",
+        lambda b: all_of(b.above("path", "rope", (t,), EXACT) for t in ("copy", "reverse")),
+    ),
+    Claim(
+        "ssmax-selective",
+        "Nakanishi (SSMax)",
+        2025,
+        "Scalable softmax keeps attention sharp over more keys than trained on: NoPE + SSMax above NoPE on "
+        "selective copy past the training length",
+        "tasks",
+        f"exact match {PAST}",
+        lambda b: b.above("nope+ssmax", "nope", ("selective-copy",), EXACT),
+    ),
+    Claim(
+        "alibi-flat",
+        "Press et al. (ALiBi)",
+        2022,
+        "ALiBi's loss past the training length stays near its value at it, while sinusoidal and RoPE rise (a "
+        "learned table has no rows there)",
+        "length",
+        "bits per byte (windows), each seed's rise from the training length to the longest, against 0.02",
+        lambda n: all_of([n.holds("alibi"), n.rises("sinusoidal"), n.rises("rope")]),
+    ),
+    Claim(
+        "xpos-length",
+        "Sun et al. (xPos)",
+        2023,
+        "xPos extrapolates better than RoPE",
+        "length",
+        "bits per byte (windows) at the longest length",
+        lambda n: n.lower_than("xpos", "rope"),
+    ),
+    Claim(
+        "fire-length",
+        "Li et al. (FIRE)",
+        2024,
+        "FIRE generalises to longer inputs better than RoPE and at least as well as ALiBi",
+        "length",
+        "bits per byte (windows) at the longest length",
+        lambda n: all_of([n.lower_than("fire", "rope"), n.lower_than("fire", "alibi")]),
+    ),
+    Claim(
+        "fox-length",
+        "Lin et al. (FoX)",
+        2025,
+        "The forgetting transformer extrapolates better than RoPE",
+        "length",
+        "bits per byte (windows) at the longest length",
+        lambda n: n.lower_than("fox", "rope"),
+    ),
+    Claim(
+        "path-length",
+        "Yang et al. (PaTH)",
+        2025,
+        "PaTH extrapolates better than RoPE",
+        "length",
+        "bits per byte (windows) at the longest length",
+        lambda n: n.lower_than("path", "rope"),
+    ),
+    Claim(
+        "stick-breaking-length",
+        "Tan et al. (stick-breaking)",
+        2025,
+        "Stick-breaking attention trained short is better at longer lengths than softmax with RoPE",
+        "length",
+        "bits per byte (windows) at the longest length",
+        lambda n: n.lower_than("stick-breaking", "rope"),
+    ),
+    Claim(
+        "pi-passkey",
+        "Chen et al. (PI)",
+        2023,
+        "Fine-tuned with position interpolation, RoPE retrieves the passkey over the extended window; plain "
+        "fine-tuning extends its effective window far less",
+        "extend",
+        "passkey accuracy at the extended length after fine-tuning (the effective window reaches it)",
+        lambda e: e.passkey_above("pi", "plain"),
+    ),
+    Claim(
+        "yarn-steps-pi",
+        "Peng et al. (YaRN)",
+        2023,
+        "YaRN reaches PI's fine-tuned loss in fewer fine-tuning steps than PI",
+        "extend",
+        "fine-tuning steps to PI's last validation bits per byte at the extended length, per seed, each row "
+        "from its own start",
+        lambda e: e.fewer_steps("yarn", "pi"),
+    ),
+    Claim(
+        "yarn-steps-plain",
+        "Peng et al. (YaRN)",
+        2023,
+        "YaRN reaches PI's fine-tuned loss in fewer fine-tuning steps than plain RoPE fine-tuning (the "
+        "control: PI's slowness alone would make YaRN look fast)",
+        "extend",
+        "fine-tuning steps to PI's last validation bits per byte at the extended length, per seed, each row "
+        "from its own start",
+        lambda e: e.fewer_steps("yarn", "plain"),
+    ),
+)
+
+
+def evidence(
+    experiment: str, records: Iterable[dict[str, Any]], grid: Mapping[str, Any] | None, learned: float
+) -> Battery | Length | Extend:
+    """The experiment's records read as estimates; the extension's lengths from its grid (default: its
+    defaults), the others' from their records."""
+    if experiment == "tasks":
+        return Battery(records, learned)
+    if experiment == "length":
+        return Length(records)
+    if experiment == "extend":
+        grid = grid or {}
+        default = ExtendSettings()
+        lengths = (
+            grid.get("train_length", default.train_length),
+            grid.get("extend_length", default.extend_length),
+        )
+        return Extend(records, *lengths, target=learned)
+    raise ValueError(f"no experiment {experiment!r}: one of {', '.join(EXPERIMENTS)}")
+
+
+def findings(
+    experiment: str,
+    records: Iterable[dict[str, Any]],
+    grid: Mapping[str, Any] | None = None,
+    learned: float = LEARNED,
+) -> list[Finding]:
+    """Every claim of `experiment` checked on its collected `records` (the extension's with its
+    `evidence.curve_records`), in `CLAIMS` order."""
+    read = evidence(experiment, records, grid, learned)
+    return [
+        Finding(claim, (check := claim.check(read)).verdict, check.used, check.reason)
+        for claim in CLAIMS
+        if claim.experiment == experiment
+    ]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def claims_markdown(found: Sequence[Finding]) -> str:
+    """The findings as a Markdown table: paper, claim, metric, verdict, why, and the numbers used."""
+    lines = [
+        "| paper | claim | metric | verdict | why | numbers used |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for f in found:
+        numbers = "; ".join(f"{e.text} (n {e.n})" for e in f.estimates) or "none"
+        cells = (
+            f"{f.claim.paper} {f.claim.year}",
+            f.claim.statement,
+            f.claim.metric,
+            f"**{f.verdict.value}**",
+            f.reason,
+            numbers,
+        )
+        lines.append("| " + " | ".join(map(_cell, cells)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _number(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # JSON has no infinity: an unbounded side is null
+
+
+def claims_json(found: Sequence[Finding]) -> list[dict[str, Any]]:
+    """The findings as JSON-ready dicts: the claim's declaration, the verdict, why, and every estimate."""
+    return [
+        {
+            "key": f.claim.key,
+            "paper": f.claim.paper,
+            "year": f.claim.year,
+            "statement": f.claim.statement,
+            "experiment": f.claim.experiment,
+            "metric": f.claim.metric,
+            "verdict": f.verdict.value,
+            "reason": f.reason,
+            "estimates": [
+                {
+                    "label": e.label,
+                    "value": e.value,
+                    "lo": _number(e.lo),
+                    "hi": _number(e.hi),
+                    "n": e.n,
+                    "seeds": list(e.seeds),
+                }
+                for e in f.estimates
+            ],
+        }
+        for f in found
+    ]

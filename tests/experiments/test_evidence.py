@@ -1,0 +1,232 @@
+"""Estimates and comparisons (octlm/experiments/evidence.py): the t quantiles against Student's t CDF in 30
+digits (mpmath: scipy is not in the environment), each comparison on exact interval values, and the adapters
+on small hand-built records of each experiment."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import mpmath
+import pytest
+
+from octlm.experiments.baselines import interval
+from octlm.experiments.evidence import (
+    EXACT,
+    NEAR_BPB,
+    PER_TOKEN,
+    T975,
+    Battery,
+    Estimate,
+    Extend,
+    Inconclusive,
+    Length,
+    Verdict,
+    all_of,
+    curve_records,
+    exceeds,
+    higher,
+    lower,
+    mean_of,
+    negated,
+    over_seeds,
+    proportion,
+    t_interval,
+    t_quantile,
+)
+
+
+def est(lo: float, hi: float, label: str = "x") -> Estimate:
+    return Estimate(label, (lo + hi) / 2, lo, hi, 10, (0,))
+
+
+@pytest.mark.parametrize("df", range(1, 31))
+def test_t_quantiles_are_the_975th_percentile_of_students_t(df: int) -> None:
+    mpmath.mp.dps = 30
+    t = mpmath.mpf(T975[df - 1])
+    # P(T <= t) = 1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2, the regularized incomplete beta function
+    cdf = 1 - mpmath.betainc(df / 2, 0.5, 0, df / (df + t * t), regularized=True) / 2
+    assert abs(cdf - mpmath.mpf("0.975")) < 1e-8
+
+
+def test_t_quantile_known_values_and_past_the_table() -> None:
+    assert t_quantile(1) == 12.7062047 and t_quantile(2) == 4.3026527 and t_quantile(30) == 2.0422725
+    assert (
+        t_quantile(100) == t_quantile(30) > 1.959963984540054
+    )  # wider than the true quantile, never narrower
+    with pytest.raises(ValueError):
+        t_quantile(0)
+
+
+def test_t_interval_on_exact_values() -> None:
+    lo, hi = t_interval([1.0, 2.0, 3.0])  # mean 2, s 1, n 3
+    half = 4.3026527 / math.sqrt(3)
+    assert (lo, hi) == pytest.approx((2 - half, 2 + half), abs=1e-12)
+    assert t_interval([5.0]) == (-math.inf, math.inf)
+    e = over_seeds("r", {3: 2.0, 1: 2.0})
+    assert (e.value, e.lo, e.hi, e.n, e.seeds) == (2.0, 2.0, 2.0, 2, (1, 3))
+
+
+def test_higher_lower_and_exceeds_on_exact_values() -> None:
+    a, b = est(0.5, 0.6, "a"), est(0.3, 0.4999, "b")
+    assert higher(a, b).verdict is Verdict.AGREE and "a above b: 0.500 > 0.500" in higher(a, b).reason
+    assert higher(b, a).verdict is Verdict.DISAGREE
+    assert higher(a, est(0.3, 0.5)).verdict is Verdict.INCONCLUSIVE  # touching bounds overlap
+    assert "overlap" in higher(a, est(0.3, 0.5)).reason and higher(a, b).used == (a, b)
+    assert lower(b, a).verdict is Verdict.AGREE and lower(a, b).verdict is Verdict.DISAGREE
+    assert lower(a, est(0.6, 0.7)).verdict is Verdict.INCONCLUSIVE
+    assert exceeds(a, 0.4999, "t").verdict is Verdict.AGREE
+    assert exceeds(a, 0.6001, "t").verdict is Verdict.DISAGREE
+    assert exceeds(a, 0.5, "t").verdict is Verdict.INCONCLUSIVE and "holds t" in exceeds(a, 0.5, "t").reason
+    assert negated(exceeds(a, 0.4, "t")).verdict is Verdict.DISAGREE
+    assert negated(exceeds(a, 0.7, "t")).verdict is Verdict.AGREE
+    assert negated(exceeds(a, 0.5, "t")).verdict is Verdict.INCONCLUSIVE
+
+
+def test_all_of_any_disagreement_disagrees_and_only_agreement_agrees() -> None:
+    yes, no, maybe = higher(est(2, 3), est(0, 1)), higher(est(0, 1), est(2, 3)), higher(est(0, 2), est(1, 3))
+    assert all_of([yes, yes]).verdict is Verdict.AGREE
+    assert all_of([yes, maybe, no]).verdict is Verdict.DISAGREE
+    assert all_of([yes, maybe]).verdict is Verdict.INCONCLUSIVE
+    assert all_of([maybe, maybe]).reason == maybe.reason  # the same reason once
+    assert len(all_of([yes, no]).used) == 4
+
+
+def test_mean_of_and_proportion() -> None:
+    m = mean_of("m", [Estimate("a", 0.2, 0.1, 0.3, 5, (0,)), Estimate("b", 0.4, 0.2, 0.8, 7, (1,))])
+    assert (m.label, m.n, m.seeds) == ("m", 12, (0, 1))
+    assert (m.value, m.lo, m.hi) == pytest.approx((0.3, 0.15, 0.55))
+    one = Estimate("a", 0.2, 0.1, 0.3, 5, (0,))
+    assert mean_of("m", [one]) is one
+    p = proportion("p", 30, 40, [2, 1, 2])
+    assert (p.value, (p.lo, p.hi), p.seeds) == (0.75, interval(30, 40), (1, 2))
+
+
+def battery_record(task: str, row: str, seed: int, size: int, hits: int | None, **more: int) -> dict:
+    base = {"task": task, "scheme": row, "seed": seed, "size": size, "depth": None, "examples": 10}
+    return base | {"hits": hits} | more
+
+
+def test_battery_pools_seeds_counts_no_rows_wrong_and_averages_past_sizes() -> None:
+    records = [
+        battery_record("copy", "rope", 0, 8, 10),
+        battery_record("copy", "rope", 1, 8, 9),
+        {**battery_record("copy", "rope", 1, 8, 0), "depth": 0.5},  # a depth record: left out
+        battery_record("copy", "rope", 0, 16, 4),
+        battery_record("copy", "rope", 1, 16, 2),
+        battery_record("copy", "rope", 0, 32, 0),
+        battery_record("copy", "rope", 1, 32, 2),
+        battery_record("copy", "learned", 0, 16, None),
+    ]
+    b = Battery(records)
+    at8 = b.at("copy", "rope", 8, EXACT)
+    assert (at8.value, (at8.lo, at8.hi), at8.n, at8.seeds) == (0.95, interval(19, 20), 20, (0, 1))
+    past = b.past("copy", "rope", EXACT)
+    assert past.value == pytest.approx(0.2) and past.lo == pytest.approx(
+        (interval(6, 20)[0] + interval(2, 20)[0]) / 2
+    )
+    assert b.learned("copy", "rope") == at8
+    none = b.at("copy", "learned", 16, EXACT)
+    assert none.value == 0 and none.n == 10 and "(no rows)" in none.label
+    with pytest.raises(Inconclusive, match="not recorded: per token accuracy of rope copy"):
+        b.at("copy", "rope", 8, PER_TOKEN)
+    with pytest.raises(Inconclusive, match="missing rows: nope copy at 8"):
+        b.at("copy", "nope", 8, EXACT)
+
+
+def test_battery_per_token_and_not_learned() -> None:
+    records = [
+        battery_record("mqar", "rope", 0, 8, 0, tokens=80, token_hits=78),
+        battery_record("copy", "path", 0, 8, 6, tokens=80, token_hits=40),
+    ]
+    b = Battery(records, target=0.95)
+    assert b.at("mqar", "rope", 8, PER_TOKEN).value == 78 / 80
+    assert b.learned("mqar", "rope").value == 78 / 80  # MQAR learned per query, where recorded
+    with pytest.raises(Inconclusive, match=r"not learned: path copy 60 % exact match at 8 \(target 95 %\)"):
+        b.learned("copy", "path")
+    assert Battery(records, target=0.5).learned("copy", "path").value == 0.6
+
+
+def length_record(row: str, seed: int, length: int, bpb: float | None, **more: object) -> dict:
+    status = "ok" if bpb is not None else "no rows"
+    base = {"scheme": row, "variant": "", "seed": seed, "length": length, "mode": "windows", "status": status}
+    return base | {"bpb": bpb, "train_length": 64} | more
+
+
+def test_length_rise_is_paired_by_seed_and_only_windows_of_plain_rows_count() -> None:
+    records = [
+        length_record("alibi", 1, 64, 1.80),
+        length_record("alibi", 2, 64, 1.90),
+        length_record("alibi", 1, 1024, 1.79),
+        length_record("alibi", 2, 1024, 1.88),
+        length_record("alibi", 1, 1024, 9.0, mode="sliding"),
+        length_record("rope", 1, 1024, 9.0, variant="pi"),
+        length_record("rope", 1, 1024, 2.0, variant="plain"),
+        length_record("learned", 1, 1024, None),
+    ]
+    n = Length(records)
+    assert (n.train_length, n.longest) == (64, 1024)
+    rise = n.rise("alibi")  # -0.01 and -0.02 per seed, while the levels differ by 0.1
+    assert rise.value == pytest.approx(-0.015) and rise.seeds == (1, 2)
+    assert (rise.lo, rise.hi) == pytest.approx(t_interval([-0.01, -0.02]))
+    assert n.holds("alibi").verdict is Verdict.INCONCLUSIVE  # two seeds: t(1) = 12.7 makes it wide
+    assert n.bpb("rope", 1024).value == 2.0
+    assert n.lower_than("alibi", "rope").verdict is Verdict.INCONCLUSIVE  # rope has one seed: no interval
+    check = n.rises("learned")
+    assert check.verdict is Verdict.INCONCLUSIVE and check.reason == "missing rows: learned at 64 tokens"
+
+
+def test_length_holds_and_rises_against_near() -> None:
+    flat = [length_record("alibi", s, 64, 1.8 + s / 100) for s in range(3)]
+    flat += [length_record("alibi", s, 1024, 1.8 + s / 100 + 0.001 * s) for s in range(3)]
+    n = Length(flat)
+    assert n.holds("alibi").verdict is Verdict.AGREE and n.rises("alibi").verdict is Verdict.DISAGREE
+    assert "below near: " in n.holds("alibi").reason and NEAR_BPB == 0.02
+
+
+def extend_record(row: str, seed: int, phase: str, length: int, passkey: float | None) -> dict:
+    base = {"row": row, "seed": seed, "phase": phase, "length": length, "bpb": 2.0, "passkey": passkey}
+    return base | ({"passkey_windows": 40} if passkey is not None else {})
+
+
+def test_extend_passkey_pools_windows_and_needs_a_base_that_retrieves() -> None:
+    records = [extend_record("plain", s, "before", 64, 1.0) for s in (1, 2)]
+    records += [extend_record("pi", s, "after", 256, a) for s, a in ((1, 0.9), (2, 0.95))]
+    records += [extend_record("plain", s, "after", 256, 0.1) for s in (1, 2)]
+    e = Extend(records, 64, 256)
+    pi = e.passkey("pi", "after", 256)
+    assert (pi.value, pi.n, (pi.lo, pi.hi)) == (74 / 80, 80, interval(74, 80))
+    assert e.passkey_above("pi", "plain").verdict is Verdict.AGREE
+    blind = Extend([{**r, "passkey": 0.0} if r["phase"] == "before" else r for r in records], 64, 256)
+    check = blind.passkey_above("pi", "plain")
+    assert check.verdict is Verdict.INCONCLUSIVE
+    assert check.reason == "not learned: the base model finds 0 % of keys at 64 (target 95 %)"
+    old = Extend([{k: v for k, v in r.items() if k != "passkey_windows"} for r in records], 64, 256)
+    assert old.passkey_above("pi", "plain").reason == "not recorded: passkey windows of plain"
+
+
+def test_extend_steps_count_from_each_rows_own_start_and_past_the_end_when_never_reached() -> None:
+    def curve(row: str, seed: int, values: list[float]) -> list[dict]:
+        return [{"row": row, "seed": seed, "step": 10 * i, "val_bpb": v} for i, v in enumerate(values)]
+
+    records = curve("pi", 1, [2.0, 1.9, 1.8]) + curve("pi", 2, [2.0, 1.85, 1.7])
+    records += curve("yarn", 1, [1.8, 1.7, 1.6]) + curve("yarn", 2, [1.9, 1.69, 1.6])
+    records += curve("plain", 1, [2.0, 1.95, 1.9]) + curve("plain", 2, [2.0, 1.8, 1.7])
+    e = Extend(records, 64, 256)
+    targets = {1: 1.8, 2: 1.7}
+    assert e.steps("yarn", targets, "pi").value == 5.0  # seed 1 at step 0, seed 2 at step 10
+    plain = e.steps("plain", targets, "pi")  # seed 1 never reaches 1.8: counted at 30
+    assert (plain.value, plain.seeds) == (25.0, (1, 2)) and "not reached in seeds 1" in plain.label
+    assert e.fewer_steps("yarn", "pi").verdict is Verdict.INCONCLUSIVE  # two seeds: t(1) = 12.7
+    quick = records[:6] + curve("yarn", 1, [1.8, 1.7, 1.6]) + curve("yarn", 2, [1.7, 1.69, 1.6])
+    check = Extend(quick, 64, 256).fewer_steps("yarn", "pi")  # 0, 0 against 20, 20: no spread
+    assert (
+        check.verdict is Verdict.AGREE
+        and check.reason == "yarn steps to pi's end below pi steps to pi's end: 0.000 < 20.000"
+    )
+    assert "missing rows: no fine-tuning curve of ntk" in e.fewer_steps("ntk", "pi").reason
+
+
+def test_curve_records_from_cells() -> None:
+    cell = SimpleNamespace(key=("yarn", 1337), facts={"info": {"curve": [{"step": 0, "val_bpb": 1.9}]}})
+    assert curve_records([cell]) == [{"row": "yarn", "seed": 1337, "step": 0, "val_bpb": 1.9}]
