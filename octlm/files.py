@@ -17,7 +17,6 @@ import secrets
 from pathlib import Path
 
 from octlm.errors import writing
-from octlm.hashing import sha256_bytes as sha256_bytes  # experiments still import it from here
 
 # The mode every file octlm writes is created with; the kernel takes the umask off, so a file gets what a
 # plain open() would give it (0644 under the usual umask 022, 0600 under 077), whichever way it was written.

@@ -24,7 +24,7 @@ import torch
 from octlm.errors import UserError, writing
 from octlm.experiments.length import MAX_LENGTH
 from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score, sliding_part
-from octlm.files import sha256_bytes, write_atomic
+from octlm.files import write_atomic
 from octlm.inspect.validation import text_tokens, validation_tokens
 from octlm.positions import unbounded_schemes
 
@@ -127,7 +127,7 @@ def score_run(
         "context_tokens": eval_text.start,
         "scored_tokens": eval_text.count,
         "scored_bytes": eval_text.bytes_of(targets),
-        "eval_sha256": sha256_bytes(eval_text.tokens.tobytes() + eval_text.token_bytes.tobytes()),
+        "eval_sha256": eval_text.sha256,
         "records": score_model(model, eval_text, lengths, sliding),
     }
 
