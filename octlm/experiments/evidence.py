@@ -195,6 +195,9 @@ def all_of(checks: Iterable[Check]) -> Check:
 # The battery
 
 EXACT, PER_TOKEN = "exact match", "per token"
+# A row learned a task when its score at the largest training size reaches this: the one threshold of the
+# claims and of the battery's tables (`battery_results`), which show the rows below it "not learned".
+LEARNED = 0.95
 PER_QUERY = ("mqar",)  # learned on its per-query accuracy where recorded (an answer token is one query)
 
 
@@ -207,7 +210,7 @@ class Battery:
     `target`, the point value, not its interval; a row that did not is left out of every claim about
     generalisation."""
 
-    def __init__(self, records: Iterable[dict[str, Any]], target: float = 0.95) -> None:
+    def __init__(self, records: Iterable[dict[str, Any]], target: float = LEARNED) -> None:
         self.records = [r for r in records if r.get("depth") is None]  # the depth records split these
         self.tasks = list(dict.fromkeys(r["task"] for r in self.records))
         self.target = target
@@ -358,10 +361,14 @@ def curve_records(found: Iterable[Any]) -> list[dict[str, Any]]:
 
 class Extend:
     """The extension's records (`extend.scored`: per row, seed, phase and length, bits per byte and passkey
-    accuracy over `passkey_windows`) and its curves (`curve_records`)."""
+    accuracy over `passkey_windows`, with the phase's `effective_window`) and its curves (`curve_records`)."""
 
     def __init__(
-        self, records: Iterable[dict[str, Any]], train_length: int, extend_length: int, target: float = 0.95
+        self,
+        records: Iterable[dict[str, Any]],
+        train_length: int,
+        extend_length: int,
+        target: float = LEARNED,
     ) -> None:
         records = list(records)
         self.scores = [r for r in records if "phase" in r]
@@ -383,17 +390,40 @@ class Extend:
         n = sum(r["passkey_windows"] for r in found)
         return proportion(f"{row} passkey {phase} at {length}", hits, n, (r["seed"] for r in found))
 
-    @checked
-    def passkey_above(self, row: str, other: str) -> Check:
-        """After fine-tuning, `row` retrieves more keys than `other` at the extended length, provided the base
-        model (plain RoPE before fine-tuning) retrieves them at its own training length."""
+    def base_retrieves(self) -> None:
+        """Raises "not learned" unless the base model (plain RoPE before fine-tuning) retrieves the keys at
+        its own training length: a model that never could says nothing about extending."""
         base = self.passkey("plain", "before", self.train_length)
         if base.value < self.target:
             raise Inconclusive(
                 f"not learned: the base model finds {100 * base.value:.0f} % of keys at {self.train_length}"
                 f" (target {100 * self.target:.0f} %)"
             )
+
+    @checked
+    def passkey_above(self, row: str, other: str) -> Check:
+        """After fine-tuning, `row` retrieves more keys than `other` at the extended length, provided the base
+        model retrieves them at its own training length."""
+        self.base_retrieves()
         return higher(*(self.passkey(r, "after", self.extend_length) for r in (row, other)))
+
+    def window(self, row: str, phase: str) -> Estimate:
+        """`row`'s effective context window in `phase` (`passkey.effective_window`, recorded with every
+        record of a seed and phase), a number per seed."""
+        found = [r for r in self.scores if (r["row"], r["phase"]) == (row, phase)]
+        if not found:
+            raise Inconclusive(f"missing rows: {row} {phase} fine-tuning")
+        by_seed = {r["seed"]: r["effective_window"] for r in found if r.get("effective_window") is not None}
+        if not by_seed:
+            raise Inconclusive(f"not recorded: effective window of {row}")
+        return over_seeds(f"{row} effective window {phase}", by_seed)
+
+    @checked
+    def window_above(self, row: str, other: str) -> Check:
+        """After fine-tuning, `row`'s effective window is longer than `other`'s, seed by seed, provided the
+        base model retrieves the keys at its own training length."""
+        self.base_retrieves()
+        return higher(self.window(row, "after"), self.window(other, "after"))
 
     def curve(self, row: str) -> dict[int, list[tuple[int, float]]]:
         by_seed: dict[int, list[tuple[int, float]]] = {}

@@ -39,6 +39,7 @@ from octlm.experiments.settings import Presets, flag, sorted_unique
 from octlm.positions import scheme_names
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.runtime import torch_threads
+from octlm.signals import stopping
 from octlm.storage.run import Run
 
 # Row -> (the scheme it fine-tunes, RoPE's rescaling for it: a rope_scaling method or "none").
@@ -73,6 +74,7 @@ class ExtendRecord(cells.Record):
     bytes: cells.Count
     passkey: cells.Number
     retrieval_bits: cells.Number
+    effective_window: cells.Count | None = None  # the same in every record of a row, seed and phase
 
 
 class CurvePoint(cells.Record):
@@ -302,13 +304,12 @@ class Probe:
 
 
 def make_probe(val: np.ndarray, tokenizer: Any, settings: Settings) -> Probe:
-    """The length experiment's held-out text, and passkey windows filled from the validation tokens after it."""
+    """The length experiment's held-out text, and passkey windows (Mohtashami & Jaggi's, in this tokenizer) at
+    every length that holds the needle and the question."""
     text = make_eval_text(val, tokenizer, settings.eval_lengths, settings.eval_windows)
-    rest = np.asarray(val[text.start + text.count + 1 :]).astype(np.int64)
-    filler = rest if len(rest) > 2 * max(settings.eval_lengths) else text.tokens
     shortest = passkey.shortest_window(tokenizer)
     windows = {
-        n: passkey.passkey_windows(tokenizer, filler, n, per_depth=settings.passkey_per_depth, seed=n)
+        n: passkey.passkey_windows(tokenizer, n, per_depth=settings.passkey_per_depth, seed=n)
         for n in settings.eval_lengths
         if n >= shortest
     }
@@ -330,7 +331,8 @@ def use_inference_scaling(model: torch.nn.Module, row: str, settings: Settings) 
 def scored(
     model: torch.nn.Module, row: str, seed: int, phase: str, probe: Probe, settings: Settings
 ) -> list[dict]:
-    """One record per length: bits per byte, and passkey accuracy (overall and by depth) where it fits."""
+    """One record per length: bits per byte, and passkey accuracy (overall and by depth) where it fits; each
+    with the phase's effective window (`passkey.effective_window` over the lengths asked; None: none fits)."""
     model.eval()
     records = []
     for n in settings.eval_lengths:
@@ -356,7 +358,9 @@ def scored(
         else:  # the window cannot hold the needle and the question
             record |= {"passkey": None, "retrieval_bits": None}
         records.append(record)
-    return records
+    asked = {r["length"]: r["passkey"] for r in records if r["passkey"] is not None}
+    window = passkey.effective_window(asked) if asked else None
+    return [r | {"effective_window": window} for r in records]
 
 
 def curve_of(run_dir: Path) -> list[dict]:
@@ -394,7 +398,7 @@ def extend_cell(
         if reuse is None:
             result = train(tune, tuned_dir, progress=False, overwrite=True)
             if result.interrupted:
-                raise KeyboardInterrupt
+                raise stopping(result.stop_signal)  # as the signal would: 130, 143, 129
             reuse, _, _ = load_model(tuned_dir)
         t3 = time.perf_counter()
         records += scored(reuse, row, seed, "after", probe, settings)

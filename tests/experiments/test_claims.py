@@ -86,18 +86,22 @@ def length_records(ahead: list[str], behind: list[str], verdict: Verdict) -> lis
 
 
 def extend_records(key: str, verdict: Verdict) -> list[dict]:
-    """Passkey (the base model retrieves every key at 64; after fine-tuning at 256, PI 100 % and plain 0 % of
-    40 windows, the other way round, or both 50 %), or the fine-tuning curves, every 10 steps to 100, of PI
-    (reaching its end, 1.8, at step 100), YaRN and plain, given by the step at which each reaches 1.8."""
+    """Passkey (the base model retrieves every key at 64; after fine-tuning at 256, PI's effective window 256
+    and plain's 64 in every seed, the other way round, or both spread over 64-256), or the fine-tuning curves,
+    every 10 steps to 100, of PI (reaching its end, 1.8, at step 100), YaRN and plain, given by the step at
+    which each reaches 1.8."""
     if key == "pi-passkey":
-        pi, plain = {Verdict.AGREE: (1, 0), Verdict.DISAGREE: (0, 1), Verdict.INCONCLUSIVE: (0.5, 0.5)}[
-            verdict
-        ]
-        cells = [("plain", "before", 64, 1.0), ("pi", "after", 256, pi), ("plain", "after", 256, plain)]
+        pi, plain = {
+            Verdict.AGREE: ([256] * 3, [64] * 3),
+            Verdict.DISAGREE: ([64] * 3, [256] * 3),
+            Verdict.INCONCLUSIVE: ([64, 256, 128], [128, 64, 256]),
+        }[verdict]
+        cells = [("plain", "before", 64, [64] * 3), ("pi", "after", 256, pi), ("plain", "after", 256, plain)]
         return [
-            {"row": row, "seed": seed, "phase": phase, "length": n, "passkey": p, "passkey_windows": 40}
-            for row, phase, n, p in cells
-            for seed in SEEDS
+            {"row": row, "seed": seed, "phase": phase, "length": n, "passkey": 1.0, "passkey_windows": 40}
+            | {"effective_window": window}
+            for row, phase, n, windows in cells
+            for seed, window in zip(SEEDS, windows, strict=True)
         ]
     other = "plain" if key == "yarn-steps-plain" else "pi"
     reach = {"yarn": [0, 10, 10], "plain": [100, 90, 100], "pi": [100, 100, 100]}

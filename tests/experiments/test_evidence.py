@@ -205,6 +205,25 @@ def test_extend_passkey_pools_windows_and_needs_a_base_that_retrieves() -> None:
     assert old.passkey_above("pi", "plain").reason == "not recorded: passkey windows of plain"
 
 
+def test_extend_effective_windows_are_per_seed_and_need_a_base_that_retrieves() -> None:
+    records = [extend_record("plain", s, "before", 64, 1.0) for s in (1, 2, 3)]
+    for row, windows in (("pi", (256, 256, 256)), ("plain", (64, 128, 64))):
+        for seed, window in zip((1, 2, 3), windows, strict=True):
+            at = [extend_record(row, seed, "after", n, 0.5) | {"effective_window": window} for n in (64, 256)]
+            records += at  # the same window in every record of a seed and phase: counted once
+    e = Extend(records, 64, 256)
+    plain = e.window("plain", "after")
+    assert (plain.value, plain.seeds, (plain.lo, plain.hi)) == (256 / 3, (1, 2, 3), t_interval([64, 128, 64]))
+    check = e.window_above("pi", "plain")
+    assert check.verdict is Verdict.AGREE and check.reason.startswith("pi effective window after above plain")
+    assert e.window_above("ntk", "plain").reason == "missing rows: ntk after fine-tuning"
+    assert e.window_above("plain", "pi").verdict is Verdict.DISAGREE
+    old = Extend([{k: v for k, v in r.items() if k != "effective_window"} for r in records], 64, 256)
+    assert old.window_above("pi", "plain").reason == "not recorded: effective window of pi"
+    blind = Extend([{**r, "passkey": 0.0} if r["phase"] == "before" else r for r in records], 64, 256)
+    assert blind.window_above("pi", "plain").reason.startswith("not learned: the base model finds 0 %")
+
+
 def test_extend_steps_count_from_each_rows_own_start_and_past_the_end_when_never_reached() -> None:
     def curve(row: str, seed: int, values: list[float]) -> list[dict]:
         return [{"row": row, "seed": seed, "step": 10 * i, "val_bpb": v} for i, v in enumerate(values)]
