@@ -3,16 +3,19 @@ one declaration (`CLAIMS`) whose predicate reads the collected records (`octlm.e
 returns agree, disagree or inconclusive from 95 % intervals, naming the numbers it used.
 
 `findings(experiment, records)` checks every claim of one experiment ("tasks", "length", "extend");
-`claims_markdown` and `claims_json` write the table. A claim is stated in the paper's own metric where the
+`claims_markdown` and `claims_json` write the table, `claims_blocks` results.md's section and `write_claims`
+claims.json beside it. A claim is stated in the paper's own metric where the
 experiment records it ("not recorded" otherwise), and a battery row that did not learn a task at its training
 sizes is left out of the claims about generalising it ("not learned").
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from octlm.experiments.evidence import (
@@ -29,8 +32,17 @@ from octlm.experiments.evidence import (
 )
 from octlm.experiments.extend import Settings as ExtendSettings
 from octlm.experiments.passkey import WINDOW_ACCURACY
+from octlm.files import write_atomic
+from octlm.inspect.render import Block, Heading, Paragraph
 
 EXPERIMENTS = ("tasks", "length", "extend")
+CLAIMS_FILE = "claims.json"
+ABOUT = (
+    "Each paper claim this experiment touches, checked on the records above (octlm/experiments/claims.py): "
+    "agree or disagree when the 95 % intervals lie clear of each other (or of the threshold named), "
+    "inconclusive when they overlap or a number cannot be read (why says which). claims.json holds the same "
+    "with every estimate."
+)
 
 
 @dataclass(frozen=True)
@@ -329,3 +341,15 @@ def claims_json(found: Sequence[Finding]) -> list[dict[str, Any]]:
         }
         for f in found
     ]
+
+
+def claims_blocks(found: Sequence[Finding]) -> list[Block]:
+    """results.md's "Claims" section: what a verdict means, and the table."""
+    return [Heading("Claims"), Paragraph(ABOUT), Paragraph(claims_markdown(found).rstrip("\n"))]
+
+
+def write_claims(out_dir: Path, experiment: str, found: Sequence[Finding]) -> Path:
+    """claims.json in `out_dir`: the experiment and its findings (`claims_json`)."""
+    data = {"experiment": experiment, "claims": claims_json(found)}
+    write_atomic(out_dir / CLAIMS_FILE, (json.dumps(data, indent=1) + "\n").encode())
+    return out_dir / CLAIMS_FILE

@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 
 from octlm.config import config_from_dict
-from octlm.experiments import cells
+from octlm.experiments import cells, claims
 from octlm.experiments.cells import CellsRun
+from octlm.experiments.evidence import curve_records
 from octlm.experiments.extend import AXES, PHASES, ROPE_ROWS, ROWS, Settings, scheme_of
 from octlm.experiments.figures import VARIANT_STYLES
+from octlm.experiments.passkey import WINDOW_ACCURACY
 from octlm.files import write_atomic
 from octlm.inspect.figures import figure, save, scheme_colour
 from octlm.inspect.render import Block, Code, Heading, Inline, Paragraph, Strong, Table, render_markdown
@@ -49,14 +51,15 @@ def _stats(values: list[float]) -> tuple[float | None, float | None]:
 
 
 def summarize(records: list[dict], rows: list[str], settings: Settings) -> list[dict]:
-    """One summary per (row, phase, length): bpb, passkey accuracy and retrieval bits, mean and std over seeds."""
+    """One summary per (row, phase, length): bpb, passkey accuracy, retrieval bits and the effective window
+    (the same at every length), mean and std over seeds."""
     out = []
     for row in rows:
         for phase in PHASES:
             for n in settings.eval_lengths:
                 group = [r for r in records if (r["row"], r["phase"], r["length"]) == (row, phase, n)]
                 entry: dict[str, Any] = {"row": row, "phase": phase, "length": n, "n_seeds": len(group)}
-                for key in ("bpb", "passkey", "retrieval_bits"):
+                for key in ("bpb", "passkey", "retrieval_bits", "effective_window"):
                     entry[f"{key}_mean"], entry[f"{key}_std"] = _stats(
                         [r[key] for r in group if r.get(key) is not None]
                     )
@@ -128,6 +131,17 @@ def metric_table(
     return Table(headers, body, align="l" + "r" * len(settings.eval_lengths))
 
 
+def window_table(summary: list[dict], rows: list[str]) -> Table:
+    """Per row: the effective window (tokens) before and after fine-tuning, mean ± std over seeds."""
+    at = {(s["row"], s["phase"]): s for s in summary}  # any length's: the window is the phase's
+    body: list[list[Inline]] = []
+    for row in rows:
+        phases = [at.get((row, phase), {}) for phase in PHASES]
+        windows = [_cell(s.get("effective_window_mean"), s.get("effective_window_std"), 0) for s in phases]
+        body.append([label(row), *windows])
+    return Table(["row", *(f"{p} fine-tuning" for p in PHASES)], body, align="lrr")
+
+
 def curve_table(curves: dict[str, tuple[list[int], list[float], list[float]]]) -> Table:
     """Per row: validation bpb at L' at a few steps of the fine-tuning, and the steps it needs."""
     steps = next(iter(curves.values()))[0]
@@ -162,10 +176,12 @@ def results_blocks(
         f"{facts['wall']}"
     )
     passkey = (
-        f"Passkey: {settings.passkey_per_depth} windows per depth (0, ¼, ½, ¾, 1) and length, held-out text as "
-        "filler; accuracy = every key token the model's argmax (teacher-forced, the same as greedy decoding). "
-        "Retrieval bits: the key's bits when the needle holds another key minus its bits when the needle holds "
-        "it (0 for a model that ignores the needle)."
+        f"Passkey (Mohtashami & Jaggi's): {settings.passkey_per_depth} windows per depth (0, ¼, ½, ¾, 1) and "
+        "length, their digit-free filler around a 5-digit key; accuracy = every key token the model's argmax "
+        "(teacher-forced, the same as greedy decoding). Retrieval bits: the key's bits when the needle holds "
+        "another key minus its bits when the needle holds it (0 for a model that ignores the needle). "
+        "Effective window (Chen et al.'s): the longest length up to which accuracy stays at or above "
+        f"{100 * WINDOW_ACCURACY:.0f} % (0: not even the shortest; n/a: no length holds the needle)."
     )
     return [
         Heading("Context extension by fine-tuning", level=1),
@@ -183,6 +199,8 @@ def results_blocks(
         curve_table(curves),
         Heading("Passkey retrieval"),
         Paragraph(passkey),
+        Paragraph("Effective window (tokens):"),
+        window_table(summary, rows),
         Paragraph("Accuracy (%) after fine-tuning:"),
         metric_table(summary, "after", "passkey", rows, settings, lower_is_better=False, digits=0, scale=100),
         Paragraph("Retrieval bits after fine-tuning:"),
@@ -288,14 +306,18 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     curves = mean_curves(found, rows)
     first = found[0].facts
     facts = {**first, "seeds": grid["seeds"], "wall": wall}
-    markdown = render_markdown(results_blocks(summary, curves, rows, settings, facts), out_dir)
+    found_claims = claims.findings("extend", records + curve_records(found), grid)
+    blocks = results_blocks(summary, curves, rows, settings, facts) + claims.claims_blocks(found_claims)
+    markdown = render_markdown(blocks, out_dir)
     write_atomic(out_dir / MD_FILE, markdown.encode())
+    claims.write_claims(out_dir, "extend", found_claims)
     web = web_json(summary, curves, settings, first["command"])
     write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     plot(summary, curves, rows, settings, out_dir / FIGURE_FILE)
     if progress:
         print(
-            f"wrote {out_dir}/{', '.join([MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE])} from {len(found)} cell(s)"
+            f"wrote {out_dir}/{', '.join([MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE, claims.CLAIMS_FILE])} "
+            f"from {len(found)} cell(s)"
         )
     return ExtendResult(out_dir, records, summary, curves, markdown, missing)
 

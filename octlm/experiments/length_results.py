@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from octlm.config import Config, config_from_dict
-from octlm.experiments import cells
+from octlm.experiments import cells, claims
 from octlm.experiments.cells import CellsRun
 from octlm.experiments.figures import STYLE_KEY, VARIANT_STYLES, row_style
 from octlm.experiments.length import AXES, Settings
@@ -325,9 +325,13 @@ def write_results(
     config: Config,
     facts: RunFacts,
 ) -> str:
-    """Write results.md, length.json and length.png into `out_dir`; returns the Markdown."""
-    markdown = render_markdown(results_blocks(summary, records, settings, config, facts), out_dir)
+    """Write results.md (with the claims checked on `records`), claims.json, length.json and length.png into
+    `out_dir`; returns the Markdown."""
+    found = claims.findings("length", records)
+    blocks = results_blocks(summary, records, settings, config, facts) + claims.claims_blocks(found)
+    markdown = render_markdown(blocks, out_dir)
     (out_dir / MD_FILE).write_text(markdown, encoding="utf-8")
+    claims.write_claims(out_dir, "length", found)
     web = web_json(summary, settings, facts.command)
     (out_dir / WEB_FILE).write_text(json.dumps(web, indent=1) + "\n", encoding="utf-8")
     plot(summary, settings, out_dir / FIGURE_FILE)
@@ -391,7 +395,7 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     )
     markdown = write_results(out_dir, summary, records, settings, config, facts)
     if progress:
-        files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE]
+        files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE, claims.CLAIMS_FILE]
         print(f"wrote {out_dir}/{', '.join(files)} from {len(found)} cell(s) in {wall / 60:.1f} min")
     return LengthResult(out_dir, records, summary, wall, markdown, missing)
 

@@ -12,7 +12,8 @@ import tiny
 
 from octlm.cli import main
 from octlm.config import config_from_dict
-from octlm.experiments import extend, extend_results
+from octlm.experiments import cells, extend, extend_results
+from octlm.experiments.evidence import Extend, Verdict, curve_records
 from octlm.experiments.lengths_scorer import make_eval_text, score
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.storage.checkpoint import load_checkpoint, load_model
@@ -172,3 +173,51 @@ def test_fine_tune_config_keeps_the_tokens_per_step(tmp_path: Path) -> None:
     assert tune.train.run_name == "yarn-seed5-extended" and tune.train.eval_interval == 10
     control = extend.fine_tune_config(base, "alibi", tmp_path / "b", extend.Settings(), tmp_path / "runs")
     assert control.model.rope_scaling == "none"
+
+
+def test_collect_writes_the_claims_of_a_few_cells(quick: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    data_flags = ["--text", str(quick["corpus"]), "--data-dir", str(quick["root"] / "data")]
+    flags = ["experiment", "extend", "--quick", "--rows", "plain", "pi", "yarn", "ntk", "--seeds", "1"]
+    for cell in ("plain:1337", "pi:1337", "yarn:1337"):  # not ntk:1337
+        assert main([*flags, *data_flags, "--out", str(out), "--no-progress", "--only", cell]) == 0
+    assert main(["experiment", "extend", "--collect", "--out", str(out), "--no-progress"]) == 0
+    text = (out / "results.md").read_text()
+    table = next(b for b in text.split("\n## Claims\n\n")[1].split("\n\n") if b.startswith("| paper |"))
+    data = json.loads((out / "claims.json").read_text())
+    assert [c["key"] for c in data["claims"]] == ["pi-passkey", "yarn-steps-pi", "yarn-steps-plain"]
+    for line, claim in zip(table.splitlines()[2:], data["claims"], strict=True):
+        assert claim["verdict"] in {v.value for v in Verdict} and f"| **{claim['verdict']}** |" in line
+    found = {c["key"]: c for c in data["claims"]}
+    # One seed: no interval, so the steps are read and nothing is decided.
+    for key, other in (("yarn-steps-pi", "pi"), ("yarn-steps-plain", "plain")):
+        reason = found[key]["reason"]  # a curve that never reaches PI's end is named "(not reached ...)"
+        assert reason.startswith("yarn steps to pi's end") and reason.endswith(" overlap")
+        assert f" and {other} steps to pi's end" in reason
+    assert [e["seeds"] for e in found["yarn-steps-plain"]["estimates"]] == [[1337], [1337]]
+    # --quick's passkey windows do not fit at its training length: the base's retrieval cannot be read.
+    assert found["pi-passkey"]["reason"] == "missing rows: plain passkey before fine-tuning at 16"
+
+
+def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[str, Any]) -> None:
+    """Each row from its own start: YaRN's and plain's steps to PI's end, seed by seed, from the cells'
+    curves (step 0 first); the effective windows per seed from the records."""
+    found, grid, _ = cells.gathered(quick["out"], extend.AXES)
+    e = Extend(quick["records"] + curve_records(found), grid["train_length"], grid["extend_length"])
+    ends = {seed: e.curve("pi")[seed][-1][1] for seed in (1337, 1338)}
+    for row in ("yarn", "plain"):
+        assert e.steps(row, ends, "pi").seeds == (1337, 1338)
+        assert {points[0][0] for points in e.curve(row).values()} == {0}  # counted from its own step 0
+    for row in ROWS:
+        for phase in ("before", "after"):
+            windows = {
+                r["seed"]: r["effective_window"]
+                for r in quick["records"]
+                if (r["row"], r["phase"]) == (row, phase)
+            }
+            window = e.window(row, phase)
+            assert window.seeds == (1337, 1338) and set(windows.values()) <= {0, 128}
+            assert window.value == sum(windows.values()) / 2
+    data = json.loads((quick["out"] / "claims.json").read_text())
+    assert [c["key"] for c in data["claims"]] == ["pi-passkey", "yarn-steps-pi", "yarn-steps-plain"]
+    assert "| row | before fine-tuning | after fine-tuning |" in (quick["out"] / "results.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 import tiny
 
 from octlm.cli import main
+from octlm.experiments.claims import CLAIMS
+from octlm.experiments.evidence import Length, Verdict
 from octlm.experiments.length import AXES, Settings, default_rows, finished_run
 from octlm.experiments.lengths_scorer import MODES
 from octlm.positions.rope_scaling import VARIANTS
@@ -336,3 +339,48 @@ def test_progress_reaches_a_pipe_while_the_experiment_runs(tmp_path: Path) -> No
     finally:
         proc.kill()
         proc.communicate()
+
+
+def claims_of(out: Path, experiment: str) -> tuple[list[str], dict[str, Any]]:
+    """results.md's claims table (its body lines) and claims.json, each claim of `experiment` with a verdict."""
+    text = (out / "results.md").read_text()
+    section = text.split("\n## Claims\n\n", 1)[1]
+    table = next(b for b in section.split("\n\n") if b.startswith("| paper | claim |")).splitlines()[2:]
+    data = json.loads((out / "claims.json").read_text())
+    keys = [c.key for c in CLAIMS if c.experiment == experiment]
+    assert data["experiment"] == experiment and [c["key"] for c in data["claims"]] == keys
+    assert len(table) == len(keys)
+    for line, claim in zip(table, data["claims"], strict=True):
+        assert claim["verdict"] in {v.value for v in Verdict} and f"| **{claim['verdict']}** |" in line
+    return table, {c["key"]: c for c in data["claims"]}
+
+
+def test_collect_writes_the_claims_of_a_few_cells(quick: dict[str, Any], tmp_path: Path) -> None:
+    flags = ["experiment", "length", "--quick", "--schemes", "rope", "alibi", "sinusoidal", "--seeds", "1",
+             "--text", str(write_corpus(tmp_path / "text")), "--data-dir", str(quick["root"] / "data"),
+             "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    for cell in ("rope:1337", "alibi:1337"):
+        assert main([*flags, "--only", cell]) == 0
+    assert main(["experiment", "length", "--collect", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    _, found = claims_of(tmp_path / "out", "length")
+    # One seed: no interval, so nothing is decided; sinusoidal has no cell; rope and alibi are read.
+    assert found["alibi-flat"]["reason"] == (
+        "alibi rise in bpb 16 -> 64's interval holds near (0.02); missing rows: sinusoidal at 16 tokens; "
+        "rope rise in bpb 16 -> 64's interval holds near (0.02)"
+    )
+    assert found["xpos-length"]["reason"] == "missing rows: xpos at 64 tokens"
+
+
+def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[str, Any]) -> None:
+    _, found = claims_of(quick["out"], "length")
+    n = Length(quick["records"])
+    assert (n.train_length, n.longest) == (16, 64)
+    rise = n.rise("alibi")
+    assert rise.seeds == (1337, 1338) and rise.n == 2
+    at = {(r["seed"], r["length"]): r["bpb"] for r in quick["records"]
+          if (r["scheme"], r["mode"]) == ("alibi", "windows")}  # fmt: skip
+    assert rise.value == pytest.approx(((at[1337, 64] - at[1337, 16]) + (at[1338, 64] - at[1338, 16])) / 2)
+    assert n.bpb("rope", 64).value == pytest.approx(statistics.fmean(
+        r["bpb"] for r in quick["records"]
+        if (r["scheme"], r["variant"], r["mode"], r["length"]) == ("rope", "plain", "windows", 64)))  # fmt: skip
+    assert {e["label"] for e in found["xpos-length"]["estimates"]} == {"xpos bpb at 64", "rope bpb at 64"}
