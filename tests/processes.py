@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tiny import quiet_env
+from tiny import PYTHON, quiet_env
 
 from octlm.signals import StopRequest
 
@@ -49,3 +49,42 @@ def stop_when_asked(marker: str) -> str:
             time.sleep(0.01)
     Path(marker + ".stopped").write_text(signal.Signals(stop.signum).name if stop.requested else "timeout")
     return marker
+
+
+# A signal in an experiment's training (tests/experiments/test_length.py, test_extend.py)
+
+MARKED = """
+import sys
+import octlm.training.loop as loop
+from octlm.cli import main
+
+real = loop.train_step
+
+
+def marked(state, config, *args, **kwargs):  # the test sends its signal once a step has begun
+    if bool(config.train.init_from) == {fine_tuning}:
+        with open({marks!r}, "a") as f:
+            f.write("step\\n")
+    return real(state, config, *args, **kwargs)
+
+
+loop.train_step = marked
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def stopped_in_training(
+    signum: int, experiment: list[str], fine_tuning: bool, folder: Path
+) -> tuple[int, str, Path]:
+    """`octlm experiment ...` (`experiment`: its word, flags and corpus; one process, one cell) sent `signum`
+    in a step of its training (of its fine-tuning: `fine_tuning`); after checking that nothing failed and no
+    cell was written: (exit status, the last line on stderr, the output folder)."""
+    marks, script, out = folder / "marks", folder / "marked.py", folder / "out"
+    script.write_text(MARKED.format(marks=str(marks), fine_tuning=fine_tuning))
+    flags = ["--quick", "--seeds", "1", "--jobs", "1", "--data-dir", str(folder / "data"), "--out", str(out)]
+    argv = [PYTHON, str(script), "experiment", *experiment, *flags]
+    rc, _out, err = signal_when(argv, folder, marks.exists, signum, "training steps")
+    assert "Traceback" not in err, err
+    assert not [p.name for p in out.glob("cells/*") if not p.name.endswith(".lock")]  # no cell, no temporary
+    return rc, err.splitlines()[-1], out

@@ -46,6 +46,7 @@ from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
 from octlm.positions.rope_scaling import VARIANTS, scaled_frequencies
 from octlm.runtime import torch_threads
+from octlm.signals import stopping
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run
 
@@ -360,7 +361,7 @@ def trained_model(
         return model, {"reused": True}
     result = train(config, run_dir, progress=progress, overwrite=True)
     if result.interrupted:
-        raise KeyboardInterrupt
+        raise stopping(result.stop_signal)  # as the signal would: 130, 143, 129
     model, _, _ = load_model(run_dir)
     info = {"reused": False, "seconds": result.wall_seconds, "tokens_per_second": result.tokens_per_second}
     return model, info

@@ -4,11 +4,13 @@ the base runs shared and reused from a length experiment, and its option checks.
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tiny
+from processes import stopped_in_training
 
 from octlm.cli import main
 from octlm.config import config_from_dict
@@ -221,3 +223,18 @@ def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[s
     data = json.loads((quick["out"] / "claims.json").read_text())
     assert [c["key"] for c in data["claims"]] == ["pi-passkey", "yarn-steps-pi", "yarn-steps-plain"]
     assert "| row | before fine-tuning | after fine-tuning |" in (quick["out"] / "results.md").read_text()
+
+
+@pytest.mark.slow  # a real process (~5-10 s)
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+)
+def test_a_signal_stops_the_fine_tuning_after_its_step_and_ends_as_the_signal_would(
+    signum: int, code: int, line: str, tmp_path: Path
+) -> None:
+    corpus = tiny.write_corpus(tmp_path / "text", 12, 120, words=WORDS, per_line=10)
+    experiment = ["extend", "--rows", "pi", "--steps-to-extend", "2000", "--curve-interval", "1000", "--text"]
+    rc, last, out = stopped_in_training(signum, [*experiment, str(corpus)], True, tmp_path)
+    assert rc == code and last == f"octlm experiment extend: {line}"
+    assert (out / "runs" / "pi-seed1337-extended" / "checkpoint").is_dir()  # the step it was in, saved

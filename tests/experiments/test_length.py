@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import statistics
 import subprocess
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import tiny
+from processes import stopped_in_training
 
 from octlm.cli import main
 from octlm.experiments.claims import CLAIMS
@@ -342,7 +344,8 @@ def test_progress_reaches_a_pipe_while_the_experiment_runs(tmp_path: Path) -> No
 
 
 def claims_of(out: Path, experiment: str) -> tuple[list[str], dict[str, Any]]:
-    """results.md's claims table (its body lines) and claims.json, each claim of `experiment` with a verdict."""
+    """results.md's claims table (its body lines) and claims.json: every claim of `experiment`, a verdict
+    each."""
     text = (out / "results.md").read_text()
     section = text.split("\n## Claims\n\n", 1)[1]
     table = next(b for b in section.split("\n\n") if b.startswith("| paper | claim |")).splitlines()[2:]
@@ -377,10 +380,37 @@ def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[s
     assert (n.train_length, n.longest) == (16, 64)
     rise = n.rise("alibi")
     assert rise.seeds == (1337, 1338) and rise.n == 2
-    at = {(r["seed"], r["length"]): r["bpb"] for r in quick["records"]
-          if (r["scheme"], r["mode"]) == ("alibi", "windows")}  # fmt: skip
+    alibi = [r for r in quick["records"] if (r["scheme"], r["mode"]) == ("alibi", "windows")]
+    at = {(r["seed"], r["length"]): r["bpb"] for r in alibi}
     assert rise.value == pytest.approx(((at[1337, 64] - at[1337, 16]) + (at[1338, 64] - at[1338, 16])) / 2)
-    assert n.bpb("rope", 64).value == pytest.approx(statistics.fmean(
-        r["bpb"] for r in quick["records"]
-        if (r["scheme"], r["variant"], r["mode"], r["length"]) == ("rope", "plain", "windows", 64)))  # fmt: skip
+    plain = ("rope", "plain", "windows", 64)
+    at_64 = [
+        r["bpb"] for r in quick["records"] if (r["scheme"], r["variant"], r["mode"], r["length"]) == plain
+    ]
+    assert n.bpb("rope", 64).value == pytest.approx(statistics.fmean(at_64)) and len(at_64) == 2
     assert {e["label"] for e in found["xpos-length"]["estimates"]} == {"xpos bpb at 64", "rope bpb at 64"}
+
+
+# Stopping: a signal during a training finishes its step and ends the command as the signal would, no cell
+
+
+@pytest.mark.slow  # a real process (~5-10 s)
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped by SIGTERM")],
+)
+def test_a_signal_stops_the_training_after_its_step_and_ends_as_the_signal_would(
+    signum: int, code: int, line: str, tmp_path: Path
+) -> None:
+    experiment = [
+        "length",
+        "--schemes",
+        "rope",
+        "--steps",
+        "2000",
+        "--text",
+        str(write_corpus(tmp_path / "text")),
+    ]
+    rc, last, out = stopped_in_training(signum, experiment, False, tmp_path)
+    assert rc == code and last == f"octlm experiment length: {line}"
+    assert (out / "runs" / "rope-seed1337" / "checkpoint").is_dir()  # the step it was in, saved
