@@ -1,25 +1,34 @@
-"""`octlm experiment tasks`: every task of `octlm.experiments.tasks` learned by a small decoder for each row (a
-position scheme, with or without randomized positions or NoPE layers) and seed, then scored at the lengths it
-trained on and past them.
+"""`octlm experiment tasks`: every task of `octlm.experiments.tasks` learned by a small decoder for each row
+(a position scheme, with or without randomized positions or NoPE layers) and seed, then scored at the lengths
+it trained on and past them.
 
-A row is a registered scheme, optionally followed by `+random` (randomized positions, Ruoss et al., 2023: every
-batch's position ids are a sorted random subset of 0 .. L - 1, L the longest test sequence, in training and in
-scoring alike) and `+nopeK` (layer K uses no position signal, as Llama 4 and SmolLM3 do). Each cell trains one
-model on examples drawn fresh every step, sizes uniform over the task's training range, with the loss on the
-answer tokens only (`answer_loss`), then scores `Settings.examples` fresh examples at each test size: exact match
-of every answer token under the model's own argmax (`exact_matches`; greedy decoding would give the same verdict,
-as a wrong token is wrong in both). A model whose learned table has no row for a size reads "no rows" there.
-Passkey is scored at each of its depths too, its examples split evenly over them. The grid is cells as the length experiment's
-(`octlm.experiments.cells`); `octlm.experiments.battery_results` collects them.
+A row is a registered scheme, optionally followed by `+random` (randomized positions, Ruoss et al., 2023:
+every batch's position ids are a sorted random subset of 0 .. L - 1, L the longest test sequence, in training
+and in scoring alike) and `+nopeK` (layer K uses no position signal, as Llama 4 and SmolLM3 do). Each cell
+trains one model on examples drawn fresh every step, sizes uniform over the task's training range, with the
+loss on the answer tokens only (`answer_loss`), reading `Example.inputs` (an answer MQAR withholds is read as
+`<pad>`; the targets are the true tokens), until it has learned the task or reached the step cap
+(`Settings.steps`, which also sets the learning-rate schedule, so a cell stopped early is the capped run up to
+that step): every `Settings.check_every` steps it scores a fixed held-out set drawn at its training sizes from
+its own stream, and stops once exact match there reaches `Settings.target` (`learned_at`: that step; None at
+the cap).
+
+It then scores `Settings.examples` fresh examples at each test size, under the model's own argmax (greedy
+decoding would give the same verdicts, as a wrong token is wrong in both): exact match (`hits`: every answer
+token and the `<eos>` right, `exact_matches`) and per token (`token_hits` of `tokens`: the answer tokens, the
+`<eos>` left out as `octlm.experiments.baselines` leaves it out; one per query for MQAR). A model whose
+learned table has no row for a size reads "no rows" there: no hits (None), its `examples` and `tokens`
+counted, so that `octlm.experiments.evidence` counts them wrong. Passkey is scored at each of its depths too,
+its examples split evenly over them. The grid is cells as the length experiment's (`octlm.experiments.cells`);
+`octlm.experiments.battery_results` collects them.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,9 +41,8 @@ from octlm.errors import SEED_RANGE, UserError
 from octlm.experiments import cells
 from octlm.experiments.rows import Row
 from octlm.experiments.settings import Presets, flag
-from octlm.experiments.tasks import PAD, TASKS, Example, Task
+from octlm.experiments.tasks import DEFAULT_TASKS, EOS, PAD, TASKS, Example, Task
 from octlm.model.decoder import Decoder
-from octlm.positions import SCHEMES, table_order
 from octlm.runtime import torch_threads
 from octlm.signals import StopRequest, stopping
 from octlm.training.loop import optimizer_step
@@ -47,6 +55,8 @@ class BatteryGrid(cells.Record):
     schemes: list[str]
     seeds: cells.Seeds
     steps: cells.Positive
+    target: float
+    check_every: cells.Positive
     batch_size: cells.Positive
     examples: cells.Positive
     model: dict[str, Any]
@@ -61,8 +71,12 @@ class BatteryRecord(cells.Record):
     depth: float | None
     examples: cells.Positive
     hits: cells.Count | None
+    tokens: cells.Count
+    token_hits: cells.Count | None
     status: str
     accuracy: cells.Number
+    steps: cells.Positive
+    learned_at: cells.Positive | None
 
 
 class BatteryInfo(cells.Record):
@@ -84,6 +98,8 @@ AXES = cells.Axes(
         "schemes": "--schemes",
         "seeds": "seeds (--seed, --seeds)",
         "steps": "--steps",
+        "target": "--target",
+        "check_every": "--check-every",
         "batch_size": "--batch-size",
         "examples": "--examples",
         "model": "the model's shape",
@@ -99,6 +115,7 @@ MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 1000, 10**7, 10**6
 QUICK = {
     "seeds": 1,
     "steps": 40,
+    "check_every": 20,
     "examples": 16,
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
 }
@@ -114,10 +131,13 @@ class Settings:
     tasks: list[str] = flag(
         None,
         "--tasks",
-        lambda: f"tasks (default: every one: {' '.join(TASKS)})",
+        lambda: (
+            f"tasks (default: {' '.join(DEFAULT_TASKS)}; also: "
+            f"{' '.join(t for t in TASKS if t not in DEFAULT_TASKS)})"
+        ),
         str,
         "TASK",
-        factory=lambda: list(TASKS),
+        factory=lambda: list(DEFAULT_TASKS),
     )
     schemes: list[str] = flag(  # rows: SCHEME[+random][+nopeK][+ssmax]
         None,
@@ -133,7 +153,22 @@ class Settings:
     )
     seed: int = flag(0, "--seed", "the first seed (default 0)", range=SEED_RANGE)
     seeds: int = flag(3, "--seeds", "seeds per cell (default 3)", range=(1, MAX_SEEDS))  # seed, seed + 1, ...
-    steps: int = flag(600, "--steps", "training steps per cell", range=(1, MAX_STEPS))
+    steps: int = flag(  # provisional: the cap the default battery is calibrated on
+        2000,
+        "--steps",
+        "the most training steps per cell, which also set its learning-rate schedule (default 2000)",
+        range=(1, MAX_STEPS),
+    )
+    target: float = flag(
+        0.99,
+        "--target",
+        "a cell stops training once its held-out exact match at the training sizes reaches this "
+        "(default 0.99)",
+        float,
+    )
+    check_every: int = flag(
+        200, "--check-every", "steps between held-out checks (default 200)", range=(1, MAX_STEPS)
+    )
     batch_size: int = flag(32, "--batch-size", "examples per step", range=(1, 4096))
     lr: float = 3e-3
     examples: int = flag(  # scored per test size (per depth for passkey's grid)
@@ -153,18 +188,17 @@ class Settings:
     threads: int = 1  # torch threads per worker
 
 
+DEFAULT_ROWS = (
+    *("learned", "sinusoidal", "rope", "alibi", "t5", "fire", "cope", "nope", "rope+random"),
+    *("fox", "path", "stick-breaking"),
+)
+
+
 def default_rows() -> list[str]:
-    """Every registered scheme, then RoPE with its first layer NoPE, then randomized positions for a learned
-    table and RoPE (two of the schemes Ruoss et al. test), then scalable softmax on RoPE and NoPE (add more
-    rows with --schemes)."""
-    return [
-        *table_order(list(SCHEMES)),
-        "rope+nope0",
-        "learned+random",
-        "rope+random",
-        "rope+ssmax",
-        "nope+ssmax",
-    ]
+    """The rows the paper claims need (`octlm.experiments.claims`): the absolute, rotary and bias schemes,
+    CoPE, NoPE, RoPE with randomized positions (Ruoss et al.), and the 2025 schemes (FoX, PaTH,
+    stick-breaking); the others, `learned+random`, `+nopeK` and `+ssmax` rows are added with --schemes."""
+    return list(DEFAULT_ROWS)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -173,19 +207,23 @@ def default_rows() -> list[str]:
 
 def batch_of(examples: Sequence[Example]) -> tuple[Tensor, Tensor, Tensor]:
     """Inputs `[B, T]`, next-token targets `[B, T]` and the answer mask `[B, T]` of padded examples: input t
-    is token t, target t is token t + 1, scored where that token answers. Padding (`<pad>`) comes after each
-    example's `<eos>`, so a causal model never reads it before an answer."""
-    length = max(len(e.tokens) for e in examples) - 1
-    ids = torch.full((len(examples), length + 1), PAD, dtype=torch.long)
-    mask = torch.zeros(len(examples), length + 1, dtype=torch.bool)
+    is what the model reads at t (`Example.inputs`: the token, or `<pad>` where it is withheld), target t is
+    token t + 1, scored where that token answers. Padding (`<pad>`) comes after each example's `<eos>`, so a
+    causal model never reads it before an answer."""
+    length = max(len(e.tokens) for e in examples)
+    ids = torch.full((len(examples), length), PAD, dtype=torch.long)
+    inputs = ids.clone()
+    mask = torch.zeros(len(examples), length, dtype=torch.bool)
     for row, example in enumerate(examples):
         ids[row, : len(example.tokens)] = torch.tensor(example.tokens)
+        inputs[row, : len(example.tokens)] = torch.tensor(example.inputs)
         mask[row, : len(example.answer)] = torch.tensor(example.answer)
-    return ids[:, :-1], ids[:, 1:], mask[:, 1:]
+    return inputs[:, :-1], ids[:, 1:], mask[:, 1:]
 
 
 def answer_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Mean cross-entropy of `logits` `[B, T, V]` against `targets` `[B, T]` over the answer tokens (`mask`)."""
+    """Mean cross-entropy of `logits` `[B, T, V]` against `targets` `[B, T]` over the answer tokens
+    (`mask`)."""
     return F.cross_entropy(logits[mask].float(), targets[mask])
 
 
@@ -195,21 +233,19 @@ def exact_matches(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     return ~wrong.any(dim=-1)
 
 
+def token_counts(logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[int, int]:
+    """(answer tokens right, answer tokens) under the model's argmax, the `<eos>` that ends each answer left
+    out (per token as `octlm.experiments.baselines` scores it; per query for MQAR)."""
+    scored = mask & (targets != EOS)
+    return int(((logits.argmax(-1) == targets) & scored).sum()), int(scored.sum())
+
+
 def random_positions(length: int, limit: int, generator: torch.Generator) -> Tensor:
-    """A sorted random subset of 0 .. limit - 1 of `length` positions (Ruoss et al.'s randomized positions)."""
+    """A sorted random subset of 0 .. limit - 1 of `length` positions (Ruoss et al.'s randomized
+    positions)."""
     if length > limit:
         raise UserError(f"randomized positions: {length} positions do not fit in 0 .. {limit - 1}")
     return torch.randperm(limit, generator=generator)[:length].sort().values
-
-
-def wilson_interval(hits: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a binomial proportion `hits / n` (`z` the normal quantile)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = hits / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -256,11 +292,12 @@ class Cell:
 
 
 def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
-    """The model a cell trains, and how training went (the loss curve's ends, seconds)."""
+    """The model a cell trains until learned or capped, and how training went: the loss curve's ends, the
+    held-out checks (step, exact match), `steps` taken, `learned_at` (None: the cap came first), seconds."""
     config, s = cell.model_config(), cell.settings
     torch.manual_seed(cell.seed)
     model = Decoder(config)
-    train = TrainConfig(
+    train = TrainConfig(  # the schedule is the cap's, so stopping early is the capped run cut short
         steps=s.steps,
         batch_size=s.batch_size,
         lr=s.lr,
@@ -271,7 +308,8 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
     optimizer = make_optimizer(model, train)
     rng = np.random.default_rng([cell.seed, 0])  # training examples; scoring draws from [seed, 1]
     generator = torch.Generator().manual_seed(cell.seed)
-    losses, started = [], time.perf_counter()
+    held_out = held_out_set(cell)
+    losses, checks, learned_at, started = [], [], None, time.perf_counter()
 
     def loss_of() -> Tensor:
         """The answer-masked loss of a fresh batch, its positions randomized for a `+random` row."""
@@ -292,6 +330,11 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
             losses.append(optimizer_step(model, optimizer, train, step, loss_of, refuse))
             if stop.requested:
                 raise stopping(stop.signum)
+            if (step + 1) % s.check_every == 0 or step + 1 == s.steps:
+                checks.append((step + 1, held_out_exact(model, cell, held_out)))
+                if checks[-1][1] >= s.target:
+                    learned_at = step + 1
+                    break
     model.eval()
     tail = losses[-max(1, len(losses) // 10) :]
     return model, {
@@ -299,25 +342,64 @@ def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
         "first_loss": losses[0],
         "final_loss": sum(tail) / len(tail),
         "parameters": model.num_parameters(),
+        "checks": checks,
+        "steps": len(losses),
+        "learned_at": learned_at,
     }
 
 
 def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor, Tensor]:
     """`Settings.batch_size` fresh examples, sizes uniform over the task's training range, as `batch_of`."""
+    return batch_of(training_examples(cell, rng, cell.settings.batch_size))
+
+
+def training_examples(cell: Cell, rng: np.random.Generator, n: int) -> list[Example]:
+    """`n` examples drawn from `rng`, sizes uniform over the task's training range."""
     lo, hi = cell.task.train_sizes
-    sizes = rng.integers(lo, hi + 1, cell.settings.batch_size)
-    examples = [cell.task.example(rng, int(n)) for n in sizes]
+    sizes = rng.integers(lo, hi + 1, n)
+    examples = [cell.task.example(rng, int(size)) for size in sizes]
     if (longest := max(len(e.tokens) for e in examples)) > cell.train_tokens:
         raise ValueError(
             f"task {cell.task.name} drew an example of {longest} tokens, past its max_tokens "
             f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example"
         )
-    return batch_of(examples)
+    return examples
+
+
+def held_out_set(cell: Cell) -> list[Example]:
+    """The fixed held-out set training is checked on: `Settings.examples` examples at the training sizes,
+    drawn from their own stream ([seed, 2]: neither training's nor scoring's)."""
+    return training_examples(cell, np.random.default_rng([cell.seed, 2]), cell.settings.examples)
+
+
+def held_out_exact(model: Decoder, cell: Cell, held_out: list[Example]) -> float:
+    """The share of `held_out` the model gets exactly right, in eval mode (back to training after); a
+    `+random` row's positions from a generator of their own, the same at every check."""
+    model.eval()
+    counts = score(model, cell, held_out, torch.Generator().manual_seed(cell.seed + 2))
+    model.train()
+    assert counts is not None  # training sizes always fit the model
+    return counts.hits / len(held_out)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What a model got right of some examples: `hits` exactly (every answer token and the `<eos>`),
+    `token_hits` of the `tokens` of their answers (`<eos>` left out)."""
+
+    hits: int
+    token_hits: int
+    tokens: int
+
+
+def answer_tokens(examples: Sequence[Example]) -> int:
+    """How many answer tokens `examples` have, the `<eos>` that ends each left out."""
+    return sum(len(e.answer_tokens) - 1 for e in examples)
 
 
 @torch.no_grad()
-def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.Generator) -> int | None:
-    """How many of `examples` the model gets exactly right; None when its learned table has no row for them."""
+def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.Generator) -> Counts | None:
+    """What the model gets right of `examples`; None when its learned table has no row for them."""
     longest = max(len(e.tokens) for e in examples) - 1
     if (
         not cell.row.randomized
@@ -325,7 +407,7 @@ def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.
         and longest > model.positions.max_length
     ):
         return None
-    hits = 0
+    hits = token_hits = tokens = 0
     for start in range(0, len(examples), 64):
         ids, targets, mask = batch_of(examples[start : start + 64])
         positions = (
@@ -333,12 +415,15 @@ def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.
         )
         logits, _ = model(ids, positions=positions)
         hits += int(exact_matches(logits, targets, mask).sum())
-    return hits
+        right, scored = token_counts(logits, targets, mask)
+        token_hits, tokens = token_hits + right, tokens + scored
+    return Counts(hits, token_hits, tokens)
 
 
 def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
-    """One record per test size: examples scored, exact matches, accuracy. A task scored by depth too
-    (passkey) splits the examples evenly over its depths, a record per depth, and the size's record pools them."""
+    """One record per test size: examples scored, exact matches, answer tokens right. A task scored by depth
+    too (passkey) splits the examples evenly over its depths, a record per depth, and the size's record pools
+    them."""
     rng = np.random.default_rng([cell.seed, 1])
     generator = torch.Generator().manual_seed(cell.seed + 1)
     base = {"task": cell.task.name, "scheme": cell.row.spec, "seed": cell.seed}
@@ -346,38 +431,44 @@ def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
     records = []
     for size in cell.test_sizes:
         if not depths:
-            hits = score(model, cell, [cell.task.example(rng, size) for _ in range(n)], generator)
-            records.append(_record(base, size, None, n, hits))
+            drawn = [cell.task.example(rng, size) for _ in range(n)]
+            records.append(_record(base, size, None, drawn, score(model, cell, drawn, generator)))
             continue
         per = max(1, n // len(depths))
-        found = [
-            score(model, cell, [cell.task.example_at(rng, size, d) for _ in range(per)], generator)
-            for d in depths
-        ]
-        pooled = None if found[0] is None else sum(found)
-        records.append(_record(base, size, None, per * len(depths), pooled))
-        records += [_record(base, size, d, per, hits) for d, hits in zip(depths, found, strict=True)]
+        by_depth = [[cell.task.example_at(rng, size, d) for _ in range(per)] for d in depths]
+        found = [score(model, cell, drawn, generator) for drawn in by_depth]
+        pooled = None if found[0] is None else Counts(*map(sum, zip(*map(astuple, found), strict=True)))
+        records.append(_record(base, size, None, [e for drawn in by_depth for e in drawn], pooled))
+        for depth, drawn, counts in zip(depths, by_depth, found, strict=True):
+            records.append(_record(base, size, depth, drawn, counts))
     return records
 
 
-def _record(base: dict[str, Any], size: int, depth: float | None, examples: int, hits: int | None) -> dict:
+def _record(
+    base: dict[str, Any], size: int, depth: float | None, drawn: list[Example], counts: Counts | None
+) -> dict:
     return {
         **base,
         "size": size,
         "depth": depth,
-        "examples": examples,
-        "hits": hits,
-        "status": "ok" if hits is not None else "no rows",
-        "accuracy": hits / examples if hits is not None else None,
+        "examples": len(drawn),
+        "hits": None if counts is None else counts.hits,
+        "tokens": answer_tokens(drawn),
+        "token_hits": None if counts is None else counts.token_hits,
+        "status": "ok" if counts is not None else "no rows",
+        "accuracy": None if counts is None else counts.hits / len(drawn),
     }
 
 
 def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train and score one cell (in a worker process, on the battery's thread count)."""
+    """Train and score one cell (in a worker process, on the battery's thread count); every record names the
+    steps the cell trained and the step it learned the task at (None: not within the cap)."""
     with torch_threads(cell.settings.threads):
         model, info = train_cell(cell)
         started = time.perf_counter()
         records = score_cell(model, cell)
+    steps, learned_at = info.pop("steps"), info.pop("learned_at")
+    records = [{**r, "steps": steps, "learned_at": learned_at} for r in records]
     return records, {**info, "score_seconds": time.perf_counter() - started}
 
 
@@ -398,6 +489,8 @@ def check_settings(settings: Settings) -> list[Row]:
             problems.append(str(error))
     if settings.seeds < 1:
         problems.append("at least one seed is needed")
+    if not 0 < settings.target <= 1:
+        problems.append(f"--target {settings.target:g} must be in (0, 1]: a share of the held-out examples")
     if not settings.factors or min(settings.factors) < 1:
         problems.append(
             f"test sizes below the training range: factors {list(settings.factors)} must be at least 1 "
@@ -442,6 +535,8 @@ def run_cells(
         "schemes": list(rows),
         "seeds": seeds,
         "steps": settings.steps,
+        "target": settings.target,
+        "check_every": settings.check_every,
         "batch_size": settings.batch_size,
         "examples": settings.examples,
         "model": settings.model,
@@ -450,8 +545,8 @@ def run_cells(
     workers = cells.workers_for(settings.jobs, len(jobs))
     say(
         f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * settings.seeds} cells "
-        f"({len(settings.tasks)} tasks x {len(rows)} rows x {settings.seeds} seeds), {settings.steps} steps "
-        f"each, {workers} worker process(es) -> {out_dir}"
+        f"({len(settings.tasks)} tasks x {len(rows)} rows x {settings.seeds} seeds), each trained until "
+        f"{settings.target:.0%} held out or {settings.steps} steps, {workers} worker process(es) -> {out_dir}"
     )
     work = functools.partial(battery_cell, rows=rows, settings=settings)
     facts = {"command": command}
@@ -467,14 +562,21 @@ def battery_cell(key: cells.Key, rows: dict[str, Row], settings: Settings) -> tu
 
 
 def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> str:
-    """`task row seed k: trained in .. s (loss a -> b); accuracy per test size`."""
+    """`task row seed k: learned at step n (or: not learned in n steps) in .. s (loss a -> b); accuracy per
+    test size`."""
     plain = [r for r in records if r["depth"] is None]
     shown = " ".join(
         f"{r['size']}:" + ("-" if r["accuracy"] is None else f"{r['accuracy']:.0%}") for r in plain
     )
     task, row, seed = key
+    first = records[0]
+    learned = (
+        f"learned at step {first['learned_at']}"
+        if first["learned_at"] is not None
+        else f"not learned in {first['steps']} steps"
+    )
     return (
-        f"{task} {row} seed {seed}: trained in "
+        f"{task} {row} seed {seed}: {learned} in "
         f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "
         f"exact match {shown}"
     )

@@ -1,10 +1,15 @@
-"""The task battery's results, collected from its cells: results.jsonl, results.md (per task a table of rows x
-test sizes), tasks.png (accuracy against size, a panel per task), `<task>.png` for each task scored by depth
-(passkey.png: depth x size per row) and tasks.json for the site.
+"""The task battery's results, collected from its cells: results.jsonl, results.md (the claims the battery
+checks, then per task its tables of rows x test sizes, exact match and per token, beside its baselines),
+tasks.png (accuracy against size, a panel per task, the baselines drawn in), `<task>.png` for each task scored
+by depth (passkey.png: depth x size per row) and tasks.json for the site.
 
-A table cell is the mean exact-match accuracy over seeds with the 95 % Wilson interval of all seeds' examples
-pooled; the best row of a column is bold. Sizes past the training range are marked, and a row whose learned
-table has no row for a size reads "no rows" there.
+A table cell is the mean over seeds with the 95 % Wilson interval (`baselines.interval`) of all seeds' trials
+pooled (examples for exact match, answer tokens per token); the best row of a column is bold. Under the rows,
+what guessing (chance) and the best constant answer (majority) score (`octlm.experiments.baselines`); a score
+whose interval does not clear the majority baseline is marked °. A row that did not learn the task at its
+largest training size (`octlm.experiments.evidence`'s rule and threshold, the claims' own) is marked "not
+learned" and its columns past the training sizes are bracketed: they say nothing about position. A row whose
+learned table has no row for a size reads "no rows" there.
 """
 
 from __future__ import annotations
@@ -18,17 +23,37 @@ from typing import Any
 
 import numpy as np
 
-from octlm.experiments import cells
-from octlm.experiments.battery import AXES, wilson_interval
+from octlm.experiments import baselines, cells, claims
+from octlm.experiments.baselines import Baseline
+from octlm.experiments.battery import AXES
 from octlm.experiments.cells import CellsRun
+from octlm.experiments.evidence import EXACT, LEARNED, PER_QUERY, PER_TOKEN, Battery, Inconclusive
 from octlm.experiments.figures import STYLE_KEY, row_style
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
 from octlm.inspect.figures import figure, save
-from octlm.inspect.render import Block, Code, Heading, Image, Paragraph, Strong, Table, render_markdown
+from octlm.inspect.render import (
+    Block,
+    Code,
+    Heading,
+    Image,
+    Inline,
+    Paragraph,
+    Strong,
+    Table,
+    render_markdown,
+)
 from octlm.storage.jsonable import to_json
 
 RECORDS_FILE, MD_FILE, FIGURE_FILE, WEB_FILE = "results.jsonl", "results.md", "tasks.png", "tasks.json"
+METRICS = {EXACT: ("hits", "examples"), PER_TOKEN: ("token_hits", "tokens")}  # what each metric pools
+BELOW = "°"  # marks a score whose interval does not clear the majority baseline
+FLOORS = ("chance", "majority")  # the baselines, as `baselines.Baseline` names them
+# their reference lines in tasks.png (labels with "_": out of the per-panel legend, keyed once instead)
+FLOOR_STYLE = {
+    "chance": {"linestyle": "-.", "label": "_chance"},
+    "majority": {"linestyle": "--", "label": "_majority"},
+}
 
 
 def heatmap_file(task: str) -> str:
@@ -40,25 +65,50 @@ def _by_depth(tasks: list[str]) -> list[str]:
     return [t for t in tasks if TASKS[t].depths]
 
 
+def per_token_name(task: str) -> str:
+    """ "per query" for MQAR (an answer token is one query), else "per token"."""
+    return "per query" if task in PER_QUERY else PER_TOKEN
+
+
 @dataclass
 class Summary:
-    """One row's numbers at one size (and depth) of one task, over every seed."""
+    """One row's numbers at one size (and depth) of one task, over every seed: per seed and pooled, in both
+    metrics."""
 
     task: str
     scheme: str
     size: int
     depth: float | None
-    accuracies: list[float] = field(default_factory=list)  # one per seed with rows at this size
+    accuracies: list[float] = field(default_factory=list)  # exact match, one per seed with rows at this size
+    token_accuracies: list[float] = field(default_factory=list)  # per token, likewise
     hits: int = 0
     examples: int = 0
+    token_hits: int = 0
+    tokens: int = 0
+
+    def seeds(self, metric: str = EXACT) -> list[float]:
+        return self.accuracies if metric == EXACT else self.token_accuracies
+
+    def pooled(self, metric: str = EXACT) -> tuple[int, int]:
+        """(right, trials) over every seed: examples exactly right, or answer tokens right."""
+        hits, n = METRICS[metric]
+        return getattr(self, hits), getattr(self, n)
+
+    def mean_in(self, metric: str) -> float | None:
+        values = self.seeds(metric)
+        return sum(values) / len(values) if values else None
+
+    def interval_in(self, metric: str) -> tuple[float, float] | None:
+        hits, n = self.pooled(metric)
+        return baselines.interval(hits, n) if n else None
 
     @property
     def mean(self) -> float | None:
-        return sum(self.accuracies) / len(self.accuracies) if self.accuracies else None
+        return self.mean_in(EXACT)
 
     @property
     def interval(self) -> tuple[float, float] | None:
-        return wilson_interval(self.hits, self.examples) if self.examples else None
+        return self.interval_in(EXACT)
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[tuple[str, str, int, float | None], Summary]:
@@ -69,41 +119,125 @@ def summarize(records: list[dict[str, Any]]) -> dict[tuple[str, str, int, float 
         s = out.setdefault(key, Summary(*key))
         if r["hits"] is not None:
             s.accuracies.append(r["accuracy"])
+            s.token_accuracies.append(r["token_hits"] / r["tokens"])
             s.hits += r["hits"]
             s.examples += r["examples"]
+            s.token_hits += r["token_hits"]
+            s.tokens += r["tokens"]
     return out
 
 
-def _cell_text(s: Summary | None, best: bool) -> str | Strong:
-    if s is None or s.mean is None:
+@dataclass(frozen=True)
+class Reading:
+    """What a task's tables are read beside: its baselines by size, the rows that did not learn it (and
+    why), and each row's step of learning per seed (None: not within the cap)."""
+
+    floors: dict[int, Baseline]
+    not_learned: dict[str, str]
+    learned_at: dict[str, list[int | None]]
+    cap: int
+
+
+def readings(
+    records: list[dict[str, Any]], tasks: list[str], rows: list[str], factors: list[int], cap: int
+) -> dict[str, Reading]:
+    """Each task's `Reading`: baselines from `octlm.experiments.baselines` at its test sizes, "not learned"
+    by `evidence.Battery.learned` (the claims' rule, at `LEARNED`)."""
+    battery, out = Battery(records, LEARNED), {}
+    for task in tasks:
+        floors = {b.size: b for b in baselines.baselines([task], factors=tuple(factors))}
+        not_learned, learned_at = {}, {}
+        for row in rows:
+            try:
+                battery.learned(task, row)
+            except Inconclusive as why:
+                if str(why).startswith("not learned"):
+                    not_learned[row] = str(why)
+            at = {r["seed"]: r["learned_at"] for r in records if (r["task"], r["scheme"]) == (task, row)}
+            learned_at[row] = [at[seed] for seed in sorted(at)]
+        out[task] = Reading(floors, not_learned, learned_at, cap)
+    return out
+
+
+def _pct(value: float) -> str:
+    """A baseline in %: whole numbers, "<1" for a small positive one, so a near-zero floor reads as one."""
+    return "0" if value == 0 else "<1" if value < 0.005 else f"{100 * value:.0f}"
+
+
+def _cell_text(
+    s: Summary | None, metric: str, best: bool, floor: float | None = None, bracketed: bool = False
+) -> Inline:
+    if s is None or s.mean_in(metric) is None:
         return "no rows"
-    low, high = s.interval or (0.0, 1.0)
-    text = f"{100 * s.mean:.0f} [{100 * low:.0f}, {100 * high:.0f}]"
+    low, high = s.interval_in(metric) or (0.0, 1.0)
+    text = f"{100 * s.mean_in(metric):.0f} [{100 * low:.0f}, {100 * high:.0f}]"
+    if floor is not None and not baselines.clears(*s.pooled(metric), floor):
+        text += BELOW
+    if bracketed:
+        text = f"({text})"
     return Strong(text) if best else text
 
 
-def task_table(task: str, rows: list[str], summary: dict, factors: list[int]) -> Table:
-    """Rows x test sizes: mean exact match over seeds and the pooled 95 % interval, in %; the best bold."""
+def _learned_at(steps: list[int | None]) -> str:
+    return " / ".join("–" if s is None else str(s) for s in steps) or "–"
+
+
+def task_table(
+    task: str,
+    rows: list[str],
+    summary: dict,
+    factors: list[int],
+    metric: str = EXACT,
+    reading: Reading | None = None,
+) -> Table:
+    """Rows x test sizes: the mean over seeds and the pooled 95 % interval, in %, the best bold; with a
+    `reading`, the baselines as rows below, scores that do not clear the majority marked, rows not learned
+    marked and their columns past the training sizes bracketed, and (exact match) the steps each seed learned
+    the task at."""
     sizes = TASKS[task].test_sizes(tuple(factors))
     best = {}
     for size in sizes:
-        means = [summary[(task, r, size, None)].mean for r in rows if (task, r, size, None) in summary]
+        means = [
+            summary[(task, r, size, None)].mean_in(metric) for r in rows if (task, r, size, None) in summary
+        ]
         best[size] = max((m for m in means if m is not None), default=None)
     trained = TASKS[task].train_sizes[1]
     headers = ["row"] + [
         f"{size}" + (" (trained)" if size <= trained else f" ({size / trained:g}x)") for size in sizes
     ]
-    body = []
+    steps = reading is not None and metric == EXACT
+    if steps:
+        headers.append(f"learned at step, per seed (cap {reading.cap})")
+    floor = (lambda size: getattr(reading.floors[size].majority, field_of(metric))) if reading else None
+    body: list[list[Inline]] = []
     for row in rows:
-        cells_ = [
-            _cell_text(
-                s := summary.get((task, row, size, None)),
-                s is not None and s.mean is not None and best[size] is not None and s.mean == best[size] > 0,
+        unlearned = reading is not None and row in reading.not_learned
+        line: list[Inline] = [[Code(row), " not learned"] if unlearned else Code(row)]
+        for size in sizes:
+            s = summary.get((task, row, size, None))
+            top = s is not None and s.mean_in(metric) is not None and best[size] is not None
+            line.append(
+                _cell_text(
+                    s,
+                    metric,
+                    top and s.mean_in(metric) == best[size] > 0,
+                    floor(size) if floor else None,
+                    unlearned and size > trained,
+                )
             )
-            for size in sizes
-        ]
-        body.append([Code(row), *cells_])
-    return Table(headers, body, align="l" + "r" * len(sizes))
+        if steps:
+            line.append(_learned_at(reading.learned_at.get(row, [])))
+        body.append(line)
+    if reading is not None:
+        for name in FLOORS:
+            values = [_pct(getattr(getattr(reading.floors[n], name), field_of(metric))) for n in sizes]
+            body.append([f"*{name}*", *values, *([""] if steps else [])])
+    return Table(headers, body, align="l" + "r" * (len(sizes) + steps))
+
+
+def field_of(metric: str) -> str:
+    """`baselines.Score`'s field for a metric."""
+    return "exact" if metric == EXACT else "per_token"
 
 
 def split_seeds(task: str, rows: list[str], summary: dict, factors: list[int], gap: float = 0.5) -> list[str]:
@@ -120,16 +254,24 @@ def split_seeds(task: str, rows: list[str], summary: dict, factors: list[int], g
     return found
 
 
-def results_blocks(
-    summary: dict, tasks: list[str], rows: list[str], facts: dict[str, Any], folder: Path
-) -> list[Block]:
-    """results.md: how it was made, then per task what it asks and its table."""
+def head_blocks(facts: dict[str, Any], tasks: list[str], folder: Path) -> list[Block]:
+    """results.md's top: what a cell holds, how it was made, the figures."""
     blocks: list[Block] = [
         Heading("Task battery", 1),
         Paragraph(
-            f"Exact match of every answer token, in % (mean over {len(facts['seeds'])} seed(s); in brackets "
-            f"the 95 % Wilson interval of all seeds' {facts['examples']} examples per size pooled). The first "
-            "column is the largest training size; the others lie past it. Best row per column in bold."
+            f"Per task, exact match of every answer token, then per token (per query for MQAR), in % (mean "
+            f"over {len(facts['seeds'])} seed(s); in brackets the 95 % Wilson interval of all seeds' "
+            f"{facts['examples']} examples per size, or their answer tokens, pooled). The first column is "
+            "the largest training size; the others lie past it. Best row per column in bold. Each cell "
+            f"trained until {100 * facts['target']:g} % exact match on held-out examples at its training "
+            f"sizes, checked every {facts['check_every']} steps, or {facts['steps']} steps."
+        ),
+        Paragraph(
+            "Below the rows, the baselines: chance (every answer token guessed uniformly) and majority (the "
+            f"best constant answer). {BELOW}: the interval does not clear the majority baseline. A row "
+            f'"not learned" scores under {100 * LEARNED:g} % at the largest training size (exact match; per '
+            "query for MQAR): its columns past it, in parentheses, say nothing about position, and the "
+            "claims leave it out."
         ),
         Paragraph(["Command: ", Code(facts["command"])]),
         Paragraph(facts["took"]),
@@ -141,6 +283,14 @@ def results_blocks(
     ]
     if facts["missing"]:
         blocks.append(Paragraph(f"Missing cells, left out: {' '.join(facts['missing'])}."))
+    return blocks
+
+
+def task_blocks(
+    summary: dict, tasks: list[str], rows: list[str], facts: dict[str, Any], read: dict[str, Reading]
+) -> list[Block]:
+    """Per task what it asks, its exact-match table and its per-token (per-query) table."""
+    blocks: list[Block] = []
     for task in tasks:
         cls = TASKS[task]
         lo, hi = cls.train_sizes
@@ -148,7 +298,10 @@ def results_blocks(
         blocks += [
             Heading(task),
             Paragraph(f"{about} Trained on {lo}-{hi} {cls.counts}."),
-            task_table(task, rows, summary, facts["factors"]),
+            Paragraph(Strong("Exact match")),
+            task_table(task, rows, summary, facts["factors"], EXACT, read[task]),
+            Paragraph(Strong(per_token_name(task).capitalize())),
+            task_table(task, rows, summary, facts["factors"], PER_TOKEN, read[task]),
         ]
         split = split_seeds(task, rows, summary, facts["factors"])
         if split:
@@ -156,48 +309,75 @@ def results_blocks(
     return blocks
 
 
+def claims_section(found: list[claims.Finding]) -> str:
+    """results.md's "Claims": each paper claim the battery checks, its verdict from the intervals and the
+    numbers it used (`octlm.experiments.claims`)."""
+    return (
+        "## Claims\n\nEach paper claim the battery checks, decided by the 95 % intervals alone (overlapping "
+        "intervals are inconclusive), on the rows that learned the task (`octlm.experiments.claims`).\n\n"
+        + claims.claims_markdown(found)
+    )
+
+
 def write_results(
     out_dir: Path, records: list[dict], tasks: list[str], rows: list[str], facts: dict[str, Any]
 ) -> str:
     """results.md, tasks.png, the depth heatmaps and tasks.json into `out_dir`; returns the Markdown."""
     summary = summarize(records)
+    read = readings(records, tasks, rows, facts["factors"], facts["steps"])
+    found = claims.findings("tasks", records)
     sizes = {task: TASKS[task].test_sizes(tuple(facts["factors"])) for task in tasks}
     panels = {
         task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows})
         for task in tasks
     }
-    plot_accuracy(panels, {t: TASKS[t].train_sizes[1] for t in tasks}, out_dir / FIGURE_FILE)
+    floors = {
+        task: {name: [getattr(read[task].floors[n], name).exact for n in sizes[task]] for name in FLOORS}
+        for task in tasks
+    }
+    plot_accuracy(panels, {t: TASKS[t].train_sizes[1] for t in tasks}, out_dir / FIGURE_FILE, floors)
     for task in _by_depth(tasks):
         depths = list(TASKS[task].depths)
         grids = {
             row: [[_mean(summary, task, row, n, d) for n in sizes[task]] for d in depths] for row in rows
         }
-        title = f"{task}: answer depth (rows) x {TASKS[task].counts} (columns)"
+        top = max(b.majority.exact for b in read[task].floors.values())
+        title = (
+            f"{task}: answer depth (rows) x {TASKS[task].counts} (columns); the majority baseline at most "
+            f"{100 * top:.2g} %"
+        )
         plot_heatmaps(grids, depths, sizes[task], title, out_dir / heatmap_file(task))
-    markdown = render_markdown(results_blocks(summary, tasks, rows, facts, out_dir), out_dir)
-    write_atomic(out_dir / MD_FILE, markdown.encode())
-    write_atomic(
-        out_dir / WEB_FILE, (json.dumps(web_json(summary, tasks, rows, facts), indent=1) + "\n").encode()
+    markdown = "\n".join(
+        [
+            render_markdown(head_blocks(facts, tasks, out_dir), out_dir),
+            claims_section(found),
+            render_markdown(task_blocks(summary, tasks, rows, facts, read), out_dir),
+        ]
     )
+    write_atomic(out_dir / MD_FILE, markdown.encode())
+    web = web_json(summary, tasks, rows, facts, read, found)
+    write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     return markdown
 
 
-def web_json(summary: dict, tasks: list[str], rows: list[str], facts: dict[str, Any]) -> dict[str, Any]:
-    """What the site reads: each task's sizes and training range, the rows, and every summary with its seeds."""
+def web_json(
+    summary: dict,
+    tasks: list[str],
+    rows: list[str],
+    facts: dict[str, Any],
+    read: dict[str, Reading],
+    found: list[claims.Finding],
+) -> dict[str, Any]:
+    """What the site reads: each task's sizes and training range, its baselines and the rows that did not
+    learn it, the rows, every summary with its seeds in both metrics, and the claims."""
     return to_json(
         {
             "schema": 1,
             "command": facts["command"],
             "seeds": facts["seeds"],
             "rows": rows,
-            "tasks": {
-                t: {
-                    "train_sizes": list(TASKS[t].train_sizes),
-                    "counts": TASKS[t].counts,
-                    "test_sizes": TASKS[t].test_sizes(tuple(facts["factors"])),
-                }
-                for t in tasks
-            },
+            "learned": LEARNED,
+            "tasks": {t: _task_json(t, facts["factors"], read[t]) for t in tasks},
             "depths": list(Passkey.depths),
             "results": [
                 {
@@ -209,12 +389,32 @@ def web_json(summary: dict, tasks: list[str], rows: list[str], facts: dict[str, 
                     "interval": s.interval,
                     "seeds": s.accuracies,
                     "examples": s.examples,
+                    "token_mean": s.mean_in(PER_TOKEN),
+                    "token_interval": s.interval_in(PER_TOKEN),
+                    "token_seeds": s.token_accuracies,
+                    "tokens": s.tokens,
                 }
                 for s in summary.values()
             ],
+            "claims": claims.claims_json(found),
         },
         4,
     )
+
+
+def _task_json(task: str, factors: list[int], reading: Reading) -> dict[str, Any]:
+    return {
+        "train_sizes": list(TASKS[task].train_sizes),
+        "counts": TASKS[task].counts,
+        "test_sizes": TASKS[task].test_sizes(tuple(factors)),
+        "per_token": per_token_name(task),
+        "baselines": [
+            {"size": b.size, **{name: vars(getattr(b, name)) for name in FLOORS}}
+            for b in reading.floors.values()
+        ],
+        "not_learned": reading.not_learned,
+        "learned_at": reading.learned_at,
+    }
 
 
 def _mean(summary: dict, task: str, row: str, size: int, depth: float | None = None) -> float | None:
@@ -251,16 +451,15 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     )
     facts = {
         "command": found[0].facts["command"],
-        "seeds": grid["seeds"],
-        "examples": grid["examples"],
-        "factors": grid["factors"],
+        **{k: grid[k] for k in ("seeds", "examples", "factors", "steps", "target", "check_every")},
         "missing": missing,
         "took": took,
     }
     markdown = write_results(out_dir, records, tasks, grid["schemes"], facts)
     if progress:
         print(
-            f"wrote {out_dir}/{MD_FILE}, {FIGURE_FILE}, {WEB_FILE} from {len(found)} cell(s) in {wall / 60:.1f} min"
+            f"wrote {out_dir}/{MD_FILE}, {FIGURE_FILE}, {WEB_FILE} from {len(found)} cell(s) in "
+            f"{wall / 60:.1f} min"
         )
     return BatteryResult(out_dir, records, markdown, wall, missing)
 
@@ -270,12 +469,18 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
 
 
 def plot_accuracy(
-    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]], trained: dict[str, int], path: Path
+    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]],
+    trained: dict[str, int],
+    path: Path,
+    floors: dict[str, dict[str, list[float]]] | None = None,
 ) -> Path:
-    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size, None
-    where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a dotted
-    line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line style its
-    options' (`row_style`)."""
+    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size,
+    None where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a
+    dotted line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line
+    style its options' (`row_style`). `floors` task -> baseline name ("chance", "majority") -> its value per
+    size, drawn as thin black reference lines (flat where the baseline is), keyed in the legend."""
+    from matplotlib.lines import Line2D
+
     columns = min(4, len(panels))
     n_rows = math.ceil(len(panels) / columns)
     fig = figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
@@ -293,6 +498,8 @@ def plot_accuracy(
             color, (style, marker) = row_style(row)
             y = [np.nan if v is None else 100 * v for v in values]
             ax.plot(sizes, y, linestyle=style, marker=marker, ms=3, color=color, label=row)
+        for name, values in (floors or {}).get(task, {}).items():
+            ax.plot(sizes, [100 * v for v in values], color="black", linewidth=0.8, **FLOOR_STYLE[name])
         ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(n) for n in sizes])
@@ -302,6 +509,9 @@ def plot_accuracy(
     for ax in axes[len(panels) :]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
+    if floors:
+        handles += [Line2D([], [], color="black", linewidth=0.8, **FLOOR_STYLE[name]) for name in FLOORS]
+        labels += [f"{name} baseline" for name in FLOORS]
     fig.legend(
         handles,
         labels,
@@ -312,7 +522,9 @@ def plot_accuracy(
         title_fontsize=7,
     )
     fig.suptitle(
-        "Exact match (%) against size: mean over seeds; dotted: the largest training size", fontsize=10
+        "Exact match (%) against size: mean over seeds; dotted grey: the largest training size; black: the "
+        "baselines",
+        fontsize=10,
     )
     return save(fig, path)
 
@@ -320,8 +532,8 @@ def plot_accuracy(
 def plot_heatmaps(
     grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int], title: str, path: Path
 ) -> Path:
-    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its key;
-    grey where the row cannot run at that size; `title` names the rows and columns."""
+    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its
+    key; grey where the row cannot run at that size; `title` names the rows and columns."""
     from matplotlib import colormaps
 
     columns = min(5, len(grids))

@@ -10,11 +10,8 @@ from octlm.commands import experiment, experiment_extend, experiment_length, exp
 from octlm.commands.options import overrides_from_args
 
 COMMANDS = {"length": experiment_length, "tasks": experiment_tasks, "extend": experiment_extend}
-TASKS = "copy reverse addition addition-reversed addition-hints mqar counting selective-copy passkey"
-ROWS = (
-    "learned sinusoidal rope p-rope xpos alibi t5 fire cope fox path stick-breaking nope rope+nope0 "
-    "learned+random rope+random rope+ssmax nope+ssmax"
-)
+TASKS = "copy reverse selective-copy passkey mqar counting"
+ROWS = "learned sinusoidal rope alibi t5 fire cope nope rope+random fox path stick-breaking"
 LENGTH = "octlm experiment length"
 EXTEND = "octlm experiment extend"
 FULL_EXTEND = (
@@ -91,8 +88,8 @@ CASES = [
         "tasks",
         [],
         (
-            f"octlm experiment tasks --tasks {TASKS} --schemes {ROWS} --seed 0 --seeds 3 --steps 600 "
-            "--batch-size 32 --examples 100 --factors 1 2 4 8"
+            f"octlm experiment tasks --tasks {TASKS} --schemes {ROWS} --seed 0 --seeds 3 --steps 2000 "
+            "--target 0.99 --check-every 200 --batch-size 32 --examples 100 --factors 1 2 4 8"
         ),
     ),
     (
@@ -100,7 +97,7 @@ CASES = [
         ["--quick"],
         (
             f"octlm experiment tasks --quick --tasks {TASKS} --schemes {ROWS} --seed 0 --seeds 1 "
-            "--steps 40 --batch-size 32 --examples 16 --factors 1 2 4 8"
+            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 2 4 8"
         ),
     ),
     (
@@ -108,7 +105,7 @@ CASES = [
         ["--quick", "--factors", "1", "3", "--seed", "7", "--seeds", "2"],
         (
             f"octlm experiment tasks --quick --tasks {TASKS} --schemes {ROWS} --seed 7 --seeds 2 "
-            "--steps 40 --batch-size 32 --examples 16 --factors 1 3"
+            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 3"
         ),
     ),
     (
@@ -129,7 +126,7 @@ CASES = [
         ],
         (
             "octlm experiment tasks --tasks copy passkey --schemes rope alibi+nope0 --seed 0 --seeds 3 "
-            "--steps 10 --batch-size 4 --examples 5 --factors 1 2 4 8"
+            "--steps 10 --target 0.99 --check-every 200 --batch-size 4 --examples 5 --factors 1 2 4 8"
         ),
     ),
     ("extend", [], f"{EXTEND} {FULL_EXTEND}"),

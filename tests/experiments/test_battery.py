@@ -1,11 +1,11 @@
 """The task battery's pieces (octlm/experiments/battery.py): batches and their answer mask, the answer-masked
-loss and the exact-match score against references written here, the Wilson interval against the root of its
-quadratic, randomized positions, rows, what training draws, and a sanity check that the tasks measure
-position: hide the order of the prompt and reverse cannot be learned; show it and it is."""
+loss and the exact-match and per-token scores against references written here, MQAR's withheld answers,
+randomized positions, rows, what training draws, training until learned (stopped at the target, or at the cap),
+and a sanity check that the tasks measure position: hide the order of the prompt and reverse cannot be learned;
+show it and it is."""
 
 from __future__ import annotations
 
-import math
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +27,9 @@ from octlm.experiments.battery import (
     batch_of,
     exact_matches,
     random_positions,
-    wilson_interval,
+    token_counts,
 )
-from octlm.experiments.tasks import BOS, EOS, PAD, SEP, Example, Passkey, Reverse
+from octlm.experiments.tasks import BOS, EOS, PAD, SEP, Copy, Example, MultiQueryRecall, Passkey, Reverse
 
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64}
 
@@ -72,21 +72,84 @@ def test_exact_matches_needs_every_answer_token_and_ignores_the_prompt() -> None
     assert exact_matches(logits, targets, mask).tolist() == [True, False, False]
 
 
-@pytest.mark.parametrize(("hits", "n"), [(8, 10), (0, 10), (10, 10), (1, 3), (57, 100), (400, 400)])
-def test_wilson_interval_is_where_the_score_test_accepts(hits: int, n: int) -> None:
-    """The interval's ends solve (p̂ - p)² = z² p (1 - p) / n, a quadratic in p: its two roots."""
-    z, phat = 1.959963984540054, hits / n
-    a, b, c = 1 + z * z / n, -(2 * phat + z * z / n), phat * phat
-    root = math.sqrt(b * b - 4 * a * c)
-    assert wilson_interval(hits, n) == pytest.approx(
-        ((-b - root) / (2 * a), (-b + root) / (2 * a)), abs=1e-12
+def test_token_counts_leave_the_eos_out_and_count_each_answer_token() -> None:
+    targets = torch.tensor([[1, 2, EOS], [1, 2, EOS], [4, 5, EOS]])
+    mask = torch.tensor([[False, True, True], [True, True, True], [True, True, True]])
+    guesses = torch.tensor([[0, 2, 0], [1, 0, EOS], [4, 5, EOS]])  # eos wrong; second wrong; all right
+    logits = torch.nn.functional.one_hot(guesses, 6).float()
+    assert token_counts(logits, targets, mask) == (1 + 1 + 2, 1 + 2 + 2)
+    assert exact_matches(logits, targets, mask).tolist() == [False, False, True]
+
+
+def test_mqar_never_reads_an_answer_back_and_is_still_scored_on_it() -> None:
+    """After the separator a model reads the queried keys and blanks, never a value; its targets are the
+    values, one per query."""
+    cell = Cell(MultiQueryRecall, Row.parse("rope", 1), 0, replace(Settings(), batch_size=64, model=TINY))
+    ids, targets, mask = battery.training_batch(cell, np.random.default_rng(0))
+    first_value = MultiQueryRecall.ids(["v0"])[0]  # the specials and the keys come before the values
+    for row in range(ids.shape[0]):
+        after = ids[row, int((ids[row] == SEP).nonzero()[0]) :].tolist()
+        assert all(t < first_value for t in after) and PAD in after
+        assert all(t >= first_value for t in targets[row][mask[row]].tolist()[:-1])
+    assert int((mask & (targets != EOS)).sum()) == int((mask.sum(-1) - 1).sum())
+
+
+def test_per_token_counts_recomputed_example_by_example() -> None:
+    """A cell's counts against the model run on each example alone, its answer read token by token here."""
+    settings = replace(Settings(), steps=30, batch_size=16, examples=6, model=TINY, factors=(1,))
+    for task in (Copy, MultiQueryRecall):
+        cell = Cell(task, Row.parse("rope", 1), 0, settings)
+        model, _ = battery.train_cell(cell)
+        examples = [task.example(np.random.default_rng(seed), 5) for seed in range(6)]
+        counts = battery.score(model, cell, examples, torch.Generator())
+        hits = token_hits = tokens = 0
+        for e in examples:
+            with torch.no_grad():
+                guess = model(torch.tensor([e.inputs[:-1]]))[0][0].argmax(-1).tolist()
+            marked = [i for i, m in enumerate(e.answer) if m]  # token i is predicted at position i - 1
+            right = [guess[i - 1] == e.tokens[i] for i in marked]
+            hits += all(right)
+            token_hits, tokens = token_hits + sum(right[:-1]), tokens + len(right) - 1  # <eos> left out
+        assert (counts.hits, counts.token_hits, counts.tokens) == (hits, token_hits, tokens), task.name
+        assert tokens == 6 * 5  # five items, or five queries, each
+
+
+class One(Copy):
+    """Copy one item of two: a tiny model learns it in a few dozen steps."""
+
+    name = "one"
+    symbols = ("a", "b")
+    train_sizes = (1, 1)
+
+
+def test_training_stops_once_the_held_out_set_reaches_the_target() -> None:
+    settings = replace(Settings(), steps=400, check_every=10, batch_size=16, examples=20, model=TINY)
+    model, info = battery.train_cell(Cell(One, Row.parse("rope", 1), 0, settings))
+    assert info["learned_at"] is not None and info["learned_at"] < 400 and info["steps"] == info["learned_at"]
+    steps = [step for step, _ in info["checks"]]
+    assert steps == list(range(10, info["learned_at"] + 1, 10)) and info["checks"][-1][1] >= 0.99
+    assert all(exact < 0.99 for _, exact in info["checks"][:-1])
+    records, _ = battery.run_cell(Cell(One, Row.parse("rope", 1), 0, settings))
+    assert {(r["steps"], r["learned_at"]) for r in records} == {(info["steps"], info["learned_at"])}
+
+
+def test_training_stops_at_the_cap_when_the_task_is_not_learned() -> None:
+    settings = replace(
+        Settings(), steps=7, check_every=3, batch_size=8, examples=10, model=TINY, factors=(1,)
     )
+    records, info = battery.run_cell(Cell(ShuffledReverse, Row.parse("rope", 1), 0, settings))
+    assert [step for step, _ in info["checks"]] == [3, 6, 7]  # every 3 steps, and at the cap
+    assert {(r["steps"], r["learned_at"]) for r in records} == {(7, None)}
 
 
-def test_wilson_interval_by_known_values() -> None:
-    assert wilson_interval(8, 10) == pytest.approx((0.4901625, 0.9433178), abs=1e-7)
-    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775328), abs=1e-7)
-    assert wilson_interval(0, 0) == (0.0, 1.0)
+def test_the_held_out_set_is_its_own_stream_fixed_and_at_the_training_sizes() -> None:
+    settings = replace(Settings(), examples=50, model=TINY)
+    cell = Cell(Spy, Row.parse("rope", 1), 3, settings)
+    Spy.asked.clear()
+    first = battery.held_out_set(cell)
+    assert first == battery.held_out_set(cell) and set(Spy.asked) <= {2, 3, 4, 5}
+    train = battery.training_examples(cell, np.random.default_rng([3, 0]), 50)
+    assert first != train
 
 
 def test_random_positions_are_a_sorted_subset_spread_over_the_range() -> None:
@@ -143,8 +206,10 @@ def test_training_draws_only_training_sizes_and_scoring_only_test_sizes() -> Non
     cell = Cell(Spy, Row.parse("rope", 1), 0, settings)
     Spy.asked.clear()
     model, info = battery.train_cell(cell)
-    sizing, trained = Spy.asked[:1], Spy.asked[1:]  # max_tokens' one draw sizes the model's context first
-    assert sizing == [5] and len(trained) == 6 * 16 and set(trained) == {2, 3, 4, 5}  # every training size
+    # max_tokens' one draw sizes the model's context first, then the held-out set, then training
+    sizing, held_out, trained = Spy.asked[:1], Spy.asked[1:4], Spy.asked[4:]
+    assert sizing == [5] and set(held_out) <= {2, 3, 4, 5}
+    assert len(trained) == 6 * 16 and set(trained) == {2, 3, 4, 5}  # every training size
     Spy.asked.clear()
     records = battery.score_cell(model, cell)
     assert sorted(set(Spy.asked)) == [5, 10, 20] and [r["size"] for r in records] == [5, 10, 20]
@@ -154,7 +219,13 @@ def test_training_draws_only_training_sizes_and_scoring_only_test_sizes() -> Non
 def test_a_learned_table_past_its_rows_reads_no_rows_and_randomized_positions_reach_every_size() -> None:
     settings = replace(Settings(), steps=2, batch_size=4, examples=3, model=TINY, factors=(1, 2))
     plain = battery.run_cell(Cell(Reverse, Row.parse("learned", 1), 0, settings))[0]
-    assert [(r["size"], r["status"], r["hits"]) for r in plain][1] == (16, "no rows", None)
+    assert [(r["size"], r["status"], r["hits"], r["token_hits"]) for r in plain][1] == (
+        16,
+        "no rows",
+        None,
+        None,
+    )
+    assert plain[1]["tokens"] == 3 * 16  # counted, so that the claims count them wrong
     assert plain[0]["status"] == "ok" and plain[0]["examples"] == 3 and 0 <= plain[0]["hits"] <= 3
     randomized = battery.run_cell(Cell(Reverse, Row.parse("learned+random", 1), 0, settings))[0]
     assert [r["status"] for r in randomized] == ["ok", "ok"]
@@ -205,6 +276,7 @@ def test_passkey_splits_its_examples_over_the_depths_and_pools_them_per_size() -
         assert [r["depth"] for r in at] == [None, *Passkey.depths]
         assert [r["examples"] for r in at] == [10] + [2] * 5
         assert at[0]["hits"] == sum(r["hits"] for r in at[1:])
+        assert at[0]["token_hits"] == sum(r["token_hits"] for r in at[1:]) and at[0]["tokens"] == 10 * 5
     learned = battery.run_cell(Cell(Passkey, Row.parse("learned", 1), 0, settings))[0]
     assert {r["status"] for r in learned if r["size"] == 64} == {"no rows"}
 

@@ -1,6 +1,7 @@
 """The task battery end to end (`octlm experiment tasks`) and its results (octlm/experiments/battery_results.py):
 the files a tiny battery writes, the grid in cells collected to the one-command run byte for byte, missing and
-mismatched cells, and the summaries behind the tables against hand-made records."""
+mismatched cells, the claims section, and the summaries, baselines and marks behind the tables against
+hand-made records."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments.battery_results import Summary, split_seeds, summarize, task_table
+from octlm.experiments import baselines
+from octlm.experiments.battery_results import Reading, Summary, readings, split_seeds, summarize, task_table
+from octlm.experiments.evidence import PER_TOKEN
 from octlm.experiments.tasks import Passkey
-from octlm.inspect.render import Strong
+from octlm.inspect.render import Code, Strong
 
 TASKS, ROWS, SEEDS = ["copy", "counting", "passkey"], ["learned", "rope+random", "nope"], [0, 1]
 GRID = ["experiment", "tasks", "--quick", "--tasks", *TASKS, "--schemes", *ROWS, "--seeds", "2", "--steps", "3",
@@ -56,13 +59,15 @@ def test_records_cover_the_grid_and_learned_has_no_rows_past_its_table(quick: di
                 for d in depths.get(t, [None])}  # fmt: skip
     assert set(keys) == expected
     for r in records:
+        assert r["tokens"] > 0 and (r["steps"], r["learned_at"]) == (3, None)
         if r["scheme"] == "learned" and r["size"] == sizes[r["task"]][1]:
-            assert (r["status"], r["hits"], r["accuracy"]) == ("no rows", None, None)
+            assert (r["status"], r["hits"], r["accuracy"], r["token_hits"]) == ("no rows", None, None, None)
         else:
             assert (
                 r["status"] == "ok"
                 and 0 <= r["hits"] <= r["examples"]
                 and r["accuracy"] == r["hits"] / r["examples"]
+                and 0 <= r["token_hits"] <= r["tokens"]
             )
 
 
@@ -70,7 +75,10 @@ def test_results_md_has_a_table_per_task_and_says_what_it_took(quick: dict[str, 
     md = (quick["out"] / "results.md").read_text()
     for task in TASKS:
         assert f"\n## {task}\n" in md
-    assert "| row | 16 (trained) | 32 (2x) |" in md and "| `learned` |" in md and "no rows" in md
+    assert "| row | 16 (trained) | 32 (2x) | learned at step, per seed (cap 3) |" in md
+    assert "| row | 16 (trained) | 32 (2x) |\n" in md and "**Per token**" in md and "no rows" in md
+    assert "| `learned` not learned |" in md and "| *chance* |" in md and "| *majority* |" in md
+    assert "\n## Claims\n" in md and "| Ruoss et al. 2023 |" in md and "**inconclusive**" in md
     assert "18 cells in " in md and "with 1 worker process(es)" in md
     assert "![Exact match against size" in md and "(tasks.png)" in md and "(passkey.png)" in md
     lines = [line for line in quick["stdout"].splitlines() if line.startswith("[")]
@@ -81,13 +89,26 @@ def test_results_md_has_a_table_per_task_and_says_what_it_took(quick: dict[str, 
 def test_the_site_json_holds_sizes_rows_and_seeds(quick: dict[str, Any]) -> None:
     web = json.loads(quick["web"].read_text())
     assert web["schema"] == 1 and web["rows"] == ROWS and web["seeds"] == SEEDS
-    assert web["tasks"]["copy"] == {"train_sizes": [1, 8], "counts": "items", "test_sizes": [8, 16]}
+    copy = web["tasks"]["copy"]
+    assert {k: copy[k] for k in ("train_sizes", "counts", "test_sizes")} == {
+        "train_sizes": [1, 8],
+        "counts": "items",
+        "test_sizes": [8, 16],
+    }
+    expected = baselines.baselines(["copy"], factors=(1, 2))
+    assert [(b["size"], b["chance"], b["majority"]) for b in copy["baselines"]] == [  # four decimals, as all
+        (b.size, pytest.approx(vars(b.chance), abs=1e-4), pytest.approx(vars(b.majority), abs=1e-4))
+        for b in expected
+    ]
+    assert set(copy["not_learned"]) == set(ROWS) and copy["learned_at"] == {r: [None, None] for r in ROWS}
+    assert [c["key"] for c in web["claims"]][:2] == ["kazemnejad-nope", "ruoss-rope"]
     assert web["depths"] == list(Passkey.depths)
     copy_rope = next(
         r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "rope+random", 16)
     )
     assert len(copy_rope["seeds"]) == 2 and copy_rope["examples"] == 10
     assert copy_rope["mean"] == pytest.approx(sum(copy_rope["seeds"]) / 2, abs=1e-4)
+    assert copy_rope["tokens"] == 10 * 16 and len(copy_rope["token_seeds"]) == 2
     learned = next(
         r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "learned", 16)
     )
@@ -138,6 +159,7 @@ def test_cells_in_separate_processes_collect_to_the_one_command_run(
     for name in ("results.jsonl", "tasks.json"):
         assert (out / name).read_bytes() == (one / name).read_bytes(), name
     assert timeless((out / "results.md").read_text()) == timeless((one / "results.md").read_text())
+    assert "\n## Claims\n" in (out / "results.md").read_text()
     assert "Collected from 18 cells run separately" in (out / "results.md").read_text()
 
 
@@ -167,9 +189,15 @@ def test_collect_refuses_cells_made_with_other_settings(quick: dict[str, Any], t
 
 
 def record(scheme: str, seed: int, size: int, hits: int | None, examples: int = 10) -> dict[str, Any]:
-    return {"task": "copy", "scheme": scheme, "seed": seed, "size": size, "depth": None, "examples": examples,
-            "hits": hits, "accuracy": None if hits is None else hits / examples,
-            "status": "ok" if hits is not None else "no rows"}  # fmt: skip
+    """`hits` of `examples` right; per token, each example's answer (`size` tokens) right in full or not at
+    all, so the per-token score is the exact one."""
+    base = {"task": "copy", "scheme": scheme, "seed": seed, "size": size, "depth": None, "examples": examples}
+    counts = {"hits": hits, "tokens": size * examples, "token_hits": None if hits is None else hits * size}
+    status = {
+        "accuracy": None if hits is None else hits / examples,
+        "status": "ok" if hits is not None else "no rows",
+    }
+    return base | counts | status | {"steps": 100, "learned_at": None}
 
 
 RECORDS = [record("rope", 0, 8, 10), record("rope", 1, 8, 0), record("alibi", 0, 8, 9), record("alibi", 1, 8, 8),
@@ -207,3 +235,24 @@ def test_split_seeds_names_where_one_seed_learned_and_another_did_not() -> None:
     assert split_seeds("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2]) == [
         "rope at 8: 0-100 %"
     ]
+
+
+def test_the_tables_hold_the_baselines_mark_scores_under_majority_and_rows_not_learned() -> None:
+    reading = readings(RECORDS, ["copy"], ["rope", "alibi", "learned"], [1, 2], 100)["copy"]
+    assert isinstance(reading, Reading) and reading.learned_at["rope"] == [None, None]
+    # rope's 50 % and alibi's 85 % at 8 are under 95 %; learned has no record at 8 (missing, not judged)
+    assert set(reading.not_learned) == {"rope", "alibi"}
+    assert reading.not_learned["rope"] == "not learned: rope copy 50 % exact match at 8 (target 95 %)"
+    table = task_table("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2], reading=reading)
+    assert table.headers == ["row", "8 (trained)", "16 (2x)", "learned at step, per seed (cap 100)"]
+    rope, alibi, learned, chance, majority = table.rows
+    assert rope[1:] == ["50 [30, 70]", Strong("(20 [8, 42])"), "– / –"]  # past the training size: bracketed
+    assert alibi[2] == "(0 [0, 16]°)"  # 0 of 20 does not clear a majority of 0
+    assert learned == [Code("learned"), "no rows", "no rows", "– / –"]
+    assert chance == ["*chance*", "<1", "<1", ""] and majority == ["*majority*", "0", "0", ""]
+    per_token = task_table("copy", ["rope"], summarize(RECORDS), [1, 2], PER_TOKEN, reading)
+    assert per_token.headers == ["row", "8 (trained)", "16 (2x)"] and per_token.rows[-2][1:] == ["6", "6"]
+    # a score whose interval clears the majority baseline is not marked; one that does not is
+    floor = Reading({8: baselines.Baseline("copy", 8, 1, *[baselines.Score(0.3, 0.3)] * 2)}, {}, {}, 1)
+    marks = task_table("copy", ["rope", "alibi"], summarize(RECORDS), [1], reading=floor).rows
+    assert [marks[0][1], marks[1][1]] == ["50 [30, 70]°", Strong("85 [64, 95]")]
