@@ -1,9 +1,11 @@
 """The length experiment's results, collected from its cells: results.jsonl, summaries over seeds, tables,
-results.md, length.png and length.json.
+results.md (with the paper claims checked, `octlm.experiments.claims`), claims.json, length.png and
+length.json.
 
 `collect` reads the cells `octlm.experiments.length` wrote; everything else works on their records (one per
-scheme/variant, seed, length and mode) and measures nothing. Tables give mean ± sample standard deviation over seeds; the best row of a
-column is bold and "≈" marks a cell within the spread of the best (|Δ| ≤ std + std of the best).
+scheme/variant, seed, length and mode) and measures nothing. Tables give mean ± sample standard deviation over
+seeds; the best row of a column is bold and "≈" marks a cell within the spread of the best (|Δ| ≤ std + std of
+the best).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,9 +173,15 @@ def training_table(records: list[dict], settings: Settings) -> Table:
 
 
 def results_blocks(
-    summary: list[dict], records: list[dict], settings: Settings, config: Config, facts: RunFacts
+    summary: list[dict],
+    records: list[dict],
+    settings: Settings,
+    config: Config,
+    facts: RunFacts,
+    found: Sequence[claims.Finding] = (),
 ) -> list[Block]:
-    """results.md: how the models were trained, both bpb tables, the RoPE note and the training table."""
+    """results.md: how the models were trained, both bpb tables, the RoPE note, the claims `found`, the
+    training table and the probes."""
     mc, tc = config.model, config.train
     seeds = ", ".join(map(str, facts.seeds))
     trained = (
@@ -216,6 +225,7 @@ def results_blocks(
         ),
         bpb_table(summary, "sliding", settings),
         Paragraph([rope, Code("octlm/positions/rope_scaling.py"), ")."]),
+        *(claims.claims_blocks(found) if found else []),
         Heading("Training"),
         Paragraph(
             "How well each scheme trained, at the training length (mean over seeds): the last training loss "
@@ -233,10 +243,11 @@ def probe_blocks(probes: dict[str, dict], settings: Settings) -> list[Block]:
         return []
     first = next(iter(probes.values()))
     about = (
-        f"A linear probe of each token's absolute position from the residual stream (the embedding output, then "
-        f"after each block), at the training length {settings.train_length}, on {first['tokens']['test']:,} held-out "
-        f"tokens of the evaluation text: ridge regression (R², mean absolute error in positions) and a classifier "
-        f"over {first['buckets']} position buckets, each beside the same probe on shuffled positions (control). "
+        "A linear probe of each token's absolute position from the residual stream (the embedding output, "
+        f"then after each block), at the training length {settings.train_length}, on "
+        f"{first['tokens']['test']:,} held-out tokens of the evaluation text: ridge regression (R², mean "
+        "absolute error in positions) and a classifier over "
+        f"{first['buckets']} position buckets, each beside the same probe on shuffled positions (control). "
         "One model per scheme, its first seed."
     )
     ordered = {s: probes[s] for s in table_order(list(probes))}
@@ -276,9 +287,9 @@ def plot(summary: list[dict], settings: Settings, path: Path, off_scale: float =
     cap = off_scale * min(s["bpb_mean"] for s in ok)
     left_out: dict[str, float] = {}
     rows = row_order(settings)
-    # Top: every scheme as trained, a colour each. Below (when there are any): RoPE and its variants, in RoPE's
-    # colour with a line style each, with ALiBi for reference: 14 lines in one panel were unreadable. A scheme
-    # has the same colour in every panel and figure (`scheme_colour`).
+    # Top: every scheme as trained, a colour each. Below (when there are any): RoPE and its variants, in
+    # RoPE's colour with a line style each, with ALiBi for reference: 14 lines in one panel were unreadable. A
+    # scheme has the same colour in every panel and figure (`scheme_colour`).
     groups = [("every scheme", [r for r in rows if r[1] in ("", "plain")])]
     rope = [r for r in rows if family_of(r[0]) == "rope"]
     if len(rope) > 1:
@@ -328,8 +339,7 @@ def write_results(
     """Write results.md (with the claims checked on `records`), claims.json, length.json and length.png into
     `out_dir`; returns the Markdown."""
     found = claims.findings("length", records)
-    blocks = results_blocks(summary, records, settings, config, facts) + claims.claims_blocks(found)
-    markdown = render_markdown(blocks, out_dir)
+    markdown = render_markdown(results_blocks(summary, records, settings, config, facts, found), out_dir)
     (out_dir / MD_FILE).write_text(markdown, encoding="utf-8")
     claims.write_claims(out_dir, "length", found)
     web = web_json(summary, settings, facts.command)
@@ -356,8 +366,8 @@ class LengthResult:
 
 def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> LengthResult:
     """results.jsonl, results.md, length.png and length.json from the cells in `out_dir/cells/`: whichever are
-    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named in
-    results.md and `missing`), and a scheme with no cell has no rows.
+    there, or those `ran` wrote. They must share their settings; the grid's missing cells are left out (named
+    in results.md and `missing`), and a scheme with no cell has no rows.
     """
     found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     present = {cell.key[0] for cell in found}
