@@ -95,7 +95,8 @@ def add_grid_arguments(
     example: str,
     collect_help: str,
 ) -> None:
-    """--jobs, --threads, --out, --export-web, --no-progress, and --only CELL / --collect (one or the other)."""
+    """--jobs, --threads, --out, --export-web, --no-progress, and --only CELL / --collect (one or the
+    other)."""
     parser.add_argument(
         "--jobs",
         type=int_in_range(0, MAX_JOBS),
@@ -132,9 +133,9 @@ def run_grid(
     run_cells: Callable[[Sequence[str]], Any],
     collect: Callable[..., Any],
 ) -> Any:
-    """`--only`: those cells, then how to collect them (returns None). Otherwise the collection of `--collect`'s
-    cells on disk, or of the whole grid run first: its missing cells named on stderr, its JSON copied to
-    `--export-web`; returns it. `run_cells(only)` runs the grid's cells (all of them for `()`);
+    """`--only`: those cells, then how to collect them (returns None). Otherwise the collection of
+    `--collect`'s cells on disk, or of the whole grid run first: its missing cells named on stderr, its JSON
+    copied to `--export-web`; returns it. `run_cells(only)` runs the grid's cells (all of them for `()`);
     `collect(out, progress[, ran])` builds the results. The outputs are checked first."""
     check_output(out, "--out", folder=True)
     if args.export_web is not None:

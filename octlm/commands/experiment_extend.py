@@ -1,5 +1,5 @@
-"""`octlm experiment extend`: the command line of the extension experiment (`octlm.experiments.extend` does the
-work, `octlm.experiments.extend_results` collects it).
+"""`octlm experiment extend`: the command line of the extension experiment (`octlm.experiments.extend` does
+the work, `octlm.experiments.extend_results` collects it).
 
 As the other experiments: the whole grid in one command, `--only ROW:SEED ...` for some cells into
 `<out>/cells/`, or `--collect` to build results.md, extend.png and extend.json from the cells there.

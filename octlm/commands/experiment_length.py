@@ -1,4 +1,5 @@
-"""`octlm experiment length`: the command line of the length experiment (`octlm.experiments.length` does the work).
+"""`octlm experiment length`: the command line of the length experiment (`octlm.experiments.length` does the
+work).
 
 Three ways to run it: the whole grid in one command (the default); `--only SCHEME:SEED ...`, which trains and
 scores just those cells into `<out>/cells/` (many processes may share one folder: a Slurm job array, GNU

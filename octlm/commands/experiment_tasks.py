@@ -1,8 +1,8 @@
 """`octlm experiment tasks`: the task battery (`octlm.experiments.battery` does the work).
 
 As the length experiment: the whole grid in one command (the default); `--only TASK:SCHEME:SEED ...`, which
-trains and scores just those cells into `<out>/cells/` (a Slurm job array, GNU parallel); and `--collect`, which
-builds the tables, figures and JSON from whatever cells are there and names the missing ones on stderr.
+trains and scores just those cells into `<out>/cells/` (a Slurm job array, GNU parallel); and `--collect`,
+which builds the tables, figures and JSON from whatever cells are there and names the missing ones on stderr.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""An experiment's grid as cell files: one file per cell (one training and its scores), written atomically, read
-back, collected.
+"""An experiment's grid as cell files: one file per cell (one training and its scores), written atomically,
+read back, collected.
 
-A grid has axes, the last of them `seed`: the length experiment's are scheme and seed, the task battery's task,
-scheme and seed (`Axes`). `<out>/cells/<name>.json` (`rope-seed1337.json`, `copy-rope-seed1337.json`) holds the
-cell's place on each axis, its records (as the experiment makes them), how it ran (`facts`: the command, the base
-config, timings) and the settings that define the grid (`grid`: the experiment's `Axes.settings`, the values along
-each axis among them). A file is written to a temporary file in the same folder and moved into place
-(`octlm.files.write_atomic`), so processes writing different cells into one folder never clash and a reader never
-sees half a cell. Collecting reads whatever cells are there, refuses to mix cells made with different settings,
-and names the cells of the grid that are missing. Nothing here trains or scores.
+A grid has axes, the last of them `seed`: the length experiment's are scheme and seed, the task battery's
+task, scheme and seed (`Axes`). `<out>/cells/<name>.json` (`rope-seed1337.json`, `copy-rope-seed1337.json`)
+holds the cell's place on each axis, its records (as the experiment makes them), how it ran (`facts`: the
+command, the base config, timings) and the settings that define the grid (`grid`: the experiment's
+`Axes.settings`, the values along each axis among them). A file is written to a temporary file in the same
+folder and moved into place (`octlm.files.write_atomic`), so processes writing different cells into one folder
+never clash and a reader never sees half a cell. Collecting reads whatever cells are there, refuses to mix
+cells made with different settings, and names the cells of the grid that are missing. Nothing here trains or
+scores.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ Key = tuple[Any, ...]  # a cell's value on each axis, in the axes' order (the se
 
 
 class Record(BaseModel):
-    """A typed view of what a cell file holds, checked before anything is collected: strict (no string read
-    as a number), and open to entries an experiment adds later. Only checked: the file's own values are used."""
+    """A typed view of what a cell file holds, checked before anything is collected: strict (no string read as
+    a number), and open to entries an experiment adds later. Only checked: the file's own values are used."""
 
     model_config = ConfigDict(strict=True, extra="allow")
 
@@ -58,7 +59,8 @@ class Facts(Record):
 
 @dataclass(frozen=True)
 class Axes:
-    """What an experiment's cells are indexed by, and the settings every cell collected together must share."""
+    """What an experiment's cells are indexed by, and the settings every cell collected together must
+    share."""
 
     names: tuple[str, ...]  # e.g. ("scheme", "seed"): the last is always "seed"
     command: str  # the command that writes the cells, named in messages
@@ -117,7 +119,8 @@ def parse_only(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]])
                 f"{name}s {' '.join(map(str, v))}" for name, v in zip(axes.names, values, strict=True)
             )
             raise UserError(
-                f"--only {value} is not a cell of this grid ({listed}: --seed sets the first, --seeds how many)"
+                f"--only {value} is not a cell of this grid ({listed}: --seed sets the first, "
+                "--seeds how many)"
             )
         chosen.add((*parts, int(seed)))
     return [cell for cell in grid if cell in chosen]

@@ -1,20 +1,23 @@
-"""`octlm experiment extend`: train short, fine-tune a little at a longer length, with each way of extending a
-context (Chen et al., 2023; Peng et al., 2023).
+"""`octlm experiment extend`: train short, fine-tune a little at a longer length, with each way of extending
+a context (Chen et al., 2023; Peng et al., 2023).
 
 For every row and seed: the base model is the length experiment's training at L = `--train-length` (found in
-`--base DIR`'s runs when that experiment ran with the same config, else trained here); it is scored **before**
-fine-tuning, then fine-tuned `--steps` steps at L' = `--extend-length` from its weights (`train.init_from`), its
-validation bits per byte at L' recorded every `--curve-interval` steps (how many steps a method needs), and
-scored **after**. Scoring: bits per byte at every length of `--eval-lengths` (non-overlapping windows of the
-held-out text, `octlm.experiments.lengths_scorer.score`) and passkey retrieval at each length (`octlm.experiments.passkey`).
+`--base DIR`'s runs when that experiment ran with the same config, else trained here); it is scored
+**before** fine-tuning, then fine-tuned `--steps` steps at L' = `--extend-length` from its weights
+(`train.init_from`), its validation bits per byte at L' recorded every `--curve-interval` steps (how many
+steps a method needs), and scored **after**. Scoring: bits per byte at every length of `--eval-lengths`
+(non-overlapping windows of the held-out text, `octlm.experiments.lengths_scorer.score`), and passkey
+retrieval in Mohtashami & Jaggi's format at each length that holds it, with the effective window it gives
+(`octlm.experiments.passkey`).
 
-Rows: `plain`, `pi`, `ntk` and `yarn` are the RoPE base model fine-tuned with each method's frequencies for the
-factor s = L' / L (`model.rope_scaling`; plain: none); before fine-tuning they are the base model with those
-frequencies at inference. `alibi`, `fire`, `nope`, `fox`, `path` and `stick-breaking` need no rescaling: they are
-fine-tuned the same way as controls.
+Rows: `plain`, `pi`, `ntk` and `yarn` are the RoPE base model fine-tuned with each method's frequencies for
+the factor s = L' / L (`model.rope_scaling`; plain: none); before fine-tuning they are the base model with
+those frequencies at inference. `alibi`, `fire`, `nope`, `fox`, `path` and `stick-breaking` need no
+rescaling: they are fine-tuned the same way as controls.
 
 The grid (row × seed) is cells as in the other experiments (`octlm.experiments.cells`);
-`octlm.experiments.extend_results.collect` builds results.md, results.jsonl, extend.png and extend.json.
+`octlm.experiments.extend_results.collect` builds results.md (with the paper claims checked), results.jsonl,
+claims.json, extend.png and extend.json.
 """
 
 from __future__ import annotations
@@ -132,7 +135,8 @@ QUICK = {
     "curve_interval": 2,
     "passkey_per_depth": 2,
 }
-# The fine-tuning's optimisation: a tenth of the base run's peak rate, a short warm-up, the same tokens per step.
+# The fine-tuning's optimisation: a tenth of the base run's peak rate, a short warm-up, the same tokens per
+# step.
 FINE_TUNE = {"train.lr": 3e-4, "train.min_lr": 3e-5, "train.warmup_steps": 10}
 
 
@@ -200,7 +204,8 @@ class Settings:
             ),
             (
                 not self.train_length < self.extend_length <= length.MAX_LENGTH,
-                f"--extend-length {self.extend_length} must be longer than --train-length {self.train_length}",
+                f"--extend-length {self.extend_length} must be longer than "
+                f"--train-length {self.train_length}",
             ),
             (
                 not self.eval_lengths
@@ -248,7 +253,8 @@ def base_config(config: Config, row: str, seed: int, settings: Settings, runs_di
 
 def fine_tune_config(base: Config, row: str, base_dir: Path, settings: Settings, runs_dir: Path) -> Config:
     """`base` continued from its weights at the extended length: the same tokens per step (fewer, longer
-    rows), FINE_TUNE's rates, an evaluation every `curve_interval` steps, and RoPE's rescaling for this row."""
+    rows), FINE_TUNE's rates, an evaluation every `curve_interval` steps, and RoPE's rescaling for this
+    row."""
     seed = base.train.seed
     batch = max(1, base.train.batch_size * settings.train_length // settings.extend_length)
     scaling = ROPE_ROWS.get(row, "none")
@@ -441,7 +447,8 @@ def run_cells(
     progress: bool = True,
     only: Sequence[str] = (),
 ) -> cells.CellsRun:
-    """Every row × seed cell (or the `--only ROW:SEED` ones), each written to `out_dir/cells/` as it finishes."""
+    """Every row × seed cell (or the `--only ROW:SEED` ones), each written to `out_dir/cells/` as it
+    finishes."""
     from octlm.data.cache import prepare_data
 
     problems = settings.problems()
@@ -458,8 +465,9 @@ def run_cells(
     probe = make_probe(data.val, data.tokenizer, settings)
     grid = grid_of(config, settings, seeds, probe.text)
     say(
-        f"extend experiment: {len(jobs)} of {len(rows) * len(seeds)} cells ({len(rows)} rows × {len(seeds)} seeds):"
-        f" trained at {settings.train_length}, fine-tuned {settings.steps} steps at {settings.extend_length}, "
+        f"extend experiment: {len(jobs)} of {len(rows) * len(seeds)} cells "
+        f"({len(rows)} rows × {len(seeds)} seeds): trained at {settings.train_length}, "
+        f"fine-tuned {settings.steps} steps at {settings.extend_length}, "
         f"scored at {', '.join(map(str, settings.eval_lengths))} -> {out_dir}"
     )
     facts = {

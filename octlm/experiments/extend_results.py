@@ -1,5 +1,5 @@
-"""The extension experiment's results, collected from its cells: results.jsonl, tables, results.md, extend.png
-and extend.json.
+"""The extension experiment's results, collected from its cells: results.jsonl, tables, results.md (with the
+paper claims checked, `octlm.experiments.claims`), claims.json, extend.png and extend.json.
 
 `collect` reads the cells `octlm.experiments.extend` wrote and measures nothing. Figures are means ± sample
 standard deviation over seeds; the best row of a column is bold. "Steps to extend" is the first evaluation of
@@ -40,7 +40,8 @@ def label(row: str) -> str:
 
 
 def style(row: str) -> tuple[str, tuple[str, str]]:
-    """A row's colour (its scheme's) and (line style, marker): RoPE's rows drawn as the length experiment's."""
+    """A row's colour (its scheme's) and (line style, marker): RoPE's rows drawn as the length
+    experiment's."""
     return scheme_colour(scheme_of(row)), VARIANT_STYLES.get(row if row in ROPE_ROWS else "", ("-", "o"))
 
 
@@ -166,12 +167,14 @@ def results_blocks(
     config = config_from_dict(facts["config"], name=facts["config_name"])
     tc = config.train
     how = (
-        f"Base models: the length experiment's, trained at L = {settings.train_length} for {tc.steps} steps of "
-        f"{tc.batch_size} × {settings.train_length} tokens, seeds {', '.join(map(str, facts['seeds']))}; corpus "
+        f"Base models: the length experiment's, trained at L = {settings.train_length} for {tc.steps} "
+        f"steps of {tc.batch_size} × {settings.train_length} tokens, "
+        f"seeds {', '.join(map(str, facts['seeds']))}; corpus "
     )
     tune = (
-        f". Each fine-tuned {settings.steps} steps at L' = {settings.extend_length} with the same tokens per step, "
-        f"from its weights; RoPE's rows with the method's frequencies for s = {settings.factor:g} (before: the "
+        f". Each fine-tuned {settings.steps} steps at L' = {settings.extend_length} with the same tokens "
+        f"per step, from its weights; RoPE's rows with the method's frequencies for s = {settings.factor:g} "
+        "(before: the "
         "base model with those frequencies at inference). "
         f"{facts['wall']}"
     )
@@ -297,7 +300,8 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
         i["base_seconds"] + i["before_seconds"] + i["fine_tune_seconds"] + i["after_seconds"] for i in info
     )
     if ran:
-        wall = f"Wall time {(time.perf_counter() - ran.started) / 60:.1f} min ({ran.workers} worker process(es))."
+        minutes = (time.perf_counter() - ran.started) / 60
+        wall = f"Wall time {minutes:.1f} min ({ran.workers} worker process(es))."
     else:
         wall = f"Collected from cells run separately ({seconds / 60:.1f} min of training and scoring in all)."
     if missing:
@@ -315,10 +319,8 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     plot(summary, curves, rows, settings, out_dir / FIGURE_FILE)
     if progress:
-        print(
-            f"wrote {out_dir}/{', '.join([MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE, claims.CLAIMS_FILE])} "
-            f"from {len(found)} cell(s)"
-        )
+        files = [MD_FILE, RECORDS_FILE, FIGURE_FILE, WEB_FILE, claims.CLAIMS_FILE]
+        print(f"wrote {out_dir}/{', '.join(files)} from {len(found)} cell(s)")
     return ExtendResult(out_dir, records, summary, curves, markdown, missing)
 
 

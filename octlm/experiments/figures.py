@@ -28,8 +28,9 @@ STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
 
 
 def row_style(row: str) -> tuple[str, tuple[str, str]]:
-    """(colour, (line style, marker)) of a figure row (`Row`): a scheme, or a row with options `scheme+random`,
-    `scheme+nopeK`. A row this process cannot parse (a plug-in scheme not imported) is black, dashed."""
+    """(colour, (line style, marker)) of a figure row (`Row`): a scheme, or a row with options
+    `scheme+random`, `scheme+nopeK`. A row this process cannot parse (a plug-in scheme not imported) is black,
+    dashed."""
     try:
         parsed = Row.parse(row)
     except UserError:

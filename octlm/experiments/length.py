@@ -10,16 +10,18 @@ the scored tokens, EOT 0 bytes) compare down a column and along a row.
 - Mode `sliding`: windows of L tokens every h = L // 2 tokens, only the last h targets scored, so every scored
   token sees L - h to L - 1 earlier tokens: this tells "little context" apart from real use of long context.
 - A learned table has no row past `--train-length`: those cells read "no rows" (the model is not run there).
-- RoPE models also get the inference-time extensions of `octlm.positions.rope_scaling`: `pi`, `ntk` and `yarn` with one
-  fixed factor s = max(eval lengths) / train length (`--rope-factor`; a deployed model is configured once, so
-  short lengths pay for over-scaling), and `dynamic`, whose NTK factor is L / train length per length L.
+- RoPE models also get the inference-time extensions of `octlm.positions.rope_scaling`: `pi`, `ntk` and `yarn`
+  with one fixed factor s = max(eval lengths) / train length (`--rope-factor`; a deployed model is configured
+  once, so short lengths pay for over-scaling), and `dynamic`, whose NTK factor is L / train length per
+  length L.
 
 The grid (scheme × seed) is independent cells: `run_cells` trains and scores some or all of them, writing each
 to its own file (`octlm.experiments.cells`), and `octlm.experiments.length_results.collect` builds the outputs
 from whatever cells are there; the one-command run is both. Outputs in `runs/length-<date>/` (or `--out`):
-`runs/<scheme>-seed<k>/` (reused when a finished run with the same config is there), `cells/<scheme>-seed<k>.json`,
-and from the collection `results.jsonl` (one record per scheme/variant, seed, length and mode), `results.md`,
-`length.png` and `length.json` (web/DATA.md). The command line is `octlm.commands.experiment_length`.
+`runs/<scheme>-seed<k>/` (reused when a finished run with the same config is there),
+`cells/<scheme>-seed<k>.json`, and from the collection `results.jsonl` (one record per scheme/variant, seed,
+length and mode), `results.md`, `length.png` and `length.json` (web/DATA.md), and claims.json (the paper
+claims checked, `octlm.experiments.claims`). The command line is `octlm.commands.experiment_length`.
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ AXES = cells.Axes(
 MAX_LENGTH, MAX_WINDOWS = 1 << 20, 100_000
 FULL = {"train_length": 64, "eval_lengths": [64, 128, 256, 512, 1024], "seeds": 3, "eval_windows": 16}
 # --long: the same trainings scored from 64 up to 16,384 tokens. ALiBi and T5 build their bias per query chunk
-# there (octlm/model/decoder.py), in memory linear in the length; 2 windows of the longest length keep the validation
-# text needed (40k tokens with the sliding context) and the scoring time (benchmarks/README.md) in bounds.
+# there (octlm/model/decoder.py), in memory linear in the length; 2 windows of the longest length keep the
+# validation text needed (40k tokens with the sliding context) and the scoring time (benchmarks/README.md)
+# in bounds.
 LONG = {"eval_lengths": [64 << i for i in range(9)], "eval_windows": 2}
 
 
@@ -188,7 +191,8 @@ class Settings:
     batch_tokens: int = 8192  # tokens per evaluation forward pass
     retrain: bool = flag(False, "--retrain", "train again even where a run is reused", bool, recorded="never")
     jobs: int = 0  # worker processes; 0: one per CPU core (at most one per training)
-    # The seed whose models are probed (octlm.inspect.probe; results.md shows one model per scheme); None: every seed.
+    # The seed whose models are probed (octlm.inspect.probe; results.md shows one model per scheme);
+    # None: every seed.
     probe_seed: int | None = None
     threads: int = 1  # torch threads per worker
 
@@ -229,7 +233,8 @@ class Settings:
 
 
 def set_rope_variant(model: torch.nn.Module, variant: str, length: int, settings: Settings) -> None:
-    """Give a RoPE model the frequencies of `variant` (rope_scaling.VARIANTS) for windows of `length` tokens."""
+    """Give a RoPE model the frequencies of `variant` (rope_scaling.VARIANTS) for windows of `length`
+    tokens."""
     method, mc, dims = (
         VARIANTS[variant],
         model.config,

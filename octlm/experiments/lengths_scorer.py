@@ -1,10 +1,10 @@
 """Scoring a model at any length on one held-out text: the length experiment's scorer, also used by `extend`
 and `octlm score`.
 
-The held-out text is a context prefix of S validation tokens, then N scored targets (`EvalText`); a length L is
-cut into windows in one of two modes (`windows_for`): `windows` (non-overlapping, every token scored) or
-`sliding` (every L // 2 tokens, only the last L // 2 targets scored). `score` sums the next-token loss of every
-window in bits per byte (nats / ln 2 / UTF-8 bytes of the scored tokens, EOT 0 bytes).
+The held-out text is a context prefix of S validation tokens, then N scored targets (`EvalText`); a length L
+is cut into windows in one of two modes (`windows_for`): `windows` (non-overlapping, every token scored) or
+`sliding` (every L // 2 tokens, only the last L // 2 targets scored). `score` sums the next-token loss of
+every window in bits per byte (nats / ln 2 / UTF-8 bytes of the scored tokens, EOT 0 bytes).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def windows_for(text: EvalText, length: int, mode: str) -> tuple[np.ndarray, int
 def score(model: torch.nn.Module, text: EvalText, length: int, mode: str, batch_tokens: int = 8192) -> Score:
     """Summed next-token loss over the scored targets of every window of `length` tokens.
 
-    Batches of `[batch_tokens // length, length]` windows go through `octlm.training.scoring.summed_loss`; the Score
-    holds the nats (float64), the scored targets and their UTF-8 bytes.
+    Batches of `[batch_tokens // length, length]` windows go through `octlm.training.scoring.summed_loss`; the
+    Score holds the nats (float64), the scored targets and their UTF-8 bytes.
     """
     starts, scored = windows_for(text, length, mode)
     rows = max(1, batch_tokens // length)

@@ -1,16 +1,17 @@
 """A task battery model (`octlm experiment tasks`) for the browser: its ONNX graph and its task's vocabulary.
 
-    <out>/model.onnx  ids [B, T] int64 -> logits [B, T, V] (float32, 1 <= T <= max length), and whatever
-                      else `octlm.interop.onnx_export.write_onnx` adds (per-layer attention); a page reads logits
-    <out>/task.json   the task, its vocabulary (symbol of each id), the special ids, the longest input the graph
-                      takes, the ONNX check and the file sizes
+    <out>/model.onnx  ids [B, T] int64 -> logits [B, T, V] (float32, 1 <= T <= max length), and
+                      whatever else `octlm.interop.onnx_export.write_onnx` adds (per-layer attention); a
+                      page reads logits
+    <out>/task.json   the task, its vocabulary (symbol of each id), the special ids, the longest input the
+                      graph takes, the ONNX check and the file sizes
 
-A task model has no tokenizer.json (the battery's tasks spell their sequences in their own small vocabularies,
-`octlm.experiments.tasks`), so the vocabulary travels as a list instead. The graph is written and checked by the
-ONNX exporter's own `write_checked_onnx`; a learned table's graph stops at its rows.
+A task model has no tokenizer.json (the battery's tasks spell their sequences in their own small
+vocabularies, `octlm.experiments.tasks`), so the vocabulary travels as a list instead. The graph is written
+and checked by the ONNX exporter's own `write_checked_onnx`; a learned table's graph stops at its rows.
 
-`greedy_answer` is the decoding the site repeats in onnxruntime-web: from a prompt that ends in `<sep>`, append
-the argmax token until `<eos>` or a fixed number of tokens.
+`greedy_answer` is the decoding the site repeats in onnxruntime-web: from a prompt that ends in `<sep>`,
+append the argmax token until `<eos>` or a fixed number of tokens.
 """
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ def export_task_model(model: Decoder, task: type[Task], out: Path, length: int) 
     return info
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Examples the site rebuilds: drawn by the battery's own generators, with the choices the page lets a user make
+# ------------------------------------------------------------------------------------------------------------
+# Examples the site rebuilds: drawn by the battery's own generators, with the choices a user makes on the
+# page
 
 
 def copy_case(seed: int, size: int) -> dict[str, Any]:
@@ -130,7 +132,8 @@ def copy_case(seed: int, size: int) -> dict[str, Any]:
 def passkey_case(sample: str, seed: int, size: int, depth: float) -> dict[str, Any]:
     """A passkey example drawn by `Passkey.example_at` from `default_rng(seed)` with `sample` as its filler
     corpus, and what a page needs to draw the same one: where its filler starts in `sample`, and its key."""
-    # the page has a committed sample, not the running Python's standard library: the generator cuts from it too
+    # the page has a committed sample, not the running Python's standard library: the generator cuts
+    # from it too
     example = Passkey.example_at(np.random.default_rng(seed), size, depth, text=sample)
     text = Passkey.text(example.tokens[1 : example.tokens.index(SEP)])
     key = Passkey.text(example.answer_tokens[:-1])
@@ -155,10 +158,10 @@ def prompt_of(case: dict[str, Any]) -> list[int]:
 
 
 def task_fixtures(add: Callable[..., None]) -> None:
-    """Examples of the task battery's copy and passkey tasks, drawn by their own generators, with the choices the
-    Tasks page makes (the items; the filler's start, the key, the depth): web/src/tasks.ts must spell each one
-    token for token. Passkey's filler is a fixed sample here, not the running Python's standard library, so the
-    file is the same on every machine."""
+    """Examples of the task battery's copy and passkey tasks, drawn by their own generators, with the choices
+    the Tasks page makes (the items; the filler's start, the key, the depth): web/src/tasks.ts must spell each
+    one token for token. Passkey's filler is a fixed sample here, not the running Python's standard library,
+    so the file is the same on every machine."""
     src = "octlm/experiments/tasks.py"
     sample = " ".join(f"def f{i}(x): return x * {i} + {i * i}  # line {i}" for i in range(40))
     copies = [copy_case(seed, size) for seed, size in ((0, 1), (1, 8), (2, 3), (3, 64))]

@@ -109,8 +109,8 @@ def plot_norms(
 
 
 def plot_scheme(section: dict[str, Any], path: Path) -> Path | None:
-    """What a scheme shows besides position vectors: the wavelength of each rotated pair, or the bias each head
-    adds against distance (trained solid, untrained dotted). None for a scheme with neither."""
+    """What a scheme shows besides position vectors: the wavelength of each rotated pair, or the bias each
+    head adds against distance (trained solid, untrained dotted). None for a scheme with neither."""
     if "frequencies" in section:
         return _plot_wavelengths(section["scheme"], section["frequencies"], section["context_length"], path)
     if "bias" in section:
@@ -133,7 +133,8 @@ def _plot_wavelengths(scheme: str, frequencies: dict[str, Any], length: int, pat
 
 
 def _plot_bias(scheme: str, bias: dict[str, Any], path: Path) -> Path:
-    """A scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted) if it moved."""
+    """A scheme's bias `[H, T]` against distance per head, trained (solid) and untrained (dotted) if it
+    moved."""
     fig = figure(5.4, 3.6)
     fig.subplots_adjust(left=0.15, right=0.97, bottom=0.14, top=0.9)
     ax = fig.subplots()
@@ -312,9 +313,9 @@ def plot_probe(
 def plot_attention_distance(mean: np.ndarray, path: Path, title: str = "") -> Path:
     """Mean attention probability `[L, H, T]` against distance 0..T-1: one panel per layer, a line per head.
 
-    Both axes are logarithmic (distance symlog, so distance 0 shows). The dashed grey line is uniform attention
-    over each query's visible keys, mean over queries i >= d of 1 / (i + 1): falling with distance by itself,
-    so a head is local where it falls faster (octlm/inspect/attention.py).
+    Both axes are logarithmic (distance symlog, so distance 0 shows). The dashed grey line is uniform
+    attention over each query's visible keys, mean over queries i >= d of 1 / (i + 1): falling with distance
+    by itself, so a head is local where it falls faster (octlm/inspect/attention.py).
     """
     mean = np.asarray(mean, dtype=np.float64)  # report.json's nested lists too
     layers, heads, length = mean.shape
