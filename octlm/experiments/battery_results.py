@@ -1,7 +1,7 @@
 """The task battery's results, collected from its cells: results.jsonl, results.md (the claims the battery
 checks, then per task its tables of rows x test sizes, exact match and per token, beside its baselines),
-tasks.png (accuracy against size, a panel per task, the baselines drawn in), `<task>.png` for each task scored
-by depth (passkey.png: depth x size per row) and tasks.json for the site.
+claims.json, tasks.png (accuracy against size, a panel per task, the baselines drawn in), `<task>.png` for
+each task scored by depth (passkey.png: depth x size per row) and tasks.json for the site (the claims too).
 
 A table cell is the mean over seeds with the 95 % Wilson interval (`baselines.interval`) of all seeds' trials
 pooled (examples for exact match, answer tokens per token); the best row of a column is bold. Under the rows,
@@ -309,20 +309,11 @@ def task_blocks(
     return blocks
 
 
-def claims_section(found: list[claims.Finding]) -> str:
-    """results.md's "Claims": each paper claim the battery checks, its verdict from the intervals and the
-    numbers it used (`octlm.experiments.claims`)."""
-    return (
-        "## Claims\n\nEach paper claim the battery checks, decided by the 95 % intervals alone (overlapping "
-        "intervals are inconclusive), on the rows that learned the task (`octlm.experiments.claims`).\n\n"
-        + claims.claims_markdown(found)
-    )
-
-
 def write_results(
     out_dir: Path, records: list[dict], tasks: list[str], rows: list[str], facts: dict[str, Any]
 ) -> str:
-    """results.md, tasks.png, the depth heatmaps and tasks.json into `out_dir`; returns the Markdown."""
+    """results.md, tasks.png, the depth heatmaps, claims.json and tasks.json into `out_dir`; returns the
+    Markdown."""
     summary = summarize(records)
     read = readings(records, tasks, rows, facts["factors"], facts["steps"])
     found = claims.findings("tasks", records)
@@ -347,14 +338,14 @@ def write_results(
             f"{100 * top:.2g} %"
         )
         plot_heatmaps(grids, depths, sizes[task], title, out_dir / heatmap_file(task))
-    markdown = "\n".join(
-        [
-            render_markdown(head_blocks(facts, tasks, out_dir), out_dir),
-            claims_section(found),
-            render_markdown(task_blocks(summary, tasks, rows, facts, read), out_dir),
-        ]
-    )
+    blocks = [
+        *head_blocks(facts, tasks, out_dir),
+        *claims.claims_blocks(found),
+        *task_blocks(summary, tasks, rows, facts, read),
+    ]
+    markdown = render_markdown(blocks, out_dir)
     write_atomic(out_dir / MD_FILE, markdown.encode())
+    claims.write_claims(out_dir, "tasks", found)
     web = web_json(summary, tasks, rows, facts, read, found)
     write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     return markdown

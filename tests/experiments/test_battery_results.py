@@ -1,5 +1,5 @@
-"""The task battery end to end (`octlm experiment tasks`) and its results (octlm/experiments/battery_results.py):
-the files a tiny battery writes, the grid in cells collected to the one-command run byte for byte, missing and
+"""The task battery end to end (`octlm experiment tasks`) and its results
+(octlm/experiments/battery_results.py): the files a tiny battery writes, the grid in cells collected to the one-command run byte for byte, missing and
 mismatched cells, the claims section, and the summaries, baselines and marks behind the tables against
 hand-made records."""
 
@@ -39,7 +39,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_file_is_written(quick: dict[str, Any]) -> None:
     out = quick["out"]
-    for name in ("results.jsonl", "results.md", "tasks.png", "passkey.png", "tasks.json"):
+    for name in ("results.jsonl", "results.md", "tasks.png", "passkey.png", "tasks.json", "claims.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     for name in ("tasks.png", "passkey.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -102,6 +102,11 @@ def test_the_site_json_holds_sizes_rows_and_seeds(quick: dict[str, Any]) -> None
     ]
     assert set(copy["not_learned"]) == set(ROWS) and copy["learned_at"] == {r: [None, None] for r in ROWS}
     assert [c["key"] for c in web["claims"]][:2] == ["kazemnejad-nope", "ruoss-rope"]
+    written = json.loads((quick["out"] / "claims.json").read_text())
+    assert written["experiment"] == "tasks"
+    assert [(c["key"], c["verdict"], c["reason"]) for c in written["claims"]] == [
+        (c["key"], c["verdict"], c["reason"]) for c in web["claims"]
+    ]
     assert web["depths"] == list(Passkey.depths)
     copy_rope = next(
         r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "rope+random", 16)
@@ -156,7 +161,7 @@ def test_cells_in_separate_processes_collect_to_the_one_command_run(
     code, _, err = tiny.run_cli(["experiment", "tasks", "--collect", "--out", str(out), "--no-progress"])
     assert code == 0 and err == ""
     one = quick["out"]
-    for name in ("results.jsonl", "tasks.json"):
+    for name in ("results.jsonl", "tasks.json", "claims.json"):
         assert (out / name).read_bytes() == (one / name).read_bytes(), name
     assert timeless((out / "results.md").read_text()) == timeless((one / "results.md").read_text())
     assert "\n## Claims\n" in (out / "results.md").read_text()
