@@ -1,8 +1,8 @@
 """The task battery's pieces (octlm/experiments/battery.py): batches and their answer mask, the
 answer-masked loss and the exact-match and per-token scores against references written here, MQAR's withheld
 answers, randomized positions, rows, what training draws, training until learned (stopped at the target, or at
-the cap), and a sanity check that the tasks measure position: hide the order of the prompt and reverse cannot be learned;
-show it and it is."""
+the cap), and a sanity check that the tasks measure position: hide the order of the prompt and reverse cannot
+be learned; show it and it is."""
 
 from __future__ import annotations
 
