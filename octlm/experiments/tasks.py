@@ -38,7 +38,7 @@ import numpy as np
 
 from octlm.config.registry import Registry
 from octlm.errors import UserError
-from octlm.experiments.passkey import NEEDLE
+from octlm.experiments.passkey import FILLER, NEEDLE
 
 SPECIALS = ("<pad>", "<bos>", "<sep>", "<eos>")
 PAD, BOS, SEP, EOS = range(len(SPECIALS))
@@ -388,9 +388,6 @@ class SelectiveCopy(Task):
 
 # ------------------------------------------------------------------------------------------------------------
 # Passkey retrieval
-
-
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 
 
 def filler_text(size: int) -> str:

@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from octlm.experiments import passkey, tasks
 from octlm.experiments.tasks import (
     BOS,
     DEFAULT_TASKS,
@@ -208,6 +209,11 @@ def test_mqar_shortcuts_score_at_chance(size: int, shortcut) -> None:  # noqa: A
         hits, asked = shortcut_hits("old", shortcut, size, 600)
         p = sum(1 / k for k in range(1, size + 1)) / size
         assert abs(hits / asked - p) <= 4 * math.sqrt(p * (1 - p) / asked), (hits, asked)
+
+
+def test_the_passkey_filler_has_one_home() -> None:
+    """The task's filler is the language model's passkey's (`passkey.FILLER`), not a copy of it."""
+    assert tasks.FILLER is passkey.FILLER
 
 
 def test_the_passkey_filler_holds_no_digit() -> None:
