@@ -263,8 +263,8 @@ def head_blocks(facts: dict[str, Any], tasks: list[str], folder: Path) -> list[B
             f"over {len(facts['seeds'])} seed(s); in brackets the 95 % Wilson interval of all seeds' "
             f"{facts['examples']} examples per size, or their answer tokens, pooled). The first column is "
             "the largest training size; the others lie past it. Best row per column in bold. Each cell "
-            f"trained until {100 * facts['target']:g} % exact match on held-out examples at its training "
-            f"sizes, checked every {facts['check_every']} steps, or {facts['steps']} steps."
+            f"trained until {100 * facts['target']:g} % exact match on held-out examples at its largest "
+            f"training size, checked every {facts['check_every']} steps, or {facts['steps']} steps."
         ),
         Paragraph(
             "Below the rows, the baselines: chance (every answer token guessed uniformly) and majority (the "

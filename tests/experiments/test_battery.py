@@ -142,12 +142,16 @@ def test_training_stops_at_the_cap_when_the_task_is_not_learned() -> None:
     assert {(r["steps"], r["learned_at"]) for r in records} == {(7, None)}
 
 
-def test_the_held_out_set_is_its_own_stream_fixed_and_at_the_training_sizes() -> None:
+def test_the_held_out_set_is_its_own_stream_fixed_and_at_the_largest_training_size() -> None:
+    """The size the tables judge "learned" at (evidence.Battery.learned), not the whole training range."""
     settings = replace(Settings(), examples=50, model=TINY)
     cell = Cell(Spy, Row.parse("rope", 1), 3, settings)
     Spy.asked.clear()
     first = battery.held_out_set(cell)
-    assert first == battery.held_out_set(cell) and set(Spy.asked) <= {2, 3, 4, 5}
+    assert first == battery.held_out_set(cell) and Spy.asked == [5] * 100 and len(first) == 50
+    passkey = battery.held_out_set(Cell(Passkey, Row.parse("rope", 1), 3, replace(settings, examples=12)))
+    at_largest = len(Passkey.example(np.random.default_rng(0), Passkey.train_sizes[1]).tokens)
+    assert len(passkey) == 2 * len(Passkey.depths) and {len(e.tokens) for e in passkey} == {at_largest}
     train = battery.training_examples(cell, np.random.default_rng([3, 0]), 50)
     assert first != train
 
@@ -208,7 +212,7 @@ def test_training_draws_only_training_sizes_and_scoring_only_test_sizes() -> Non
     model, info = battery.train_cell(cell)
     # max_tokens' one draw sizes the model's context first, then the held-out set, then training
     sizing, held_out, trained = Spy.asked[:1], Spy.asked[1:4], Spy.asked[4:]
-    assert sizing == [5] and set(held_out) <= {2, 3, 4, 5}
+    assert sizing == [5] and held_out == [5, 5, 5]
     assert len(trained) == 6 * 16 and set(trained) == {2, 3, 4, 5}  # every training size
     Spy.asked.clear()
     records = battery.score_cell(model, cell)
