@@ -117,15 +117,31 @@ def interval(hits: int, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval (95 % by default) of the proportion `hits / n`; (0, 1) when n is 0."""
     if not 0 <= hits <= n:
         raise ValueError(f"{hits} hits in {n} trials")
-    if n == 0:
-        return 0.0, 1.0
-    p, shrink = hits / n, 1 + z * z / n
+    return _wilson(hits / n, n, z) if n else (0.0, 1.0)
+
+
+def token_interval(token_hits: int, tokens: int, examples: int, z: float = Z95) -> tuple[float, float]:
+    """The 95 % interval of a per-token (per-query) accuracy `token_hits / tokens` over `examples` examples:
+    Wilson's, with n the number of examples, not of tokens; (0, 1) when there are none.
+
+    The tokens of one example are not independent trials: a model that has the example gets most of them
+    right, one that has not misses many together. Counted as n = tokens they would make the interval too
+    narrow; counting each example once, as if its tokens were all right or all wrong together, errs wide."""
+    if not 0 <= token_hits <= tokens:
+        raise ValueError(f"{token_hits} tokens right of {tokens}")
+    return _wilson(token_hits / tokens, examples, z) if tokens and examples else (0.0, 1.0)
+
+
+def _wilson(p: float, n: int, z: float) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `p` observed in `n` > 0 trials."""
+    shrink = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / shrink
     half = z / shrink * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    # at 0 and n hits a bound is 0 or 1 exactly, which the subtraction can miss by a rounding
-    return (0.0 if hits == 0 else centre - half), (1.0 if hits == n else centre + half)
+    # at p 0 and 1 a bound is 0 or 1 exactly, which the subtraction can miss by a rounding
+    return (0.0 if p == 0 else centre - half), (1.0 if p == 1 else centre + half)
 
 
-def clears(hits: int, n: int, baseline: float) -> bool:
-    """Whether `hits / n` is above `baseline` with 95 % confidence: its Wilson interval's lower bound is."""
-    return interval(hits, n)[0] > baseline
+def clears(bounds: tuple[float, float], baseline: float) -> bool:
+    """Whether a score with the 95 % interval `bounds` (`interval`, `token_interval`) is above `baseline`
+    with that confidence: its lower bound is."""
+    return bounds[0] > baseline

@@ -3,8 +3,9 @@ checks, then per task its tables of rows x test sizes, exact match and per token
 claims.json, tasks.png (accuracy against size, a panel per task, the baselines drawn in), `<task>.png` for
 each task scored by depth (passkey.png: depth x size per row) and tasks.json for the site (the claims too).
 
-A table cell is the mean over seeds with the 95 % Wilson interval (`baselines.interval`) of all seeds' trials
-pooled (examples for exact match, answer tokens per token); the best row of a column is bold. Under the rows,
+A table cell is the mean over seeds with the 95 % Wilson interval of all seeds' trials pooled (examples for
+exact match, `baselines.interval`; per token the tokens' proportion in as many trials as examples,
+`baselines.token_interval`); the best row of a column is bold. Under the rows,
 what guessing (chance) and the best constant answer (majority) score (`octlm.experiments.baselines`); a score
 whose interval does not clear the majority baseline is marked °. A row that did not learn the task at its
 largest training size (`octlm.experiments.evidence`'s rule and threshold, the claims' own) is marked "not
@@ -46,7 +47,6 @@ from octlm.inspect.render import (
 from octlm.storage.jsonable import to_json
 
 RECORDS_FILE, MD_FILE, FIGURE_FILE, WEB_FILE = "results.jsonl", "results.md", "tasks.png", "tasks.json"
-METRICS = {EXACT: ("hits", "examples"), PER_TOKEN: ("token_hits", "tokens")}  # what each metric pools
 BELOW = "°"  # marks a score whose interval does not clear the majority baseline
 FLOORS = ("chance", "majority")  # the baselines, as `baselines.Baseline` names them
 # their reference lines in tasks.png (labels with "_": out of the per-panel legend, keyed once instead)
@@ -89,18 +89,17 @@ class Summary:
     def seeds(self, metric: str = EXACT) -> list[float]:
         return self.accuracies if metric == EXACT else self.token_accuracies
 
-    def pooled(self, metric: str = EXACT) -> tuple[int, int]:
-        """(right, trials) over every seed: examples exactly right, or answer tokens right."""
-        hits, n = METRICS[metric]
-        return getattr(self, hits), getattr(self, n)
-
     def mean_in(self, metric: str) -> float | None:
         values = self.seeds(metric)
         return sum(values) / len(values) if values else None
 
     def interval_in(self, metric: str) -> tuple[float, float] | None:
-        hits, n = self.pooled(metric)
-        return baselines.interval(hits, n) if n else None
+        """The pooled 95 % interval (per token: `baselines.token_interval`, n the examples); None: no rows."""
+        if not self.examples:
+            return None
+        if metric == EXACT:
+            return baselines.interval(self.hits, self.examples)
+        return baselines.token_interval(self.token_hits, self.tokens, self.examples)
 
     @property
     def mean(self) -> float | None:
@@ -171,7 +170,7 @@ def _cell_text(
         return "no rows"
     low, high = s.interval_in(metric) or (0.0, 1.0)
     text = f"{100 * s.mean_in(metric):.0f} [{100 * low:.0f}, {100 * high:.0f}]"
-    if floor is not None and not baselines.clears(*s.pooled(metric), floor):
+    if floor is not None and not baselines.clears((low, high), floor):
         text += BELOW
     if bracketed:
         text = f"({text})"
@@ -261,7 +260,8 @@ def head_blocks(facts: dict[str, Any], tasks: list[str], folder: Path) -> list[B
         Paragraph(
             f"Per task, exact match of every answer token, then per token (per query for MQAR), in % (mean "
             f"over {len(facts['seeds'])} seed(s); in brackets the 95 % Wilson interval of all seeds' "
-            f"{facts['examples']} examples per size, or their answer tokens, pooled). The first column is "
+            f"{facts['examples']} examples per size pooled, per token as many trials as examples, since an "
+            "example's tokens are not independent). The first column is "
             "the largest training size; the others lie past it. Best row per column in bold. Each cell "
             f"trained until {100 * facts['target']:g} % exact match on held-out examples at its largest "
             f"training size, checked every {facts['check_every']} steps, or {facts['steps']} steps."

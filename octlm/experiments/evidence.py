@@ -4,7 +4,8 @@ claims on them).
 
 Intervals, one kind per experiment:
 - the battery: proportions (exact match, or per token) pooled over seeds, hits and trials summed, with the
-  Wilson interval (`baselines.interval`);
+  Wilson interval (`baselines.interval`; per token `baselines.token_interval`, n the examples, not the
+  tokens, which are not independent);
 - the length experiment and the extension: a number per seed (bits per byte, fine-tuning steps), with the
   t-interval over seeds, mean ± t(0.975, n − 1) · s / √n (one seed: no interval, -inf to inf); the passkey's
   accuracy is a proportion again, windows pooled over seeds.
@@ -27,7 +28,7 @@ from enum import StrEnum
 from functools import wraps
 from typing import Any
 
-from octlm.experiments.baselines import interval
+from octlm.experiments.baselines import interval, token_interval
 from octlm.experiments.tasks import TASKS
 
 # t(0.975, df), the two-sided 95 % quantile of Student's t, for df = 1 .. 30 (tests check them against the t
@@ -48,8 +49,8 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class Estimate:
-    """A number a claim is read on: `value` with its 95 % interval [lo, hi], from `n` trials (examples,
-    tokens, passkey windows) or seeds, pooling `seeds`."""
+    """A number a claim is read on: `value` with its 95 % interval [lo, hi], from `n` trials (examples, per
+    token too; passkey windows) or seeds, pooling `seeds`."""
 
     label: str
     value: float
@@ -226,16 +227,16 @@ class Battery:
         found = [r for r in self.records if (r["task"], r["scheme"], r["size"]) == (task, row, size)]
         if not found:
             raise Inconclusive(f"missing rows: {row} {task} at {size}")
-        hits, n = ("hits", "examples") if metric == EXACT else ("token_hits", "tokens")
-        if any(n not in r for r in found):
+        if metric != EXACT and any("tokens" not in r for r in found):
             raise Inconclusive(f"not recorded: {metric} accuracy of {row} {task}")
         none = " (no rows)" if any(r["hits"] is None for r in found) else ""
-        return proportion(
-            f"{row} {task} {metric} at {size}{none}",
-            sum(r[hits] or 0 for r in found),
-            sum(r[n] or 0 for r in found),
-            (r["seed"] for r in found),
-        )
+        label, seeds = f"{row} {task} {metric} at {size}{none}", [r["seed"] for r in found]
+        examples = sum(r["examples"] for r in found)
+        if metric == EXACT:
+            return proportion(label, sum(r["hits"] or 0 for r in found), examples, seeds)
+        hits, tokens = sum(r["token_hits"] or 0 for r in found), sum(r["tokens"] for r in found)
+        bounds = token_interval(hits, tokens, examples)  # n: the examples, as the tables count them
+        return Estimate(label, hits / tokens if tokens else 0.0, *bounds, examples, tuple(sorted(set(seeds))))
 
     def past(self, task: str, row: str, metric: str) -> Estimate:
         """`row` on `task` past its training sizes: the mean over the test sizes there."""

@@ -19,6 +19,7 @@ from octlm.experiments.baselines import (
     majority,
     markdown,
     score,
+    token_interval,
 )
 from octlm.experiments.tasks import DEFAULT_TASKS, TASKS
 
@@ -77,7 +78,7 @@ def test_score_in_both_metrics() -> None:
         score([1, 2], [1, 2, 3])
 
 
-def wilson_by_mpmath(hits: int, n: int) -> tuple[float, float]:
+def wilson_by_mpmath(hits: float, n: int) -> tuple[float, float]:
     """The proportions p whose score test does not reject at 95 %: the roots of (h/n - p)^2 = z^2 p(1-p)/n,
     with z the normal quantile, all in 50 digits."""
     with mpmath.workdps(50):
@@ -104,5 +105,19 @@ def test_interval_edges_and_what_clears() -> None:
     with pytest.raises(ValueError):
         interval(11, 10)
     assert interval(0, 10)[1] == pytest.approx(0.2775328, abs=1e-7)  # the textbook value
-    assert clears(60, 100, 0.45) and not clears(60, 100, 0.55)  # interval (0.502, 0.691)
-    assert not clears(5, 50, 0.1) and not clears(0, 1000, 0.0)
+    assert clears(interval(60, 100), 0.45) and not clears(interval(60, 100), 0.55)  # (0.502, 0.691)
+    assert not clears(interval(5, 50), 0.1) and not clears(interval(0, 1000), 0.0)
+    assert not clears(token_interval(30, 40, 10), 0.45) and clears(interval(30, 40), 0.45)
+
+
+def test_a_per_token_interval_counts_examples_not_tokens() -> None:
+    """Wilson's interval of the per-token proportion with n the examples: 30 of 40 tokens in 10 examples is
+    0.75 in 10 trials, (0.4422, 0.9191), wider than the 40 tokens' own (0.5981, 0.8581)."""
+    assert token_interval(30, 40, 10) == pytest.approx((0.4421814242785499, 0.9190521757900055), abs=1e-12)
+    assert token_interval(30, 40, 10) == pytest.approx(wilson_by_mpmath(7.5, 10), abs=1e-12)
+    assert interval(30, 40) == pytest.approx((0.5980603857923197, 0.858128813609037), abs=1e-12)
+    assert token_interval(80, 100, 10) == interval(8, 10)  # the same proportion in the same 10 trials
+    assert token_interval(0, 40, 10) == (0.0, interval(0, 10)[1]) and token_interval(40, 40, 10)[1] == 1.0
+    assert token_interval(0, 0, 0) == (0.0, 1.0) == token_interval(0, 0, 5)
+    with pytest.raises(ValueError, match="41 tokens right of 40"):
+        token_interval(41, 40, 10)

@@ -114,6 +114,9 @@ def test_the_site_json_holds_sizes_rows_and_seeds(quick: dict[str, Any]) -> None
     assert len(copy_rope["seeds"]) == 2 and copy_rope["examples"] == 10
     assert copy_rope["mean"] == pytest.approx(sum(copy_rope["seeds"]) / 2, abs=1e-4)
     assert copy_rope["tokens"] == 10 * 16 and len(copy_rope["token_seeds"]) == 2
+    token_hits = round(sum(copy_rope["token_seeds"]) * 5 * 16)  # 5 examples of 16 tokens per seed
+    expected = baselines.token_interval(token_hits, 10 * 16, 10)  # n: the 10 examples, not the 160 tokens
+    assert copy_rope["token_interval"] == [pytest.approx(bound, abs=1e-4) for bound in expected]
     learned = next(
         r for r in web["results"] if (r["task"], r["scheme"], r["size"]) == ("copy", "learned", 16)
     )
@@ -218,6 +221,9 @@ def test_summaries_average_seeds_and_pool_their_examples() -> None:
     assert low == pytest.approx(0.2993, abs=1e-4) and high == pytest.approx(0.7007, abs=1e-4)  # Wilson, 10/20
     learned = summary[("copy", "learned", 16, None)]
     assert learned.mean is None and learned.interval is None and learned.examples == 0
+    # per token (80 of 160 tokens, in 20 examples): the interval of 20 trials, not of 160
+    assert rope.interval_in(PER_TOKEN) == baselines.token_interval(80, 160, 20) == rope.interval
+    assert learned.interval_in(PER_TOKEN) is None
     assert Summary("copy", "x", 1, None).mean is None
 
 
@@ -257,6 +263,8 @@ def test_the_tables_hold_the_baselines_mark_scores_under_majority_and_rows_not_l
     assert chance == ["*chance*", "<1", "<1", ""] and majority == ["*majority*", "0", "0", ""]
     per_token = task_table("copy", ["rope"], summarize(RECORDS), [1, 2], PER_TOKEN, reading)
     assert per_token.headers == ["row", "8 (trained)", "16 (2x)"] and per_token.rows[-2][1:] == ["6", "6"]
+    # per token, the interval of the 20 examples: the 160 tokens' own would be [42, 58]
+    assert per_token.rows[0][1] == Strong("50 [30, 70]")
     # a score whose interval clears the majority baseline is not marked; one that does not is
     floor = Reading({8: baselines.Baseline("copy", 8, 1, *[baselines.Score(0.3, 0.3)] * 2)}, {}, {}, 1)
     marks = task_table("copy", ["rope", "alibi"], summarize(RECORDS), [1], reading=floor).rows

@@ -141,6 +141,10 @@ def test_battery_per_token_and_not_learned() -> None:
     ]
     b = Battery(records, target=0.95)
     assert b.at("mqar", "rope", 8, PER_TOKEN).value == 78 / 80
+    # per token, the interval counts the 10 examples, not the 80 tokens (which are not independent)
+    per_query = b.at("mqar", "rope", 8, PER_TOKEN)
+    assert (per_query.lo, per_query.hi) == pytest.approx((0.6877901172181629, 0.9985537229120924), abs=1e-12)
+    assert per_query.n == 10 and per_query.lo < interval(78, 80)[0] - 0.2
     assert b.learned("mqar", "rope").value == 78 / 80  # MQAR learned per query, where recorded
     with pytest.raises(Inconclusive, match=r"not learned: path copy 60 % exact match at 8 \(target 95 %\)"):
         b.learned("copy", "path")
