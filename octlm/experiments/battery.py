@@ -129,7 +129,8 @@ class Settings:
     `target` is when training stops: held-out exact match at the largest training size (`held_out_set`). The
     tables and claims call a row learned at `evidence.LEARNED` (95 %) on fresh examples of that same size, so
     the default target (99 %) sits above it: a cell stopped at the target is learned by their rule too, up to
-    the sampling noise of the fresh examples. A target under `LEARNED` stops cells the tables call not learned.
+    the sampling noise of the fresh examples. A target under `LEARNED` stops cells the tables call not
+    learned.
     """
 
     presets: ClassVar[Presets] = {
