@@ -3,7 +3,7 @@ a context (Chen et al., 2023; Peng et al., 2023).
 
 For every row and seed: the base model is the length experiment's training at L = `--train-length` (found in
 `--base DIR`'s runs when that experiment ran with the same config, else trained here); it is scored
-**before** fine-tuning, then fine-tuned `--steps` steps at L' = `--extend-length` from its weights
+**before** fine-tuning, then fine-tuned `--steps-to-extend` steps at L' = `--extend-length` from its weights
 (`train.init_from`), its validation bits per byte at L' recorded every `--curve-interval` steps (how many
 steps a method needs), and scored **after**. Scoring: bits per byte at every length of `--eval-lengths`
 (non-overlapping windows of the held-out text, `octlm.experiments.lengths_scorer.score`), and passkey
@@ -60,6 +60,7 @@ class ExtendGrid(cells.Record):
     steps: cells.Positive
     curve_interval: cells.Positive
     passkey_per_depth: cells.Positive
+    passkey_format: str
     rows: list[str]
     seeds: cells.Seeds
     config_sha256: str
@@ -113,6 +114,7 @@ AXES = cells.Axes(
         "steps": "fine-tuning --steps",
         "curve_interval": "--curve-interval",
         "passkey_per_depth": "--passkey-windows",
+        "passkey_format": "passkey format",
         "rows": "--rows",
         "seeds": "seeds (--seed, --seeds)",
         "config_sha256": "base training config (SHA-256)",
@@ -432,6 +434,7 @@ def grid_of(config: Config, settings: Settings, seeds: list[int], text: EvalText
         "steps": settings.steps,
         "curve_interval": settings.curve_interval,
         "passkey_per_depth": settings.passkey_per_depth,
+        "passkey_format": passkey.FORMAT,
         "rows": list(settings.rows),
         "seeds": seeds,
         "config_sha256": normal.hash(),

@@ -44,6 +44,7 @@ GRIDS: dict[str, Any] = {
         "steps": 2,
         "curve_interval": 1,
         "passkey_per_depth": 1,
+        "passkey_format": "mohtashami-jaggi",
         "rows": ["pi"],
         "seeds": [0],
         "config_sha256": "a",

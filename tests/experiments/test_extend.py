@@ -4,6 +4,7 @@ the base runs shared and reused from a length experiment, and its option checks.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,25 @@ def test_collect_writes_the_claims_of_a_few_cells(quick: dict[str, Any], tmp_pat
     assert [e["seeds"] for e in found["yarn-steps-plain"]["estimates"]] == [[1337], [1337]]
     # --quick's passkey windows do not fit at its training length: the base's retrieval cannot be read.
     assert found["pi-passkey"]["reason"] == "missing rows: plain passkey before fine-tuning at 16"
+
+
+def test_cells_of_another_passkey_format_are_refused(quick: dict[str, Any], tmp_path: Path) -> None:
+    """A cell scored on the earlier passkey (hidden in corpus text) is not collected beside Mohtashami &
+    Jaggi's: its grid names its format, and collecting refuses the odd one out, or one that names none."""
+    shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
+    path = tmp_path / "cells" / "pi-seed1337.json"
+    cell = json.loads(path.read_text())
+    assert cell["grid"]["passkey_format"] == "mohtashami-jaggi"
+    path.write_text(json.dumps(cell | {"grid": cell["grid"] | {"passkey_format": "corpus-filler"}}))
+    code, _, err = tiny.run_cli(["experiment", "extend", "--collect", "--out", str(tmp_path)])
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "pi-seed1337.json was made with a different passkey format (corpus-filler) from " in err
+    assert err.rstrip().split("from ")[1].split(" (")[1].startswith("mohtashami-jaggi)")
+    del cell["grid"]["passkey_format"]
+    path.write_text(json.dumps(cell))
+    code, _, err = tiny.run_cli(["experiment", "extend", "--collect", "--out", str(tmp_path)])
+    assert code == 2 and "pi-seed1337.json is not a cell file of `octlm experiment extend`" in err
+    assert not (tmp_path / "results.md").exists()
 
 
 def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[str, Any]) -> None:
