@@ -181,12 +181,25 @@ def run_benchmarks(
     return r
 
 
-def run_alone(stem: str, key: str, measure: Callable[[Callable], dict], render: Callable[[dict], list[str]],
-              s: dict[str, Any], reps: int, out_dir: Path, flush_denormal: bool) -> dict[str, Any]:  # fmt: skip
+def run_alone(
+    stem: str,
+    key: str,
+    measure: Callable[[Callable], dict],
+    render: Callable[[dict], list[str]],
+    s: dict[str, Any],
+    reps: int,
+    out_dir: Path,
+    flush_denormal: bool,
+) -> dict[str, Any]:
     """One section alone (`--long`, `--only`): `measure(log)` into `r[key]`, written as `<device>-<stem>`."""
     started = time.time()
-    r: dict[str, Any] = {"machine": machine(flush_denormal), "quick": s["quick"], "warmup": s["warmup"],
-                         "reps": reps, "started": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+    r: dict[str, Any] = {
+        "machine": machine(flush_denormal),
+        "quick": s["quick"],
+        "warmup": s["warmup"],
+        "reps": reps,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     r[key] = measure(partial(log_to_stderr, started))
     r["wall_s"] = time.time() - started
     with contextlib.suppress(OSError):
@@ -266,17 +279,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="results folder")
     parser.add_argument("--configs", default=None, help="training configs to run, e.g. 'ab' (default: abc)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c")  # fmt: skip
-    parser.add_argument("--long", action="store_true",
-                        help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked")  # fmt: skip
-    parser.add_argument("--only", choices=("decode", "tasks", "threads", "schemes"), default=None,
-                        help="decode: only the generation section (octlm generate, the floor, HF generate); "
-                             "tasks: only a task-battery cell's training steps against HF GPT-2; threads: "
-                             "octlm train at its default thread count, 1 and torch's, quiet and busy; schemes: "
-                             "every position scheme's training tokens/s and peak memory at 16k against NoPE")  # fmt: skip
-    parser.add_argument("--reps", type=int, default=None,
-                        help="timed repetitions of each training and generation measurement (default 5, --quick 3)")  # fmt: skip
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: only the matmul peaks and fp32 vs bf16 training at configs a, b, c",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="only the long-context section: peak memory at 1k-16k tokens, bias whole vs chunked",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("decode", "tasks", "threads", "schemes"),
+        default=None,
+        help="decode: only the generation section (octlm generate, the floor, HF generate); "
+        "tasks: only a task-battery cell's training steps against HF GPT-2; threads: "
+        "octlm train at its default thread count, 1 and torch's, quiet and busy; schemes: "
+        "every position scheme's training tokens/s and peak memory at 16k against NoPE",
+    )
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="timed repetitions of each training and generation measurement (default 5, --quick 3)",
+    )
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:

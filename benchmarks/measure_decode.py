@@ -139,8 +139,15 @@ def cli_generate(model: Decoder, tokenizer: Tokenizer, new: int, sampling: Sampl
 def cli_batch(model: Decoder, tokenizer: Tokenizer, new: int, sampling: Sampling) -> int:
     """`octlm generate --num-samples BATCH --keep-going`'s decoding: one batch, `new` tokens per sample."""
     with torch_threads(1):
-        rows = generate_batch(model, tokenizer, [tokenizer.eot_id, *tokenizer.encode("class")], BATCH, new,
-                              sampling, stop_at_eot=False)  # fmt: skip
+        rows = generate_batch(
+            model,
+            tokenizer,
+            [tokenizer.eot_id, *tokenizer.encode("class")],
+            BATCH,
+            new,
+            sampling,
+            stop_at_eot=False,
+        )
     assert [len(r) for r in rows] == [new] * BATCH
     return BATCH * new
 

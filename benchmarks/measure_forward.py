@@ -114,12 +114,23 @@ def memory_rows(
     """`memory_worker`'s lines by (scheme, length), from a fresh process; {} if it failed."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     spec = json.dumps(
-        {"config": config, "shape": CONFIGS[config], "schemes": list(schemes or scheme_names()), "lengths": lengths,
-         "whole_bias": whole, "cap_bytes": cap}
-    )  # fmt: skip
+        {
+            "config": config,
+            "shape": CONFIGS[config],
+            "schemes": list(schemes or scheme_names()),
+            "lengths": lengths,
+            "whole_bias": whole,
+            "cap_bytes": cap,
+        }
+    )
     try:
-        proc = subprocess.run([sys.executable, str(CLI), "--memory-worker", spec], env=env, capture_output=True,
-                              text=True, timeout=MEMORY_WORKER_SECONDS)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(CLI), "--memory-worker", spec],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=MEMORY_WORKER_SECONDS,
+        )
     except subprocess.TimeoutExpired:
         log(
             f"memory worker stopped after {MEMORY_WORKER_SECONDS} s (lengths {lengths}); its rows are left out"
@@ -290,6 +301,13 @@ def bench_long(config: str, memory_lengths: list[int], time_lengths: list[int], 
                     secs["before"]
                 )
             rows.append(row)
-    return {"config": config, "memory": memory, "time": rows, "memory_method": MEMORY_METHOD,
-            "chunk": {"whole_bias_pairs": octlm.model.decoder.WHOLE_BIAS_PAIRS,
-                      "chunk_bias_entries": octlm.model.decoder.CHUNK_BIAS_ENTRIES}}  # fmt: skip
+    return {
+        "config": config,
+        "memory": memory,
+        "time": rows,
+        "memory_method": MEMORY_METHOD,
+        "chunk": {
+            "whole_bias_pairs": octlm.model.decoder.WHOLE_BIAS_PAIRS,
+            "chunk_bias_entries": octlm.model.decoder.CHUNK_BIAS_ENTRIES,
+        },
+    }

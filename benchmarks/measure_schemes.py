@@ -38,8 +38,14 @@ def length_shape() -> dict[str, int]:
     """The length experiment's training shape: day1 with FULL_DEFAULTS at context `FULL["train_length"]`."""
     config = load_config(None, {**FULL_DEFAULTS, "model.context_length": FULL["train_length"]})
     m = config.model
-    return dict(vocab_size=m.vocab_size, d_model=m.d_model, n_layers=m.n_layers, n_heads=m.n_heads,
-                context_length=m.context_length, batch=config.train.batch_size)  # fmt: skip
+    return dict(
+        vocab_size=m.vocab_size,
+        d_model=m.d_model,
+        n_layers=m.n_layers,
+        n_heads=m.n_heads,
+        context_length=m.context_length,
+        batch=config.train.batch_size,
+    )
 
 
 # Beside configs a, b, c, so that the shared helpers (`octlm_config`, `memory_rows`) build it by name.
@@ -110,8 +116,11 @@ def forward_memory(config: str, row: str, length: int, log) -> dict[str, Any]:
     with mock.patch.dict(os.environ, {"OCTLM_BENCH_THREADS": str(THREADS)}):  # the worker's thread count
         point = memory_rows(config, [length], log, [row], cap=cap).get((row, length), {})
     log(f"  schemes: forward {row} at {length}: {point.get('bytes')} bytes, {point.get('seconds')} s")
-    return {"peak_memory_bytes": point.get("bytes"), "forward_s": point.get("seconds"),
-            **({"error": point["error"]} if "error" in point else {})}  # fmt: skip
+    return {
+        "peak_memory_bytes": point.get("bytes"),
+        "forward_s": point.get("seconds"),
+        **({"error": point["error"]} if "error" in point else {}),
+    }
 
 
 def bench_schemes(
@@ -128,5 +137,11 @@ def bench_schemes(
             out[row].update(forward_memory(config, row, length, log))
     over_reference(out, "memory_over_nope", lambda r: r["peak_memory_bytes"])
     over_reference(out, "forward_over_nope", lambda r: r["forward_s"])
-    return {"config": config, "shape": CONFIGS[config], "length": length, "threads": THREADS, "rows": out,
-            "memory_method": MEMORY_METHOD}  # fmt: skip
+    return {
+        "config": config,
+        "shape": CONFIGS[config],
+        "length": length,
+        "threads": THREADS,
+        "rows": out,
+        "memory_method": MEMORY_METHOD,
+    }

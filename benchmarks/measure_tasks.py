@@ -54,10 +54,20 @@ class HFStep:
 
         torch.manual_seed(0)
         c = cell.model_config()
-        config = GPT2Config(vocab_size=c.vocab_size, n_positions=c.context_length + 1, n_embd=c.d_model,
-                            n_layer=c.n_layers, n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu",
-                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                            tie_word_embeddings=True)  # fmt: skip
+        config = GPT2Config(
+            vocab_size=c.vocab_size,
+            n_positions=c.context_length + 1,
+            n_embd=c.d_model,
+            n_layer=c.n_layers,
+            n_head=c.n_heads,
+            n_inner=c.d_ff,
+            activation_function="gelu",
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=True,
+        )
         self.model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cell.settings.lr, fused=True)
@@ -90,8 +100,11 @@ def bench_task_cells(tasks: list[str], warmup: int, reps: int, log) -> dict[str,
         cell = Cell(TASKS[name], Row.parse("learned", settings.model["n_layers"]), 0, settings)
         rng = np.random.default_rng(1)
         pool = [battery.training_batch(cell, rng) for _ in range(POOL)]
-        fns = {"octlm": OctlmStep(cell, pool, fresh=False), "octlm, drawing its batches": OctlmStep(cell, pool, True),
-               "HF GPT2LMHeadModel": HFStep(cell, pool)}  # fmt: skip
+        fns = {
+            "octlm": OctlmStep(cell, pool, fresh=False),
+            "octlm, drawing its batches": OctlmStep(cell, pool, True),
+            "HF GPT2LMHeadModel": HFStep(cell, pool),
+        }
         log(f"task cell {name}: {len(fns)} steps x {reps} interleaved rounds")
         with torch_threads(settings.threads):  # as the battery's workers run their cells
             times = interleaved(fns, warmup, reps)

@@ -27,9 +27,26 @@ CHOSEN = re.compile(r"uses (\d+) threads?")
 
 def train_speed(threads: int | None, steps: int, out: str) -> tuple[float, int]:
     """Training tokens/s of one fresh `octlm train` of the Day 1 model, and the thread count it used."""
-    command = [sys.executable, "-m", "octlm", "train", "--steps", str(steps), "--eval-interval", str(steps),
-               "--sample-tokens", "0", "--report", "false", "--no-progress", "--overwrite", "--name", "threads",
-               "--set", f"train.out_dir={out}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "octlm",
+        "train",
+        "--steps",
+        str(steps),
+        "--eval-interval",
+        str(steps),
+        "--sample-tokens",
+        "0",
+        "--report",
+        "false",
+        "--no-progress",
+        "--overwrite",
+        "--name",
+        "threads",
+        "--set",
+        f"train.out_dir={out}",
+    ]
     if threads is not None:
         command += ["--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -63,6 +80,7 @@ def bench_threads(reps: int, steps: int, log: Callable[[str], None]) -> dict[str
                 if rival is not None:
                     rival.kill()
                     rival.wait()
-            results[condition] = {name: {**summary(row["speeds"]), "threads": row["threads"]}
-                                  for name, row in rows.items()}  # fmt: skip
+            results[condition] = {
+                name: {**summary(row["speeds"]), "threads": row["threads"]} for name, row in rows.items()
+            }
     return results

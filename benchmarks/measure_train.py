@@ -31,8 +31,16 @@ class TrainStep:
     Fused AdamW for both sides: `octlm train` uses it, and so does HF's Trainer by default (torch >= 2.8).
     """
 
-    def __init__(self, model: torch.nn.Module, batch: int, length: int, vocab: int, hf: bool,
-                 dtype: str = "fp32", device: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        batch: int,
+        length: int,
+        vocab: int,
+        hf: bool,
+        dtype: str = "fp32",
+        device: str = "cpu",
+    ) -> None:
         model.train()
         self.model, self.hf = model.to(device), hf
         # `train.dtype` as `octlm train` runs it: autocast, or a bf16 copy with fp32 masters (octlm/training/precision.py)

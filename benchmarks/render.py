@@ -209,8 +209,11 @@ def long_section(lg: dict[str, Any] | None) -> list[str]:
         times = f"{ref and b / ref:.2f}×" if b is not None and ref else ""
         secs = f"{r['seconds']:.2f}" if r.get("seconds") is not None else ""
         lines.append(f"| {r['scheme']} | {r['length']:,} | {r['path']} | {mem} | {times} | {secs} |")
-    lines += ["", "| scheme | length | before ms | after ms | after / before (medians, same rounds) |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| scheme | length | before ms | after ms | after / before (medians, same rounds) |",
+        "|---|---|---|---|---|",
+    ]
     for r in lg["time"]:
         ms = {
             k: f"{v['median']:,.1f} ({v['min']:,.1f}–{v['max']:,.1f})"

@@ -71,8 +71,12 @@ class Outcome:
     def counts(self) -> dict[str, int]:
         listed = sum(k in self.listed for k in self.status)
         done = Counter(s for k, s in self.status.items() if k not in self.listed)
-        return {"mutants": len(self.status), "killed": done["killed"], "timeout": done["timeout"],
-                "equivalent": listed}  # fmt: skip
+        return {
+            "mutants": len(self.status),
+            "killed": done["killed"],
+            "timeout": done["timeout"],
+            "equivalent": listed,
+        }
 
 
 @dataclass(frozen=True)
@@ -89,9 +93,13 @@ class Settings:
     def read(cls, root: Path) -> Settings:
         tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]
         ours = tool.get("octlm", {}).get("mutation", {})
-        return cls(root, list(tool["mutmut"]["only_mutate"]), frozenset(ours.get("not_core", [])),
-                   root / ours.get("record", "docs/mutation-record.json"),
-                   root / ours.get("equivalents", "docs/MUTANTS.md"))  # fmt: skip
+        return cls(
+            root,
+            list(tool["mutmut"]["only_mutate"]),
+            frozenset(ours.get("not_core", [])),
+            root / ours.get("record", "docs/mutation-record.json"),
+            root / ours.get("equivalents", "docs/MUTANTS.md"),
+        )
 
 
 def module_functions(settings: Settings, path: str) -> list[Function]:
@@ -100,8 +108,10 @@ def module_functions(settings: Settings, path: str) -> list[Function]:
     mutated = mutate_file_contents(path, (settings.root / path).read_text())
     module = path.removesuffix(".py").replace("/", ".")
     per_function = Counter(name.partition("__mutmut_")[0] for name in mutated.mutant_names)
-    functions = [Function(f"{module}.{name}", path, digest, per_function[name])
-                 for name, digest in mutated.hash_by_function_name.items()]  # fmt: skip
+    functions = [
+        Function(f"{module}.{name}", path, digest, per_function[name])
+        for name, digest in mutated.hash_by_function_name.items()
+    ]
     return [f for f in functions if f.key not in settings.not_core and f.mutants]
 
 
@@ -113,13 +123,17 @@ def load_record(settings: Settings) -> dict[str, dict]:
         record = json.loads(settings.record.read_text())
         made_with, functions = record.get("mutmut", MUTMUT), dict(record["functions"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise SystemExit(f"scripts/mutation: {settings.record} is not a mutation record ({e}); restore it "
-                         "with git checkout, or delete it to mutate every core function") from None  # fmt: skip
+        raise SystemExit(
+            f"scripts/mutation: {settings.record} is not a mutation record ({e}); restore it "
+            "with git checkout, or delete it to mutate every core function"
+        ) from None
     if made_with != MUTMUT:
         # Another mutmut may hash and number mutants differently: the record and docs/MUTANTS.md would not apply.
-        raise SystemExit(f"scripts/mutation: {settings.record} was made with mutmut {made_with}, this is "
-                         f"mutmut {MUTMUT}; install mutmut=={made_with} (pyproject's dev extra pins it), or "
-                         "record every core function again with this one")  # fmt: skip
+        raise SystemExit(
+            f"scripts/mutation: {settings.record} was made with mutmut {made_with}, this is "
+            f"mutmut {MUTMUT}; install mutmut=={made_with} (pyproject's dev extra pins it), or "
+            "record every core function again with this one"
+        )
     return functions
 
 
@@ -134,8 +148,10 @@ def changed_modules(settings: Settings, ref: str) -> list[str]:
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=settings.root, capture_output=True, text=True)
         if done.returncode:
-            raise SystemExit(f"scripts/mutation: '{ref}' is not a git ref here; fetch it first "
-                             "(git fetch origin main), or use --unrecorded, which needs no ref")  # fmt: skip
+            raise SystemExit(
+                f"scripts/mutation: '{ref}' is not a git ref here; fetch it first "
+                "(git fetch origin main), or use --unrecorded, which needs no ref"
+            )
         return done.stdout
 
     base = git("merge-base", ref, "HEAD").strip()
@@ -169,8 +185,11 @@ def run_mutmut(root: Path, functions: list[Function], jobs: int) -> int:
     """Run mutmut on exactly these functions' mutants; mutmut's exit status."""
     globs = [f"{f.key}__mutmut_*" for f in functions]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per worker: the workers are the parallelism
-    print(f"== mutmut run --max-children {jobs}: {len(functions)} functions, "
-          f"{sum(f.mutants for f in functions)} mutants", flush=True)  # fmt: skip
+    print(
+        f"== mutmut run --max-children {jobs}: {len(functions)} functions, "
+        f"{sum(f.mutants for f in functions)} mutants",
+        flush=True,
+    )
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *globs]
     with subprocess.Popen(
         command, cwd=root, env=env, stdout=subprocess.PIPE, text=True, errors="replace"
@@ -191,8 +210,10 @@ def mutation_score(total: Counter) -> float:
 
 def print_scores(found: list[Outcome]) -> bool:
     """One row per module, then every mutant that is neither killed nor listed; True when there is none."""
-    print(f"\n{'module':<26} {'functions':>9} {'mutants':>7} {'killed':>6} {'timeout':>7} {'live':>5} "
-          f"{'equiv':>5} {'score':>7}")  # fmt: skip
+    print(
+        f"\n{'module':<26} {'functions':>9} {'mutants':>7} {'killed':>6} {'timeout':>7} {'live':>5} "
+        f"{'equiv':>5} {'score':>7}"
+    )
     clean = True
     for path in dict.fromkeys(o.function.path for o in found):
         mine = [o for o in found if o.function.path == path]
@@ -201,8 +222,10 @@ def print_scores(found: list[Outcome]) -> bool:
             total.update(o.counts)
         live = [k for o in mine for k in o.live]
         score = mutation_score(total)
-        print(f"{path:<26} {len(mine):>9} {total['mutants']:>7} {total['killed']:>6} {total['timeout']:>7} "
-              f"{len(live):>5} {total['equivalent']:>5} {score:>6.1f}%")  # fmt: skip
+        print(
+            f"{path:<26} {len(mine):>9} {total['mutants']:>7} {total['killed']:>6} {total['timeout']:>7} "
+            f"{len(live):>5} {total['equivalent']:>5} {score:>6.1f}%"
+        )
         for o in mine:
             if o.live and all(o.status[k] == "not checked" for k in o.live):
                 print(f"    not checked: {o.function.key} ({len(o.live)} mutants)")
@@ -228,8 +251,10 @@ def write_record(settings: Settings, functions: list[Function], found: list[Outc
     lines = ",\n".join(
         f"  {json.dumps(k, ensure_ascii=False)}: {json.dumps(record[k])}" for k in sorted(record)
     )
-    about = ("Core functions whose every mutmut mutant was killed or is listed in docs/MUTANTS.md, with mutmut's "
-             "hash of the source that showed it. Written by scripts/mutation --record.")  # fmt: skip
+    about = (
+        "Core functions whose every mutmut mutant was killed or is listed in docs/MUTANTS.md, with mutmut's "
+        "hash of the source that showed it. Written by scripts/mutation --record."
+    )
     head = f'{{\n "about": {json.dumps(about)},\n "mutmut": {json.dumps(MUTMUT)},\n "functions": {{\n'
     text = head + lines + "\n }\n}\n"
     temporary = settings.record.with_name(settings.record.name + ".tmp")
@@ -248,8 +273,10 @@ def record_summary(settings: Settings, functions: list[Function], record: dict[s
         for entry in kept:
             total.update({k: entry[k] for k in ("mutants", "killed", "timeout", "equivalent")})
         score = mutation_score(total)
-        print(f"{path:<26} {f'{len(kept)} of {len(mine)}':>13} {total['mutants']:>7} "
-              f"{total['killed'] + total['timeout']:>6} {total['equivalent']:>5} {score:>6.1f}%")  # fmt: skip
+        print(
+            f"{path:<26} {f'{len(kept)} of {len(mine)}':>13} {total['mutants']:>7} "
+            f"{total['killed'] + total['timeout']:>6} {total['equivalent']:>5} {score:>6.1f}%"
+        )
 
 
 def parse(argv: list[str], settings: Settings) -> argparse.Namespace:
@@ -267,8 +294,12 @@ def parse(argv: list[str], settings: Settings) -> argparse.Namespace:
     parser.add_argument("--report", action="store_true", help="score the last run's results; run nothing")
     parser.add_argument("--record", action="store_true", help="put what the run showed on record")
     parser.add_argument("--max-mutants", type=int, metavar="N", help="refuse a run of more than N mutants")
-    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATION_JOBS", os.cpu_count() or 1)),
-                        help="mutmut's parallel workers (default: $MUTATION_JOBS or the core count)")  # fmt: skip
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=int(os.environ.get("MUTATION_JOBS", os.cpu_count() or 1)),
+        help="mutmut's parallel workers (default: $MUTATION_JOBS or the core count)",
+    )
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in settings.modules]
     if unknown:
@@ -290,16 +321,21 @@ def main(argv: list[str], root: Path = ROOT) -> int:
     record = load_record(settings)
     chosen = unrecorded(functions, record) if args.unrecorded else [f for f in functions if f.path in modules]
     if not chosen:
-        print("nothing to mutate: every core function is on record as it is now" if args.unrecorded else
-              f"no core module changed since {args.changed}")  # fmt: skip
+        print(
+            "nothing to mutate: every core function is on record as it is now"
+            if args.unrecorded
+            else f"no core module changed since {args.changed}"
+        )
         record_summary(settings, functions, record)
         return 0
     total = sum(f.mutants for f in chosen)
     if not args.report:
         if args.max_mutants is not None and total > args.max_mutants:
-            print(f"scripts/mutation: {total} mutants in {len(chosen)} functions are more than --max-mutants "
-                  f"{args.max_mutants}; run `bash scripts/mutation --unrecorded --record` on a machine with the "
-                  f"time (or by module) and commit {settings.record.relative_to(root)}")  # fmt: skip
+            print(
+                f"scripts/mutation: {total} mutants in {len(chosen)} functions are more than --max-mutants "
+                f"{args.max_mutants}; run `bash scripts/mutation --unrecorded --record` on a machine with the "
+                f"time (or by module) and commit {settings.record.relative_to(root)}"
+            )
             return 1
         code = run_mutmut(root, chosen, args.jobs)
         if code:

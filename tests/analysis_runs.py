@@ -24,15 +24,31 @@ def train_tiny(root: Path, scheme: str, seed: int = 0, corpus: Path | None = Non
     corpus = corpus or write_corpus(root / "corpus")
     config = config_from_dict(
         {
-            "model": {"vocab_size": 300, "d_model": 32, "context_length": 16, "n_layers": 2, "n_heads": 2,
-                      "d_ff": 64, "position": scheme},
+            "model": {
+                "vocab_size": 300,
+                "d_model": 32,
+                "context_length": 16,
+                "n_layers": 2,
+                "n_heads": 2,
+                "d_ff": 64,
+                "position": scheme,
+            },
             "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
-            "train": {"steps": steps, "batch_size": 8, "warmup_steps": 2, "eval_interval": 5, "eval_batches": 1,
-                      "checkpoint_interval": steps, "sample_tokens": 0, "device": "cpu", "report": False,
-                      "seed": seed},
+            "train": {
+                "steps": steps,
+                "batch_size": 8,
+                "warmup_steps": 2,
+                "eval_interval": 5,
+                "eval_batches": 1,
+                "checkpoint_interval": steps,
+                "sample_tokens": 0,
+                "device": "cpu",
+                "report": False,
+                "seed": seed,
+            },
         },
         name="tiny",
-    )  # fmt: skip
+    )
     folder = root / "runs" / f"tiny-{scheme}-{seed}"
     train(config, folder, progress=False)
     return folder

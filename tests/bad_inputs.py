@@ -25,8 +25,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.chdir(root)
     try:
         write_corpus(Path("text"))
-        config = config_from_dict(tiny_raw(Path("."), Path("text"), steps=6, eval_interval=6, run_name="tiny"),
-                                  name="tiny")  # fmt: skip
+        config = config_from_dict(
+            tiny_raw(Path("."), Path("text"), steps=6, eval_interval=6, run_name="tiny"), name="tiny"
+        )
         torch.set_num_threads(1)
         train(config, progress=False)
     finally:

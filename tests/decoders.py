@@ -50,5 +50,7 @@ def randomized(config: ModelConfig, seed: int = 0) -> Decoder:
 
 def small(position: str, **fields) -> ModelConfig:
     """Two layers of four heads at width 32 with `position` and any other `fields` (the schemes' own tests)."""
-    return ModelConfig(**dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=4, d_ff=64,
-                              position=position) | fields)  # fmt: skip
+    return ModelConfig(
+        **dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=4, d_ff=64, position=position)
+        | fields
+    )

@@ -26,9 +26,19 @@ TOL = 1e-5
 
 SMALL_GPT2 = ModelConfig(vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=256)
 SMALL_LLAMA = ModelConfig(
-    vocab_size=300, d_model=64, context_length=32, n_layers=2, n_heads=4, d_ff=172,
-    position="rope", norm="rmsnorm", mlp="swiglu", bias=False, rope_base=500.0, norm_eps=1e-6,
-)  # fmt: skip
+    vocab_size=300,
+    d_model=64,
+    context_length=32,
+    n_layers=2,
+    n_heads=4,
+    d_ff=172,
+    position="rope",
+    norm="rmsnorm",
+    mlp="swiglu",
+    bias=False,
+    rope_base=500.0,
+    norm_eps=1e-6,
+)
 
 
 def random_model(config: ModelConfig, seed: int = 0) -> Decoder:
@@ -101,7 +111,13 @@ def tiny_run(tmp_path: Path, tokenizer: Tokenizer, model_config: ModelConfig) ->
     """A run folder as `octlm train` leaves it: checkpoint/ through save_checkpoint, plus tokenizer.json."""
     run_dir = tmp_path / "runs" / "tiny"
     model = random_model(model_config)
-    save_checkpoint(run_dir, model, None, Config(model=model_config, name="tiny"), step=3,
-                    state={"sha256": {"tokenizer": tokenizer.sha256}})  # fmt: skip
+    save_checkpoint(
+        run_dir,
+        model,
+        None,
+        Config(model=model_config, name="tiny"),
+        step=3,
+        state={"sha256": {"tokenizer": tokenizer.sha256}},
+    )
     tokenizer.save(run_dir / "tokenizer.json")
     return run_dir, model

@@ -18,8 +18,10 @@ TINY = ModelConfig(d_model=32, n_layers=2, n_heads=4, d_ff=64, context_length=16
 
 
 def small_tokenizer() -> Tokenizer:
-    docs = [Document(f"doc{i}", f"def function_{i}(x):\n    return x * {i} + 'text, with punctuation!'\n")
-            for i in range(40)]  # fmt: skip
+    docs = [
+        Document(f"doc{i}", f"def function_{i}(x):\n    return x * {i} + 'text, with punctuation!'\n")
+        for i in range(40)
+    ]
     return train_tokenizer(docs, vocab_size=300)
 
 
@@ -38,7 +40,13 @@ def random_model(config: ModelConfig, seed: int = 0) -> Decoder:
 def make_run(folder: Path, config: ModelConfig, tokenizer: Tokenizer) -> Decoder:
     """A run folder as `octlm train` leaves it (checkpoint/ and the tokenizer); returns its model."""
     model = random_model(config)
-    save_checkpoint(folder, model, None, Config(model=config, name="tiny"), step=3,
-                    state={"sha256": {"tokenizer": tokenizer.sha256}})  # fmt: skip
+    save_checkpoint(
+        folder,
+        model,
+        None,
+        Config(model=config, name="tiny"),
+        step=3,
+        state={"sha256": {"tokenizer": tokenizer.sha256}},
+    )
     tokenizer.save(Run.of(folder).tokenizer_path)
     return model

@@ -15,16 +15,24 @@ from tiny import PYTHON, quiet_env
 from octlm.signals import StopRequest
 
 
-def signal_when(argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int, waiting_for: str,
-                timeout: float = 120) -> tuple[int, str, str]:  # fmt: skip
+def signal_when(
+    argv: list[str], cwd: Path, ready: Callable[[], bool], signum: int, waiting_for: str, timeout: float = 120
+) -> tuple[int, str, str]:
     """Start `argv` with `signum` at its default action (a background job of a shell starts with SIGINT
     ignored, which octlm respects), send it `signum` once `ready()` holds; (exit status, stdout, stderr).
 
     Fails if the process ends first or `ready()` does not hold within `timeout` s (naming `waiting_for`); the
     process never outlives the call.
     """
-    proc = subprocess.Popen(argv, cwd=cwd, env=quiet_env(), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=quiet_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + timeout
         while not ready():

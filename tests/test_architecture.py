@@ -53,15 +53,20 @@ def layer_of(module: str, ranks: dict[str, int]) -> int | None:
 
 
 def test_layers_parse_the_table_in_its_order() -> None:
-    doc = ("## The layers, bottom to top\n\n| layer | where | owns |\n| --- | --- | --- |\n"
-           "| ground | `a.py`, `b.py` | x |\n| mid | `m/` | y `z/` |\n| top | `t/`, `c.py` | z |\n\nafter")  # fmt: skip
+    doc = (
+        "## The layers, bottom to top\n\n| layer | where | owns |\n| --- | --- | --- |\n"
+        "| ground | `a.py`, `b.py` | x |\n| mid | `m/` | y `z/` |\n| top | `t/`, `c.py` | z |\n\nafter"
+    )
     assert layers(doc) == {"a": 0, "b": 0, "m": 1, "t": 2, "c": 2}  # the owns column names nothing
 
 
 def test_every_module_is_in_a_layer_of_the_table() -> None:
     ranks = layers()
-    missing = [module_name(p) for p in sources(PACKAGE) if p != PACKAGE / "__init__.py"
-               and layer_of(module_name(p), ranks) is None]  # fmt: skip
+    missing = [
+        module_name(p)
+        for p in sources(PACKAGE)
+        if p != PACKAGE / "__init__.py" and layer_of(module_name(p), ranks) is None
+    ]
     assert not missing, f"{missing} belong to no layer of docs/ARCHITECTURE.md's table"
 
 

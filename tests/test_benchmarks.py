@@ -53,9 +53,21 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, 
     tiny = dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2, context_length=16, batch=2)
     monkeypatch.setitem(bench.CONFIGS, "tiny", tiny)
     s = bench.settings(quick=True)
-    s.update(peak_sizes=[64], train=["tiny"], context="tiny", lengths=[16, 32], generation="tiny", new_tokens=4,
-             embedding="tiny", tokenizer_bytes=20_000, tokenizer_reps=1, reps=1, context_reps=1,
-             warmup=0, task_cells=["copy"])  # fmt: skip
+    s.update(
+        peak_sizes=[64],
+        train=["tiny"],
+        context="tiny",
+        lengths=[16, 32],
+        generation="tiny",
+        new_tokens=4,
+        embedding="tiny",
+        tokenizer_bytes=20_000,
+        tokenizer_reps=1,
+        reps=1,
+        context_reps=1,
+        warmup=0,
+        task_cells=["copy"],
+    )
     r = bench.run_benchmarks(s, tmp_path, log=lambda msg: None)
 
     data = json.loads((tmp_path / f"{r['machine']['device']}-quick.json").read_text())
@@ -84,8 +96,15 @@ def test_every_section_runs_and_writes_json_and_markdown(bench, measure_decode, 
     cell = data["task_cells"]["copy"]["steps_per_s"]
     assert set(cell) == {"octlm", "octlm, drawing its batches", "HF GPT2LMHeadModel"}
     assert all(row["median"] > 0 for row in cell.values())
-    headings = ("Matmul peak", "Training tokens/s", "FLOPs/token", "no rows", "Generation", "Tokenizer",
-                "Task battery cell")  # fmt: skip
+    headings = (
+        "Matmul peak",
+        "Training tokens/s",
+        "FLOPs/token",
+        "no rows",
+        "Generation",
+        "Tokenizer",
+        "Task battery cell",
+    )
     for heading in headings:
         assert heading in md
 
@@ -224,10 +243,21 @@ def test_only_decode_takes_its_repetitions_and_reports_both_floors(tmp_path, mea
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench.py"), "--only", "decode", "--quick", "--reps", "2",
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(BENCHMARKS / "bench.py"),
+            "--only",
+            "decode",
+            "--quick",
+            "--reps",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (js,) = tmp_path.glob("*-decode.json")
     rows = json.loads(js.read_text())["generation"]["rows"]
@@ -328,10 +358,14 @@ def test_the_schemes_section_measures_every_row_against_nope(benchmarks, monkeyp
 
     def train(row: dict) -> str:
         spread = row["train_over_nope_per_round"]
-        return (f"{render.fmt_range(row['samples'])} | {row['train_over_nope']:.2f}× "
-                f"({spread['min']:.2f}–{spread['max']:.2f})")  # fmt: skip
+        return (
+            f"{render.fmt_range(row['samples'])} | {row['train_over_nope']:.2f}× "
+            f"({spread['min']:.2f}–{spread['max']:.2f})"
+        )
 
     rope = out["rope"]
     assert table[0] == f"| learned | {train(out['learned'])} | no rows | | no rows |"
-    assert table[1] == (f"| rope | {train(rope)} | {rope['peak_memory_bytes'] / 2**20:,.1f} | "
-                        f"{rope['memory_over_nope']:.2f}× | {rope['forward_s']:.2f} ({rope['forward_over_nope']:.2f}×) |")  # fmt: skip
+    assert table[1] == (
+        f"| rope | {train(rope)} | {rope['peak_memory_bytes'] / 2**20:,.1f} | "
+        f"{rope['memory_over_nope']:.2f}× | {rope['forward_s']:.2f} ({rope['forward_over_nope']:.2f}×) |"
+    )

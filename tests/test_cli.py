@@ -108,14 +108,23 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", f"set -o pipefail; {command}"], cwd=cwd, env=quiet_env(),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {command}"],
+        cwd=cwd,
+        env=quiet_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_generate_into_head_ends_quietly_with_141(tiny_run: Path) -> None:
     # 100,000 tokens are more than a pipe holds (64 KiB), so generate must write after head has gone: EPIPE.
-    done = shell(f"{PYTHON} -m octlm generate runs/tiny --prompt def --max-new-tokens 100000 "
-                 "--keep-going --temperature 1 | head -c 10", tiny_run)  # fmt: skip
+    done = shell(
+        f"{PYTHON} -m octlm generate runs/tiny --prompt def --max-new-tokens 100000 "
+        "--keep-going --temperature 1 | head -c 10",
+        tiny_run,
+    )
     assert (done.returncode, done.stderr) == (CLOSED_PIPE, ""), done.stderr
     assert done.stdout.startswith("def") and len(done.stdout.encode()) == 10
     assert CLOSED_PIPE == 141
@@ -135,9 +144,13 @@ def greedy_text(run_dir: Path, prompt: str, tokens: int) -> str:
     return out.getvalue()
 
 
-SLIDING = ("passed the learned position table's 16 rows: sliding the window, each new token now re-reads the last "
-           "16 tokens without the cache")  # fmt: skip
-GENERATE = f"{PYTHON} -m octlm generate runs/tiny --prompt class --max-new-tokens 40 --keep-going --temperature 0"  # fmt: skip
+SLIDING = (
+    "passed the learned position table's 16 rows: sliding the window, each new token now re-reads the last "
+    "16 tokens without the cache"
+)
+GENERATE = (
+    f"{PYTHON} -m octlm generate runs/tiny --prompt class --max-new-tokens 40 --keep-going --temperature 0"
+)
 
 
 def test_piped_generate_keeps_the_text_whole_on_stdout(tiny_run: Path) -> None:
@@ -186,8 +199,9 @@ CHILD = "import sys; from octlm import cli; out = cli._named_stdout(); out.write
 def test_the_cli_stdout_is_unbuffered_under_python_u_as_python_s_own_is(unbuffered: bool) -> None:
     flags = ["-u"] if unbuffered else []
     env = {k: v for k, v in quiet_env().items() if k != "PYTHONUNBUFFERED"}  # the flag alone decides
-    child = subprocess.Popen([PYTHON, *flags, "-c", CHILD], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE)  # fmt: skip
+    child = subprocess.Popen(
+        [PYTHON, *flags, "-c", CHILD], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         ready, _, _ = select.select([child.stdout], [], [], 30 if unbuffered else 1)
         # Into a pipe, a buffered stream holds the line until exit: nothing arrives while the child waits.

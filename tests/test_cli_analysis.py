@@ -26,26 +26,49 @@ def test_score_prints_and_writes_the_length_experiments_numbers(
     runs: dict[str, Path], tmp_path: Path
 ) -> None:
     out = tmp_path / "score.json"
-    code, stdout, err = run_cli(["score", str(runs["alibi"]), "--lengths", "16", "8", "--windows", "4",
-                                 "--sliding", "--out", str(out), "--threads", "1"])  # fmt: skip
+    code, stdout, err = run_cli(
+        [
+            "score",
+            str(runs["alibi"]),
+            "--lengths",
+            "16",
+            "8",
+            "--windows",
+            "4",
+            "--sliding",
+            "--out",
+            str(out),
+            "--threads",
+            "1",
+        ]
+    )
     assert (code, err) == (0, "")
     written = json.loads(out.read_text(encoding="utf-8"))
     model, config, tokenizer = load_model(runs["alibi"])
     text = lengths_scorer.make_eval_text(validation_tokens(config, tokenizer), tokenizer, [8, 16], 4)
     assert [(r["length"], r["mode"]) for r in written["records"]] == [
-        (8, "windows"), (8, "sliding"), (16, "windows"), (16, "sliding")]  # fmt: skip
+        (8, "windows"),
+        (8, "sliding"),
+        (16, "windows"),
+        (16, "sliding"),
+    ]
     for record in written["records"]:
         direct = lengths_scorer.score(model, text, record["length"], record["mode"])
         assert (record["nats"], record["tokens"], record["bytes"], record["bpb"]) == (
-            direct.nats, direct.tokens, direct.bytes, direct.bpb)  # fmt: skip
+            direct.nats,
+            direct.tokens,
+            direct.bytes,
+            direct.bpb,
+        )
     assert written == json.loads(json.dumps(score_run(runs["alibi"], [8, 16], None, 4, True)))
     lines = stdout.splitlines()
     assert lines[0].startswith(
         f"tiny-alibi-0 (alibi, trained at 16): 64 tokens ({written['scored_bytes']:,} bytes)"
     )
     r = written["records"][3]
-    assert lines[5] == (f"  {16:>7} {'sliding':<8} {64:>9,} {r['loss']:7.4f} {r['perplexity']:9.2f} "
-                        f"{r['bpb']:9.4f}")  # fmt: skip
+    assert lines[5] == (
+        f"  {16:>7} {'sliding':<8} {64:>9,} {r['loss']:7.4f} {r['perplexity']:9.2f} {r['bpb']:9.4f}"
+    )
     assert lines[-1] == f"numbers: {out}"
 
 
@@ -68,16 +91,29 @@ def test_score_refuses_in_one_line(runs: dict[str, Path], tmp_path: Path) -> Non
 
 def test_compare_writes_the_report_and_prints_the_table(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    code, stdout, err = run_cli(["compare", str(runs["alibi"]), str(runs["learned"]), "--out", str(out),
-                                 "--windows", "2", "--threads", "1"])  # fmt: skip
+    code, stdout, err = run_cli(
+        [
+            "compare",
+            str(runs["alibi"]),
+            str(runs["learned"]),
+            "--out",
+            str(out),
+            "--windows",
+            "2",
+            "--threads",
+            "1",
+        ]
+    )
     assert (code, err) == (0, "")
     numbers = json.loads((out / "compare.json").read_text(encoding="utf-8"))
     assert [r["scheme"] for r in numbers["runs"]] == ["alibi", "learned"] and numbers["notes"] == []
     assert numbers["runs"][0]["attention"]["windows"] == 2
     lines = stdout.splitlines()
     alibi = numbers["runs"][0]
-    assert lines[1] == (f"  {'tiny-alibi-0':<24} {'alibi':<11} {0:>5} {10:>7,} {alibi['parameters']:>10,} "
-                        f"{alibi['val_loss']:>9.4f} {alibi['val_bpb']:>9.4f}")  # fmt: skip
+    assert lines[1] == (
+        f"  {'tiny-alibi-0':<24} {'alibi':<11} {0:>5} {10:>7,} {alibi['parameters']:>10,} "
+        f"{alibi['val_loss']:>9.4f} {alibi['val_bpb']:>9.4f}"
+    )
     assert lines[-1].startswith(f"report: {out / 'compare.md'}")
     assert {"compare.md", "curves.png"} <= {p.name for p in out.iterdir()}
 

@@ -140,10 +140,16 @@ def _read_only(path: str) -> Callable[[], None]:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
-            done = subprocess.run(["chattr", "+i", path], capture_output=True, text=True) if shutil.which("chattr") else None  # fmt: skip
+            done = (
+                subprocess.run(["chattr", "+i", path], capture_output=True, text=True)
+                if shutil.which("chattr")
+                else None
+            )
             if done is None or done.returncode != 0:
-                pytest.skip(f"cannot make {path!r} read-only as root: chattr +i failed or is missing "
-                            f"({done.stderr.strip() if done else 'no chattr'})")  # fmt: skip
+                pytest.skip(
+                    f"cannot make {path!r} read-only as root: chattr +i failed or is missing "
+                    f"({done.stderr.strip() if done else 'no chattr'})"
+                )
         else:
             folder.chmod(0o555)
         LOCKED.append(folder.resolve())
@@ -263,8 +269,10 @@ CASES: dict[str, Case] = {
     ),
 }
 if not torch.cuda.is_available():
-    CASES["cuda without a GPU"] = Case(["train", *tiny_flags(Path("."), Path("text")), "--name", "gpu",
-                                        "--device", "cuda"], "train.device = 'cuda'")  # fmt: skip
+    CASES["cuda without a GPU"] = Case(
+        ["train", *tiny_flags(Path("."), Path("text")), "--name", "gpu", "--device", "cuda"],
+        "train.device = 'cuda'",
+    )
 
 
 # --- issue 14: output paths, standard output, resource limits, numbers where they enter --------------------
@@ -274,114 +282,250 @@ LENGTH = ["experiment", "length", "--quick"]
 TASKS = ["experiment", "tasks", "--quick", "--out", "tk"]
 FSIZE = {resource.RLIMIT_FSIZE: 20 * 1024}  # bytes: the tiny export's weights are 71 KB, its config 1 KB
 AS = {resource.RLIMIT_AS: 8 << 30}  # 8 GiB of address space: torch loads, a 14.6 GiB table does not
-HUGE_MODEL = ["model", "--vocab-size", "60000", "--d-model", "65536", "--n-heads", "1024", "--d-ff", "64",
-              "--n-layers", "1"]  # fmt: skip
+HUGE_MODEL = [
+    "model",
+    "--vocab-size",
+    "60000",
+    "--d-model",
+    "65536",
+    "--n-heads",
+    "1024",
+    "--d-ff",
+    "64",
+    "--n-layers",
+    "1",
+]
 FILE = _write("afile", "not a folder\n")
 CORPUS = ["corpus", "--text", "text"]
 CORPUS_WRITES = ("data", "data/corpus-*")  # `octlm corpus` writes the corpus manifest: its job
-CASES.update({
-    # generate: flags checked where they enter
-    "generate unknown device": Case([*GEN, "--device", "gpu"], "unknown device 'gpu'; choose auto, cpu, cuda"),
-    "generate malformed cuda index": Case([*GEN, "--device", "cuda:x"], "unknown device 'cuda:x'"),
-    "generate seed past 64 bits": Case([*GEN, "--seed", str(2**64)], "--seed: 18446744073709551616 must be at most 18,446,744,073,709,551,615 (the largest unsigned 64-bit integer)"),
-    "generate negative seed": Case([*GEN, "--seed", "-1"], "--seed: -1 must be at least 0 (see --help)"),
-    "generate threads past 64 bits": Case([*GEN, "--threads", str(2**64)], "--threads: 18446744073709551616"),
-    "generate zero threads": Case([*GEN, "--threads", "0"], "--threads: 0 is outside [1, 4096]"),
-    "generate negative threads": Case([*GEN, "--threads", "-4"], "--threads: -4 is outside"),
-    "max-new-tokens in float notation": Case([*GEN[:-1], "1e12"], "'1e12'"),
-    "prompt not utf-8": Case([*GEN[:3], "\udcff", *GEN[4:]], "--prompt is not valid UTF-8 text (byte 0xff at character 0)"),
-    "prompt with a bad byte inside": Case([*GEN[:3], "ab\udce9cd", *GEN[4:]], "(byte 0xe9 at character 2)"),
-    "run tokenizer deleted": Case(GEN, "tokenizer.json' is missing; copy back the tokenizer the run was trained with", _remove(f"{RUN}/tokenizer.json")),
-    # inspect: --out, --export-web and the default report folder, refused before the analysis
-    "inspect --out is a file": Case([*INSPECT[:-1], "afile"], "--out 'afile' is a file, not a folder", FILE),
-    "inspect --out through a file": Case([*INSPECT[:-1], "afile/rep"], "'afile' is a file, not a folder", FILE),
-    "inspect --out broken symlink": Case(INSPECT, "--out 'rep' is a broken symbolic link", _symlink("rep", "gone/rep")),
-    "inspect --out symlink loop": Case(INSPECT, "--out 'rep' is a broken symbolic link", _symlink("rep", "rep")),
-    "inspect --out read-only": Case([*INSPECT[:-1], "ro/rep"], "'ro' is not writable", _read_only("ro")),
-    "inspect report folder read-only": Case(["inspect", RUN], f"the report folder '{RUN}/report'", _read_only(RUN)),
-    "inspect --out name too long": Case([*INSPECT[:-1], "n" * 300], "the name is too long (ENAMETOOLONG)"),
-    "inspect --export-web is a folder": Case([*INSPECT, "--export-web", "text"], "--export-web 'text' is a folder"),
-    "inspect --export-web through a file": Case([*INSPECT, "--export-web", "afile/e.json"], "'afile' is a file", FILE),
-    "inspect --export-web broken symlink": Case([*INSPECT, "--export-web", "e.json"], "'e.json' is a broken symbolic link",
-                                                _symlink("e.json", "gone/e.json")),
-    "inspect --export-web read-only": Case([*INSPECT, "--export-web", "ro/e.json"], "'ro' is not writable", _read_only("ro")),
-    "inspect --export-web a FIFO": Case([*INSPECT, "--export-web", "fifo"], "'fifo' is not a regular file", _fifo("fifo")),
-    "inspect --tokens not utf-8": Case([*INSPECT, "--tokens", "\udcff"], "--tokens is not valid UTF-8 text (byte 0xff"),
-    # export hf: never into or over a run folder, never over what is not an earlier export
-    "export --force over its run": Case([*EXPORT, RUN, "--force"], f"--out '{RUN}' is or holds the run folder"),
-    "export --force over the folder holding its run": Case([*EXPORT, "runs", "--force"], "--out 'runs' is or holds the run"),
-    "export into its run": Case([*EXPORT, f"{RUN}/hf"], "is inside the run folder"),
-    "export --force over its checkpoint": Case([*EXPORT, str(CKPT), "--force"], "is inside the run folder"),
-    "export into another run": Case([*EXPORT, "runs/other/hf"], "is inside the run folder",
-                                    _write("runs/other/metrics.jsonl", "")),
-    "export --force over a folder holding a run": Case([*EXPORT, "keep", "--force"], "holds the run folder 'keep/run'",
-                                                       _steps(_write("keep/config.json", "{}"), _mkdir("keep/run/checkpoint"))),
-    "export --force over a folder with folders": Case([*EXPORT, "keep", "--force"], "holds the folder 'keep/sub'",
-                                                      _steps(_write("keep/config.json", "{}"), _mkdir("keep/sub"))),
-    "export --force over what is no export": Case([*EXPORT, "text", "--force"], "--out 'text' is no earlier export"),
-    "export over a non-empty folder": Case([*EXPORT, "text"], "--out 'text' already exists and is not empty"),
-    "export to a file": Case([*EXPORT, "afile"], "--out 'afile' is a file, not a folder", FILE),
-    "export through a file": Case([*EXPORT, "afile/hf"], "'afile' is a file, not a folder", FILE),
-    "export to a broken symlink": Case([*EXPORT, "hf"], "--out 'hf' is a broken symbolic link", _symlink("hf", "gone")),
-    "export to a symlink to a folder": Case([*EXPORT, "hf"], "--out 'hf' is a symbolic link (to 'text')", _symlink("hf", "text")),
-    "export into a read-only folder": Case([*EXPORT, "ro/hf"], "'ro' is not writable", _read_only("ro")),
-    "export with a file-size limit": Case([*EXPORT, "hf"], "'hf': file too large for the file-size limit", limits=FSIZE, slow=True),
-    "export --force with a file-size limit keeps the old export": Case(
-        [*EXPORT, "old", "--force"], "'old': file too large for the file-size limit", _write("old/config.json", "{}"),
-        limits=FSIZE, slow=True),
-    # export fixtures and experiment length
-    "fixtures --out is a file": Case(["export", "fixtures", "--out", "afile"], "--out 'afile' is a file", FILE),
-    "fixtures --out broken symlink": Case(["export", "fixtures", "--out", "fx"], "'fx' is a broken symbolic link",
-                                          _symlink("fx", "gone")),
-    "fixtures --out read-only": Case(["export", "fixtures", "--out", "ro/fx"], "'ro' is not writable", _read_only("ro")),
-    "length --out is a file": Case([*LENGTH, "--out", "afile"], "--out 'afile' is a file, not a folder", FILE),
-    "length --out read-only": Case([*LENGTH, "--out", "ro/len"], "'ro' is not writable", _read_only("ro")),
-    "length --out broken symlink": Case([*LENGTH, "--out", "len"], "--out 'len' is a broken symbolic link",
-                                        _symlink("len", "gone/len")),
-    "export through a symlink loop": Case([*EXPORT, "loop/hf"], "'loop' is a broken symbolic link", _symlink("loop", "loop")),
-    "length --export-web is a folder": Case([*LENGTH, "--out", "len", "--export-web", "text"], "--export-web 'text' is a folder"),
-    "length threads past 64 bits": Case([*LENGTH, "--threads", str(2**64)], "--threads: 18446744073709551616 is outside"),
-    "length negative jobs": Case([*LENGTH, "--jobs", "-1"], "--jobs: -1 is outside [0, 4096]"),
-    "length too many seeds": Case([*LENGTH, "--seeds", "100000"], "--seeds 100000 is more than 1000"),
-    # experiment tasks (issue 27): every grid mistake before a model trains
-    "tasks unknown task": Case([*TASKS, "--tasks", "copy", "sorting"], "unknown task 'sorting'; choose one of copy,"),
-    "tasks unknown scheme": Case([*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"),
-    "tasks unknown row option": Case([*TASKS, "--schemes", "rope+randomized"], "'randomized' is not random, ssmax or nopeK"),
-    "tasks nope layer past the model": Case([*TASKS, "--schemes", "rope+nope5"], "layer 5 is not one of 0 .. 0"),
-    "tasks randomized nope": Case([*TASKS, "--schemes", "nope+random"], "nope reads no position ids"),
-    "tasks test size below training": Case([*TASKS, "--factors", "0", "2"], "factors [0, 2] must be at least 1"),
-    "tasks too few seeds": Case([*TASKS, "--seeds", "0"], "--seeds: 0 is outside [1, 1000]"),
-    "tasks target past 1": Case([*TASKS, "--target", "1.5"], "--target 1.5 must be in (0, 1]: a share"),
-    "tasks target not a number": Case([*TASKS, "--target", "nan"], "--target nan must be in (0, 1]"),
-    "tasks --check-every 0": Case([*TASKS, "--check-every", "0"], "--check-every: 0 is outside [1, 10000000"),
-    "tasks mqar past its keys": Case([*TASKS, "--tasks", "mqar", "--factors", "16"], "mqar has sizes up to 64 pairs; a factor of 16 asks for 128"),
-    "tasks --only not a cell": Case([*TASKS, "--only", "copy:rope:7"], "copy:rope:7 is not a cell"),
-    "tasks --only malformed": Case([*TASKS, "--only", "copy:rope"], "must look like TASK:SCHEME:SEED"),
-    "tasks --out is a file": Case([*TASKS, "--out", "afile"], "--out 'afile' is a file, not a folder", FILE),
-    "tasks --collect with no cells": Case([*TASKS, "--collect", "--out", "text"], "no cells"),
-    # standard output and memory, as real processes
-    "generate into a closed pipe": Case(GEN, "", status=141, stdout="closed"),
-    "model --dry-run into a closed pipe": Case(["model", "--dry-run"], "", status=141, stdout="closed"),
-    "corpus into a closed pipe": Case(CORPUS, "", status=141, stdout="closed", changes=CORPUS_WRITES),
-    "generate to a full device": Case(GEN, "standard output: no space left on the device (ENOSPC)", stdout="full",
-                                      slow=True),
-    "corpus to a full device": Case(CORPUS, "standard output: no space left", stdout="full", changes=CORPUS_WRITES),
-    "model too large to allocate": Case(HUGE_MODEL, "out of memory: tried to allocate 14.6 GiB at once", limits=AS),
-})  # fmt: skip
+CASES.update(
+    {
+        # generate: flags checked where they enter
+        "generate unknown device": Case(
+            [*GEN, "--device", "gpu"], "unknown device 'gpu'; choose auto, cpu, cuda"
+        ),
+        "generate malformed cuda index": Case([*GEN, "--device", "cuda:x"], "unknown device 'cuda:x'"),
+        "generate seed past 64 bits": Case(
+            [*GEN, "--seed", str(2**64)],
+            "--seed: 18446744073709551616 must be at most 18,446,744,073,709,551,615 (the largest unsigned 64-bit integer)",
+        ),
+        "generate negative seed": Case([*GEN, "--seed", "-1"], "--seed: -1 must be at least 0 (see --help)"),
+        "generate threads past 64 bits": Case(
+            [*GEN, "--threads", str(2**64)], "--threads: 18446744073709551616"
+        ),
+        "generate zero threads": Case([*GEN, "--threads", "0"], "--threads: 0 is outside [1, 4096]"),
+        "generate negative threads": Case([*GEN, "--threads", "-4"], "--threads: -4 is outside"),
+        "max-new-tokens in float notation": Case([*GEN[:-1], "1e12"], "'1e12'"),
+        "prompt not utf-8": Case(
+            [*GEN[:3], "\udcff", *GEN[4:]], "--prompt is not valid UTF-8 text (byte 0xff at character 0)"
+        ),
+        "prompt with a bad byte inside": Case(
+            [*GEN[:3], "ab\udce9cd", *GEN[4:]], "(byte 0xe9 at character 2)"
+        ),
+        "run tokenizer deleted": Case(
+            GEN,
+            "tokenizer.json' is missing; copy back the tokenizer the run was trained with",
+            _remove(f"{RUN}/tokenizer.json"),
+        ),
+        # inspect: --out, --export-web and the default report folder, refused before the analysis
+        "inspect --out is a file": Case(
+            [*INSPECT[:-1], "afile"], "--out 'afile' is a file, not a folder", FILE
+        ),
+        "inspect --out through a file": Case(
+            [*INSPECT[:-1], "afile/rep"], "'afile' is a file, not a folder", FILE
+        ),
+        "inspect --out broken symlink": Case(
+            INSPECT, "--out 'rep' is a broken symbolic link", _symlink("rep", "gone/rep")
+        ),
+        "inspect --out symlink loop": Case(
+            INSPECT, "--out 'rep' is a broken symbolic link", _symlink("rep", "rep")
+        ),
+        "inspect --out read-only": Case([*INSPECT[:-1], "ro/rep"], "'ro' is not writable", _read_only("ro")),
+        "inspect report folder read-only": Case(
+            ["inspect", RUN], f"the report folder '{RUN}/report'", _read_only(RUN)
+        ),
+        "inspect --out name too long": Case(
+            [*INSPECT[:-1], "n" * 300], "the name is too long (ENAMETOOLONG)"
+        ),
+        "inspect --export-web is a folder": Case(
+            [*INSPECT, "--export-web", "text"], "--export-web 'text' is a folder"
+        ),
+        "inspect --export-web through a file": Case(
+            [*INSPECT, "--export-web", "afile/e.json"], "'afile' is a file", FILE
+        ),
+        "inspect --export-web broken symlink": Case(
+            [*INSPECT, "--export-web", "e.json"],
+            "'e.json' is a broken symbolic link",
+            _symlink("e.json", "gone/e.json"),
+        ),
+        "inspect --export-web read-only": Case(
+            [*INSPECT, "--export-web", "ro/e.json"], "'ro' is not writable", _read_only("ro")
+        ),
+        "inspect --export-web a FIFO": Case(
+            [*INSPECT, "--export-web", "fifo"], "'fifo' is not a regular file", _fifo("fifo")
+        ),
+        "inspect --tokens not utf-8": Case(
+            [*INSPECT, "--tokens", "\udcff"], "--tokens is not valid UTF-8 text (byte 0xff"
+        ),
+        # export hf: never into or over a run folder, never over what is not an earlier export
+        "export --force over its run": Case(
+            [*EXPORT, RUN, "--force"], f"--out '{RUN}' is or holds the run folder"
+        ),
+        "export --force over the folder holding its run": Case(
+            [*EXPORT, "runs", "--force"], "--out 'runs' is or holds the run"
+        ),
+        "export into its run": Case([*EXPORT, f"{RUN}/hf"], "is inside the run folder"),
+        "export --force over its checkpoint": Case(
+            [*EXPORT, str(CKPT), "--force"], "is inside the run folder"
+        ),
+        "export into another run": Case(
+            [*EXPORT, "runs/other/hf"], "is inside the run folder", _write("runs/other/metrics.jsonl", "")
+        ),
+        "export --force over a folder holding a run": Case(
+            [*EXPORT, "keep", "--force"],
+            "holds the run folder 'keep/run'",
+            _steps(_write("keep/config.json", "{}"), _mkdir("keep/run/checkpoint")),
+        ),
+        "export --force over a folder with folders": Case(
+            [*EXPORT, "keep", "--force"],
+            "holds the folder 'keep/sub'",
+            _steps(_write("keep/config.json", "{}"), _mkdir("keep/sub")),
+        ),
+        "export --force over what is no export": Case(
+            [*EXPORT, "text", "--force"], "--out 'text' is no earlier export"
+        ),
+        "export over a non-empty folder": Case(
+            [*EXPORT, "text"], "--out 'text' already exists and is not empty"
+        ),
+        "export to a file": Case([*EXPORT, "afile"], "--out 'afile' is a file, not a folder", FILE),
+        "export through a file": Case([*EXPORT, "afile/hf"], "'afile' is a file, not a folder", FILE),
+        "export to a broken symlink": Case(
+            [*EXPORT, "hf"], "--out 'hf' is a broken symbolic link", _symlink("hf", "gone")
+        ),
+        "export to a symlink to a folder": Case(
+            [*EXPORT, "hf"], "--out 'hf' is a symbolic link (to 'text')", _symlink("hf", "text")
+        ),
+        "export into a read-only folder": Case([*EXPORT, "ro/hf"], "'ro' is not writable", _read_only("ro")),
+        "export with a file-size limit": Case(
+            [*EXPORT, "hf"], "'hf': file too large for the file-size limit", limits=FSIZE, slow=True
+        ),
+        "export --force with a file-size limit keeps the old export": Case(
+            [*EXPORT, "old", "--force"],
+            "'old': file too large for the file-size limit",
+            _write("old/config.json", "{}"),
+            limits=FSIZE,
+            slow=True,
+        ),
+        # export fixtures and experiment length
+        "fixtures --out is a file": Case(
+            ["export", "fixtures", "--out", "afile"], "--out 'afile' is a file", FILE
+        ),
+        "fixtures --out broken symlink": Case(
+            ["export", "fixtures", "--out", "fx"], "'fx' is a broken symbolic link", _symlink("fx", "gone")
+        ),
+        "fixtures --out read-only": Case(
+            ["export", "fixtures", "--out", "ro/fx"], "'ro' is not writable", _read_only("ro")
+        ),
+        "length --out is a file": Case(
+            [*LENGTH, "--out", "afile"], "--out 'afile' is a file, not a folder", FILE
+        ),
+        "length --out read-only": Case(
+            [*LENGTH, "--out", "ro/len"], "'ro' is not writable", _read_only("ro")
+        ),
+        "length --out broken symlink": Case(
+            [*LENGTH, "--out", "len"], "--out 'len' is a broken symbolic link", _symlink("len", "gone/len")
+        ),
+        "export through a symlink loop": Case(
+            [*EXPORT, "loop/hf"], "'loop' is a broken symbolic link", _symlink("loop", "loop")
+        ),
+        "length --export-web is a folder": Case(
+            [*LENGTH, "--out", "len", "--export-web", "text"], "--export-web 'text' is a folder"
+        ),
+        "length threads past 64 bits": Case(
+            [*LENGTH, "--threads", str(2**64)], "--threads: 18446744073709551616 is outside"
+        ),
+        "length negative jobs": Case([*LENGTH, "--jobs", "-1"], "--jobs: -1 is outside [0, 4096]"),
+        "length too many seeds": Case([*LENGTH, "--seeds", "100000"], "--seeds 100000 is more than 1000"),
+        # experiment tasks (issue 27): every grid mistake before a model trains
+        "tasks unknown task": Case(
+            [*TASKS, "--tasks", "copy", "sorting"], "unknown task 'sorting'; choose one of copy,"
+        ),
+        "tasks unknown scheme": Case(
+            [*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"
+        ),
+        "tasks unknown row option": Case(
+            [*TASKS, "--schemes", "rope+randomized"], "'randomized' is not random, ssmax or nopeK"
+        ),
+        "tasks nope layer past the model": Case(
+            [*TASKS, "--schemes", "rope+nope5"], "layer 5 is not one of 0 .. 0"
+        ),
+        "tasks randomized nope": Case([*TASKS, "--schemes", "nope+random"], "nope reads no position ids"),
+        "tasks test size below training": Case(
+            [*TASKS, "--factors", "0", "2"], "factors [0, 2] must be at least 1"
+        ),
+        "tasks too few seeds": Case([*TASKS, "--seeds", "0"], "--seeds: 0 is outside [1, 1000]"),
+        "tasks target past 1": Case([*TASKS, "--target", "1.5"], "--target 1.5 must be in (0, 1]: a share"),
+        "tasks target not a number": Case([*TASKS, "--target", "nan"], "--target nan must be in (0, 1]"),
+        "tasks --check-every 0": Case(
+            [*TASKS, "--check-every", "0"], "--check-every: 0 is outside [1, 10000000"
+        ),
+        "tasks mqar past its keys": Case(
+            [*TASKS, "--tasks", "mqar", "--factors", "16"],
+            "mqar has sizes up to 64 pairs; a factor of 16 asks for 128",
+        ),
+        "tasks --only not a cell": Case([*TASKS, "--only", "copy:rope:7"], "copy:rope:7 is not a cell"),
+        "tasks --only malformed": Case([*TASKS, "--only", "copy:rope"], "must look like TASK:SCHEME:SEED"),
+        "tasks --out is a file": Case(
+            [*TASKS, "--out", "afile"], "--out 'afile' is a file, not a folder", FILE
+        ),
+        "tasks --collect with no cells": Case([*TASKS, "--collect", "--out", "text"], "no cells"),
+        # standard output and memory, as real processes
+        "generate into a closed pipe": Case(GEN, "", status=141, stdout="closed"),
+        "model --dry-run into a closed pipe": Case(["model", "--dry-run"], "", status=141, stdout="closed"),
+        "corpus into a closed pipe": Case(CORPUS, "", status=141, stdout="closed", changes=CORPUS_WRITES),
+        "generate to a full device": Case(
+            GEN, "standard output: no space left on the device (ENOSPC)", stdout="full", slow=True
+        ),
+        "corpus to a full device": Case(
+            CORPUS, "standard output: no space left", stdout="full", changes=CORPUS_WRITES
+        ),
+        "model too large to allocate": Case(
+            HUGE_MODEL, "out of memory: tried to allocate 14.6 GiB at once", limits=AS
+        ),
+    }
+)
 # --- issue 31: one vocabulary of flags; a flag a command would ignore is refused ---------------------------------
-CASES.update({
-    "length --position": Case([*LENGTH, "--position", "rope"], "--position rope: octlm experiment length trains every scheme of --schemes; use --schemes rope"),
-    "length --set model.position": Case([*LENGTH, "--set", "model.position=t5"], "use --schemes t5"),
-    "length --context-length": Case([*LENGTH, "--context-length", "32"], "use --train-length 32"),
-    "length --sample-tokens": Case([*LENGTH, "--set", "train.sample_tokens=5"], "the experiment prints no samples"),
-    "model --set of a train field": Case(["model", "--set", "train.steps=5"], "this command does not read train.steps"),
-    "model given a train flag": Case(["model", "--steps", "5"], "unrecognized arguments: --steps 5"),
-    "export without --out": Case(["export", "hf", RUN], f"give the folder to write: octlm export hf {RUN} --out DIR"),
-    "export onnx without a run": Case(["export", "onnx", "--out", "o"], "give the run folder to read first"),
-    "train --out beside --name": Case(["train", "--out", "runs/a", "--name", "b"], "--out 'runs/a' names the run folder; leave out --name"),
-    "train --out of no folder name": Case(["train", "--out", "runs/.."], "must end in the run's own folder name"),
-    "train negative steps": Case(["train", "--steps", "-5"], "train.steps = -5 must be at least 1"),
-})  # fmt: skip
+CASES.update(
+    {
+        "length --position": Case(
+            [*LENGTH, "--position", "rope"],
+            "--position rope: octlm experiment length trains every scheme of --schemes; use --schemes rope",
+        ),
+        "length --set model.position": Case([*LENGTH, "--set", "model.position=t5"], "use --schemes t5"),
+        "length --context-length": Case([*LENGTH, "--context-length", "32"], "use --train-length 32"),
+        "length --sample-tokens": Case(
+            [*LENGTH, "--set", "train.sample_tokens=5"], "the experiment prints no samples"
+        ),
+        "model --set of a train field": Case(
+            ["model", "--set", "train.steps=5"], "this command does not read train.steps"
+        ),
+        "model given a train flag": Case(["model", "--steps", "5"], "unrecognized arguments: --steps 5"),
+        "export without --out": Case(
+            ["export", "hf", RUN], f"give the folder to write: octlm export hf {RUN} --out DIR"
+        ),
+        "export onnx without a run": Case(
+            ["export", "onnx", "--out", "o"], "give the run folder to read first"
+        ),
+        "train --out beside --name": Case(
+            ["train", "--out", "runs/a", "--name", "b"],
+            "--out 'runs/a' names the run folder; leave out --name",
+        ),
+        "train --out of no folder name": Case(
+            ["train", "--out", "runs/.."], "must end in the run's own folder name"
+        ),
+        "train negative steps": Case(["train", "--steps", "-5"], "train.steps = -5 must be at least 1"),
+    }
+)
 if not torch.cuda.is_available():
     CASES["generate cuda without a GPU"] = Case(
         [*GEN, "--device", "cuda"], "--device = 'cuda' but CUDA is not"
@@ -405,8 +549,16 @@ def run_process(case: Case) -> tuple[int, str]:
 
     env = dict(quiet_env(), PYTHONDONTWRITEBYTECODE="1")  # no .pyc writes under the file-size limit
     try:
-        done = subprocess.run([PYTHON, "-m", "octlm", *case.argv], stdout=out, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=Path.cwd(), preexec_fn=limit if limits else None, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [PYTHON, "-m", "octlm", *case.argv],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=Path.cwd(),
+            preexec_fn=limit if limits else None,
+            timeout=300,
+        )
     finally:
         os.close(out)
     return done.returncode, done.stderr

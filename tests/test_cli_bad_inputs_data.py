@@ -217,7 +217,7 @@ CASES: dict[str, Case] = {
         ["model", "--config", "nul.toml"],
         "data.data_dir = 'a\\x00b' holds a NUL",
         _write("nul.toml", '[data]\ndata_dir = "a\\u0000b"\n'),
-    ),  # fmt: skip
+    ),
     "TOML nan": Case(
         ["model", "--config", "nan.toml"],
         "model.sinusoidal_scale = nan",
@@ -227,12 +227,12 @@ CASES: dict[str, Case] = {
         ["model", "--config", "big.toml"],
         "train.steps = 1180591620717411303424 does not fit in 64 bits",
         _write("big.toml", f"[train]\nsteps = {2**70}\n"),
-    ),  # fmt: skip
+    ),
     "TOML integer of 5,000 digits": Case(
         ["model", "--config", "huge.toml"],
         "'huge.toml' is not valid TOML: Exceeds the limit",
         _write("huge.toml", f"[train]\nsteps = {DIGITS_5000}\n"),
-    ),  # fmt: skip
+    ),
     # --text inputs that are not text files: refused by name, never opened
     "broken link in a text folder": Case(
         corpus("text"),
@@ -259,7 +259,7 @@ CASES: dict[str, Case] = {
         corpus("/proc/1/mem", "text"),
         "could not read '/proc/1/mem': Permission denied (EACCES)",
         _needs_permission_error("/proc/1/mem"),
-    ),  # fmt: skip
+    ),
     "input/output error reading a file": Case(
         corpus("/proc/self/mem", "text"), "could not read '/proc/self/mem': Input/output error (EIO)"
     ),
@@ -277,7 +277,7 @@ CASES: dict[str, Case] = {
         ["data", "--text", "text", "--vocab-size", "270", "--data-dir", "ro"],
         "operation not permitted (an immutable or append-only attribute, or a protected path) (EPERM)",
         _immutable("ro"),
-    ),  # fmt: skip
+    ),
     "corpus manifest into a file": Case(
         ["corpus", "--text", "text", "--data-dir", "afile"], "'afile/corpus-"
     ),
@@ -344,8 +344,14 @@ def test_catalogue_size() -> None:
 
 def test_fifo_never_hangs_a_real_process(workspace: Path) -> None:
     os.mkfifo("text/pipe")
-    proc = subprocess.run([PYTHON, "-m", "octlm", "corpus", "--text", "text", "--data-dir", "data"], cwd=workspace,
-                          env=quiet_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [PYTHON, "-m", "octlm", "corpus", "--text", "text", "--data-dir", "data"],
+        cwd=workspace,
+        env=quiet_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     check_one_line(proc.returncode, proc.stderr, "'text/pipe' is a named pipe (FIFO)")
 
 
@@ -356,9 +362,15 @@ def test_file_size_limit_while_encoding_is_one_line_and_leaves_no_temporary(work
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
-    proc = subprocess.run([PYTHON, "-m", "octlm", "data", "--text", "text", "--data-dir", "fresh", "--vocab-size",
-                           VOCAB], cwd=workspace, env=quiet_env(), capture_output=True, text=True, timeout=120,
-                          preexec_fn=limit)  # fmt: skip
+    proc = subprocess.run(
+        [PYTHON, "-m", "octlm", "data", "--text", "text", "--data-dir", "fresh", "--vocab-size", VOCAB],
+        cwd=workspace,
+        env=quiet_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
     check_one_line(
         proc.returncode,
         proc.stderr,

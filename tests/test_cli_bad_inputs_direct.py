@@ -25,10 +25,22 @@ template = bad_inputs.template  # its module-scoped fixture, which pytest finds 
 
 def test_real_process_exit_codes(tmp_path: Path) -> None:
     (tmp_path / "blob.bin").write_bytes(b"\x00binary")
-    cases = [(["frobnicate"], "'frobnicate'"), (["corpus", "--text", "blob.bin"], "looks binary"),
-             (["corpus", "--text", "missing.txt"], "'missing.txt'")]  # fmt: skip
-    procs = [subprocess.Popen([PYTHON, "-m", "octlm", *argv], cwd=tmp_path, env=quiet_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for argv, _ in cases]  # fmt: skip
+    cases = [
+        (["frobnicate"], "'frobnicate'"),
+        (["corpus", "--text", "blob.bin"], "looks binary"),
+        (["corpus", "--text", "missing.txt"], "'missing.txt'"),
+    ]
+    procs = [
+        subprocess.Popen(
+            [PYTHON, "-m", "octlm", *argv],
+            cwd=tmp_path,
+            env=quiet_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for argv, _ in cases
+    ]
     for proc, (_argv, needle) in zip(procs, cases, strict=True):
         _out, err = proc.communicate(timeout=60)
         check_one_line(proc.returncode, err, needle)
@@ -52,8 +64,18 @@ def test_real_process_exit_codes(tmp_path: Path) -> None:
     ids=["id too large", "negative id", "longer than learned table", "float ids", "empty"],
 )
 def test_decoder_refuses_bad_ids(ids: list[list[float]], needle: str) -> None:
-    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "d_ff": 64, "context_length": 16}})  # fmt: skip
+    config = config_from_dict(
+        {
+            "model": {
+                "vocab_size": 260,
+                "d_model": 32,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 64,
+                "context_length": 16,
+            }
+        }
+    )
     model = Decoder(config.model)
     tensor = torch.tensor(ids) if ids != [[]] else torch.zeros((1, 0), dtype=torch.long)
     with pytest.raises(UserError) as info:

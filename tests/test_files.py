@@ -32,7 +32,9 @@ def umask(mask: int) -> Iterator[None]:
 
 
 def modes(folder: Path) -> dict[str, int]:
-    return {p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(folder).as_posix(): p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("mask", [0o077, 0o002])
@@ -58,7 +60,12 @@ def test_every_file_of_a_run_and_its_export_has_one_mode(tmp_path: Path, mask: i
         assert code == 0, err
         export_hf(tmp_path / "runs" / "day1-learned", tmp_path / "export")
     found = modes(tmp_path / "runs") | {f"export/{k}": v for k, v in modes(tmp_path / "export").items()}
-    for name in ("day1-learned/checkpoint/model.safetensors", "day1-learned/metrics.jsonl",
-                 "day1-learned/tokenizer.json", "day1-learned/report/report.md", "export/model.safetensors"):  # fmt: skip
+    for name in (
+        "day1-learned/checkpoint/model.safetensors",
+        "day1-learned/metrics.jsonl",
+        "day1-learned/tokenizer.json",
+        "day1-learned/report/report.md",
+        "export/model.safetensors",
+    ):
         assert name in found
     assert {name: mode for name, mode in found.items() if mode != 0o666 & ~mask} == {}

@@ -90,17 +90,30 @@ def functions(root: Path) -> dict[str, tool.Function]:
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(root / "scripts" / "mutation.py"), *args], cwd=root,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(root / "scripts" / "mutation.py"), *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def write_meta(root: Path, codes: dict[str, int], hashes: dict[str, str]) -> None:
     """mutants/pkg/m.py.meta as mutmut 3 writes it after a run."""
     meta = root / "mutants" / "pkg" / "m.py.meta"
     meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"exit_code_by_key": codes, "hash_by_function_name": hashes,
-                                "type_check_error_by_key": {}, "durations_by_key": {},
-                                "estimated_durations_by_key": {}}))  # fmt: skip
+    meta.write_text(
+        json.dumps(
+            {
+                "exit_code_by_key": codes,
+                "hash_by_function_name": hashes,
+                "type_check_error_by_key": {},
+                "durations_by_key": {},
+                "estimated_durations_by_key": {},
+            }
+        )
+    )
 
 
 def test_core_functions_are_named_hashed_and_counted_as_mutmut_does(project: Path):
@@ -129,9 +142,11 @@ def test_results_are_scored_and_only_fully_tested_functions_go_on_record(project
     found = functions(project)
     add, scale = found["pkg.m.x_add"], found["pkg.m.xǁCǁscale"]
     # add's one mutant killed; scale's first killed, its second survived (exit codes as mutmut writes them).
-    write_meta(project, {"pkg.m.x_add__mutmut_1": 1, "pkg.m.xǁCǁscale__mutmut_1": 1,
-                         "pkg.m.xǁCǁscale__mutmut_2": 0},
-               {"x_add": add.digest, "xǁCǁscale": scale.digest})  # fmt: skip
+    write_meta(
+        project,
+        {"pkg.m.x_add__mutmut_1": 1, "pkg.m.xǁCǁscale__mutmut_1": 1, "pkg.m.xǁCǁscale__mutmut_2": 0},
+        {"x_add": add.digest, "xǁCǁscale": scale.digest},
+    )
     settings = tool.Settings.read(project)
     results = {o.function.key: o for o in tool.outcomes(settings, [add, scale])}
     assert results["pkg.m.x_add"].live == []
@@ -151,8 +166,13 @@ def test_results_are_scored_and_only_fully_tested_functions_go_on_record(project
     assert [o.live for o in again] == [[], []]
     assert tool.write_record(settings, [add, scale], again) == 2
     record = json.loads((project / "docs" / "mutation-record.json").read_text())["functions"]
-    assert record["pkg.m.xǁCǁscale"] == {"hash": scale.digest, "mutants": 2, "killed": 1, "timeout": 0,
-                                        "equivalent": 1}  # fmt: skip
+    assert record["pkg.m.xǁCǁscale"] == {
+        "hash": scale.digest,
+        "mutants": 2,
+        "killed": 1,
+        "timeout": 0,
+        "equivalent": 1,
+    }
 
 
 def test_results_for_other_source_are_not_checked_and_gone_functions_leave_the_record(project: Path):
@@ -187,8 +207,22 @@ def test_a_hand_broken_record_is_one_line_naming_it(project: Path):
 def test_nothing_unrecorded_runs_nothing_and_passes(project: Path):
     settings = tool.Settings.read(project)
     found = list(functions(project).values())
-    settings.record.write_text(json.dumps({"functions": {f.key: {"hash": f.digest, "mutants": f.mutants,
-                               "killed": f.mutants, "timeout": 0, "equivalent": 0} for f in found}}))  # fmt: skip
+    settings.record.write_text(
+        json.dumps(
+            {
+                "functions": {
+                    f.key: {
+                        "hash": f.digest,
+                        "mutants": f.mutants,
+                        "killed": f.mutants,
+                        "timeout": 0,
+                        "equivalent": 0,
+                    }
+                    for f in found
+                }
+            }
+        )
+    )
     done = run(project, "--unrecorded")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to mutate: every core function is on record as it is now" in done.stdout
@@ -199,8 +233,13 @@ def test_nothing_unrecorded_runs_nothing_and_passes(project: Path):
 def test_a_reader_that_goes_away_ends_it_quietly(project: Path):
     """`| true` exits before the script (a second or so of importing mutmut) writes its first line: that write
     meets a closed pipe. The script ends as a shell pipeline's writer does, 141 and no traceback."""
-    done = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} scripts/mutation.py --unrecorded "
-                           "--report | true"], cwd=project, capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {sys.executable} scripts/mutation.py --unrecorded --report | true"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (done.returncode, done.stderr) == (141, "")
 
 

@@ -28,9 +28,14 @@ CPU = torch.device("cpu")
 
 @pytest.mark.parametrize(
     ("flags", "kind"),
-    [(SAPPHIRE_RAPIDS, "AMX"), (ZEN4, "AVX512-BF16"), (SKYLAKE, "none"), ("", "none"),
-     ("xavx512_bf16 amx_bf16x avx512_bf16_extra", "none")],  # whole flags only, never substrings
-)  # fmt: skip
+    [
+        (SAPPHIRE_RAPIDS, "AMX"),
+        (ZEN4, "AVX512-BF16"),
+        (SKYLAKE, "none"),
+        ("", "none"),
+        ("xavx512_bf16 amx_bf16x avx512_bf16_extra", "none"),
+    ],  # whole flags only, never substrings
+)
 def test_bf16_support_from_flags(flags: str, kind: str) -> None:
     support = bf16_support_from_flags(flags, "AVX512")
     assert support.kind == kind
@@ -66,8 +71,12 @@ def test_cpu_bf16_support_on_this_machine() -> None:
 def test_autocast_follows_train_dtype() -> None:
     layer = torch.nn.Linear(8, 4)
     x = torch.randn(2, 8)
-    expected_dtypes = {"bf16": torch.bfloat16, "bf16-autocast": torch.bfloat16, "fp32": torch.float32,
-                       "auto": torch.float32}  # fmt: skip
+    expected_dtypes = {
+        "bf16": torch.bfloat16,
+        "bf16-autocast": torch.bfloat16,
+        "fp32": torch.float32,
+        "auto": torch.float32,
+    }
     for dtype, expected in expected_dtypes.items():
         with autocast(CPU, dtype):
             assert layer(x).dtype == expected, dtype
@@ -105,8 +114,9 @@ def test_bf16_logits_close_to_fp32(position: str) -> None:
     mantissa (relative rounding 2^-9 = 0.002 per matmul input); measured max |error| 0.0030 (learned), 0.0043
     (rope), 0.0045 (alibi) on logits whose std is 0.162-0.164, i.e. 1.9-2.8% of it; the tolerance is 4%."""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, d_ff=256, context_length=64,
-                         position=position)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=512, d_model=64, n_layers=2, n_heads=4, d_ff=256, context_length=64, position=position
+    )
     model = Decoder(config).eval()
     ids = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -136,13 +146,20 @@ def train_args(root: Path, corpus: Path, dtype: str) -> argparse.Namespace:
 
 @pytest.mark.parametrize(
     ("dtype", "support", "notices"),
-    [("bf16", BF16Support("none", "fake: no flags"), 1), ("bf16", BF16Support("AVX512-BF16", "fake"), 0),
-     ("fp32", BF16Support("none", "fake: no flags"), 0)],
-)  # fmt: skip
+    [
+        ("bf16", BF16Support("none", "fake: no flags"), 1),
+        ("bf16", BF16Support("AVX512-BF16", "fake"), 0),
+        ("fp32", BF16Support("none", "fake: no flags"), 0),
+    ],
+)
 def test_train_says_once_that_bf16_is_slow_without_native_support(
-    tmp_path: Path, corpus: Path, capsys: pytest.CaptureFixture[str], dtype: str, support: BF16Support,
+    tmp_path: Path,
+    corpus: Path,
+    capsys: pytest.CaptureFixture[str],
+    dtype: str,
+    support: BF16Support,
     notices: int,
-) -> None:  # fmt: skip
+) -> None:
     assert train_command.run(train_args(tmp_path, corpus, dtype), bf16=support) == 0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if NOTICE in line]
@@ -167,8 +184,9 @@ def test_cuda_logits_and_cache_match_cpu(position: str) -> None:
     """fp32 on CUDA against fp32 on CPU (tolerance 1e-4: different kernels sum in other orders), and the KV
     cache on CUDA against a full pass there."""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=4, d_ff=256, context_length=64,
-                         position=position)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=512, d_model=64, n_layers=2, n_heads=4, d_ff=256, context_length=64, position=position
+    )
     model = Decoder(config).eval()
     ids = torch.randint(0, 512, (2, 48), generator=torch.Generator().manual_seed(1))
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 here
@@ -209,8 +227,11 @@ def test_benchmark_reports_bf16_support_peaks_and_modes(monkeypatch: pytest.Monk
     import measure_train
     import render
 
-    monkeypatch.setitem(measure.CONFIGS, "tiny", dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2,
-                                                      context_length=16, batch=2))  # fmt: skip
+    monkeypatch.setitem(
+        measure.CONFIGS,
+        "tiny",
+        dict(vocab_size=300, d_model=32, n_layers=1, n_heads=2, context_length=16, batch=2),
+    )
     peak = measure.bench_peak([64], 1)
     assert peak["peak_gflops"] > 0 and peak["bf16"]["peak_gflops"] > 0
     assert peak["bf16_over_fp32"] == peak["bf16"]["peak_gflops"] / peak["peak_gflops"]

@@ -106,8 +106,14 @@ def test_torch_threads_none_sets_the_share_and_restores(monkeypatch: pytest.Monk
 def test_train_says_why_it_uses_fewer_threads(spinner: int, tmp_path: Path) -> None:
     env = {k: v for k, v in quiet_env().items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     flags = tiny_flags(tmp_path, write_corpus(tmp_path / "corpus"), steps=2)
-    done = subprocess.run([PYTHON, "-m", "octlm", "train", *flags, "--name", "busy"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [PYTHON, "-m", "octlm", "train", *flags, "--name", "busy"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()  # with the progress lines, right under the one that names the threads
     notes = [i for i, line in enumerate(lines) if line.startswith("note: the machine is busy")]
@@ -115,8 +121,14 @@ def test_train_says_why_it_uses_fewer_threads(spinner: int, tmp_path: Path) -> N
     assert lines[notes[0] - 1].startswith("training busy on cpu") and lines[notes[0] - 1].endswith(
         "1 CPU thread(s)"
     )
-    refused = subprocess.run([PYTHON, "-m", "octlm", "train", *flags, "--name", "busy", "--context-length", "600"],
-                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    refused = subprocess.run(
+        [PYTHON, "-m", "octlm", "train", *flags, "--name", "busy", "--context-length", "600"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert (
         refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
     )  # a refusal is its one line alone

@@ -44,9 +44,15 @@ class SignalServer(ForkServer):
 
     def __init__(self) -> None:
         self._json = json
-        self.proc = subprocess.Popen([PYTHON, tiny.__file__, "serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=quiet_env(), text=True, cwd=tiny.ROOT,
-                                     preexec_fn=default_signals)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [PYTHON, tiny.__file__, "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=quiet_env(),
+            text=True,
+            cwd=tiny.ROOT,
+            preexec_fn=default_signals,
+        )
         assert self.proc.stdout is not None and "ready" in self.proc.stdout.readline()
 
     def pid_of_child(self, timeout: float = 30) -> int:
@@ -135,8 +141,11 @@ def signal_during(
 
 def _trials() -> list[tuple[str, int, int, float]]:
     rng = random.Random(20240601)
-    return [(f"{signal.Signals(s).name}-{i}", s, rng.randrange(3, STEPS - 12, 3), round(rng.uniform(0, 0.01), 4))
-            for s in SIGNALS for i in range(3)]  # fmt: skip
+    return [
+        (f"{signal.Signals(s).name}-{i}", s, rng.randrange(3, STEPS - 12, 3), round(rng.uniform(0, 0.01), 4))
+        for s in SIGNALS
+        for i in range(3)
+    ]
 
 
 TRIALS = _trials()
@@ -185,13 +194,22 @@ def test_a_stop_before_the_first_evaluation_leaves_records(siglab: SigLab, tmp_p
     assert [(r["step"], r.get("stopped")) for r in records] == [(0, None), (step, True)] and step >= 3
     # The same seed: the same untrained model, so the same figures at step 0 as the reference run's.
     assert records[0] == metrics(siglab.reference)[0]
-    assert sorted(records[1]) == ["lr", "step", "stopped", "tokens", "train_loss", "val_bpb", "val_loss",
-                                  "val_perplexity"]  # fmt: skip
+    assert sorted(records[1]) == [
+        "lr",
+        "step",
+        "stopped",
+        "tokens",
+        "train_loss",
+        "val_bpb",
+        "val_loss",
+        "val_perplexity",
+    ]
     assert records[1]["tokens"] == step * 4 * 16 and records[1]["val_loss"] < records[0]["val_loss"]
 
     log = tmp_path / "resume.log"
-    reply = siglab.server.run(["train", "--resume", str(run_dir), "--steps", str(step + 2), "--no-progress"],
-                              siglab.root, log)  # fmt: skip
+    reply = siglab.server.run(
+        ["train", "--resume", str(run_dir), "--steps", str(step + 2), "--no-progress"], siglab.root, log
+    )
     assert reply["rc"] == 0, log.read_text()
     assert [r["step"] for r in metrics(run_dir)] == [0, step + 2]
 
@@ -227,8 +245,15 @@ def held(siglab: SigLab, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Pat
     out = f"train.out_dir={siglab.root / 'runs'}"
     flags = [f"train.out_dir={tmp_path / 'runs'}" if flag == out else flag for flag in siglab.flags]
     argv = [PYTHON, "-c", HELD, str(hold), "train", *flags, "--name", "held", "--no-progress"]
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=quiet_env(), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=default_signals)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=quiet_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_signals,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (run_dir / "checkpoint" / "config.json").is_file():
@@ -275,8 +300,10 @@ def test_a_second_writer_is_refused_and_readers_work(
     proc, hold, run_dir, flags = held
     log = tmp_path / "second.log"
     before = tiny.snapshot(run_dir)
-    for argv in (["train", "--resume", str(run_dir), "--no-progress"],
-                 ["train", *flags, "--name", "held", "--overwrite"]):  # fmt: skip
+    for argv in (
+        ["train", "--resume", str(run_dir), "--no-progress"],
+        ["train", *flags, "--name", "held", "--overwrite"],
+    ):
         log.write_text("")
         assert siglab.server.run(argv, siglab.root, log)["rc"] == 2
         lines = log.read_text().splitlines()
@@ -343,8 +370,20 @@ def test_sigterm_while_encoding_leaves_no_temporary_file_and_says_so(tmp_path: P
     for i in range(8):
         (corpus / f"m{i}.py").write_text("".join(line.format(i * 10_000 + k) for k in range(12_000)))
     data = tmp_path / "data"
-    argv = [PYTHON, "-m", "octlm", "data", "--text", str(corpus), "--vocab-size", "300", "--set",
-            f"data.data_dir={data}", "--set", "data.val_fraction=0.5"]  # fmt: skip
+    argv = [
+        PYTHON,
+        "-m",
+        "octlm",
+        "data",
+        "--text",
+        str(corpus),
+        "--vocab-size",
+        "300",
+        "--set",
+        f"data.data_dir={data}",
+        "--set",
+        "data.val_fraction=0.5",
+    ]
     ready = lambda: bool(list(data.glob("*/.*.bin.*.tmp")))  # the token file is being written
     code, _out, err = signal_when(argv, tmp_path, ready, signal.SIGTERM, "token file")
     assert code == 143 and err.splitlines()[-1] == "octlm data: stopped by SIGTERM", err

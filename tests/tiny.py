@@ -25,14 +25,40 @@ from torch.utils._pytree import tree_leaves
 from octlm.cli import main
 from octlm.config import Config, config_from_dict
 
-WORDS = ["def", "class", "return", "import", "self", "value", "data", "print", "if", "else", "for", "while",
-         "lambda", "yield", "with", "as", "try"]  # fmt: skip
+WORDS = [
+    "def",
+    "class",
+    "return",
+    "import",
+    "self",
+    "value",
+    "data",
+    "print",
+    "if",
+    "else",
+    "for",
+    "while",
+    "lambda",
+    "yield",
+    "with",
+    "as",
+    "try",
+]
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 TINY_MODEL = {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16}
-TINY_TRAIN = {"steps": 30, "batch_size": 4, "eval_interval": 10, "eval_batches": 1, "checkpoint_interval": 3,
-              "warmup_steps": 3, "report": False, "sample_tokens": 0, "seed": 7}  # fmt: skip
+TINY_TRAIN = {
+    "steps": 30,
+    "batch_size": 4,
+    "eval_interval": 10,
+    "eval_batches": 1,
+    "checkpoint_interval": 3,
+    "warmup_steps": 3,
+    "report": False,
+    "sample_tokens": 0,
+    "seed": 7,
+}
 
 
 def write_corpus(
@@ -51,8 +77,11 @@ def tiny_raw(root: Path, corpus: Path, **train: Any) -> dict[str, Any]:
     """The tiny config as the nested dict a TOML file would give."""
     model = dict(TINY_MODEL, **train.pop("model", {}))
     settings = dict(TINY_TRAIN, out_dir=str(root / "runs"), **train)
-    return {"model": model, "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
-            "train": settings}  # fmt: skip
+    return {
+        "model": model,
+        "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
+        "train": settings,
+    }
 
 
 def tiny_flags(root: Path, corpus: Path, **train: Any) -> list[str]:
@@ -69,7 +98,14 @@ def tiny_flags(root: Path, corpus: Path, **train: Any) -> list[str]:
 def tiny_data_flags(root: Path, corpus: Path) -> list[str]:
     """The part of `tiny_flags` that `octlm data` reads ([data] and the vocabulary size): it refuses the rest."""
     vocab = tiny_raw(root, corpus)["model"]["vocab_size"]
-    return ["--text", str(corpus), "--set", f"data.data_dir={root / 'data'}", "--set", f"model.vocab_size={vocab}"]  # fmt: skip
+    return [
+        "--text",
+        str(corpus),
+        "--set",
+        f"data.data_dir={root / 'data'}",
+        "--set",
+        f"model.vocab_size={vocab}",
+    ]
 
 
 def toml_text(raw: dict[str, Any]) -> str:
@@ -85,8 +121,12 @@ def toml_text(raw: dict[str, Any]) -> str:
 def quiet_env() -> dict[str, str]:
     """Environment for child processes: one thread (fast and deterministic on a busy machine), no colour."""
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))  # fmt: skip
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
     return env
 
 
@@ -182,8 +222,12 @@ def _hook_write(hook: dict[str, Any], point: str, due: Callable[[], bool]) -> No
     import octlm.storage.checkpoint
     import octlm.storage.run as run
 
-    name = {"model_half": run.MODEL_FILE, "after_model": run.MODEL_FILE, "optimizer_half": run.OPTIMIZER_FILE,
-            "meta_half": run.META_FILE}[point]  # fmt: skip
+    name = {
+        "model_half": run.MODEL_FILE,
+        "after_model": run.MODEL_FILE,
+        "optimizer_half": run.OPTIMIZER_FILE,
+        "meta_half": run.META_FILE,
+    }[point]
     real_write = octlm.storage.checkpoint.write_durable
 
     def write_durable(path: Path, data: bytes) -> None:
@@ -229,9 +273,16 @@ def _hook_rmtree_old(hook: dict[str, Any], point: str, due: Callable[[], bool]) 
 
 
 # hook["point"] -> the function that patches the child for it (two points share one): f(hook, point, due).
-_HOOKS = {"snapshot": _hook_snapshot, "model_half": _hook_write, "after_model": _hook_write,
-          "optimizer_half": _hook_write, "meta_half": _hook_write, "between_renames": _hook_rename,
-          "after_swap": _hook_rename, "rmtree_old": _hook_rmtree_old}  # fmt: skip
+_HOOKS = {
+    "snapshot": _hook_snapshot,
+    "model_half": _hook_write,
+    "after_model": _hook_write,
+    "optimizer_half": _hook_write,
+    "meta_half": _hook_write,
+    "between_renames": _hook_rename,
+    "after_swap": _hook_rename,
+    "rmtree_old": _hook_rmtree_old,
+}
 
 
 def _install_hook(hook: dict[str, Any] | None) -> None:
@@ -303,8 +354,12 @@ def _watch(pid: int, request: dict[str, Any]) -> dict[str, Any]:
                     killed = True
             present = now
         time.sleep(0.0005 if poll is not None else 0.002)
-    return {"rc": os.waitstatus_to_exitcode(status), "killed": killed, "seconds": time.monotonic() - start,
-            "tmp_seen": seen}  # fmt: skip
+    return {
+        "rc": os.waitstatus_to_exitcode(status),
+        "killed": killed,
+        "seconds": time.monotonic() - start,
+        "tmp_seen": seen,
+    }
 
 
 def serve() -> None:
@@ -337,17 +392,36 @@ class ForkServer:
         import subprocess
 
         self._json = json
-        self.proc = subprocess.Popen([PYTHON, __file__, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=quiet_env(), text=True, cwd=ROOT)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [PYTHON, __file__, "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=quiet_env(),
+            text=True,
+            cwd=ROOT,
+        )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         ready = self.proc.stdout.readline()
         assert "ready" in ready, f"fork server did not start: {ready!r}"
 
-    def run(self, argv: list[str], cwd: Path, log: Path, hook: dict[str, Any] | None = None,
-            kill_after: float | None = None, kill_on_tmp: dict[str, Any] | None = None) -> dict:  # fmt: skip
+    def run(
+        self,
+        argv: list[str],
+        cwd: Path,
+        log: Path,
+        hook: dict[str, Any] | None = None,
+        kill_after: float | None = None,
+        kill_on_tmp: dict[str, Any] | None = None,
+    ) -> dict:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        request = {"argv": argv, "cwd": str(cwd), "log": str(log), "hook": hook, "kill_after": kill_after,
-                   "kill_on_tmp": kill_on_tmp}  # fmt: skip
+        request = {
+            "argv": argv,
+            "cwd": str(cwd),
+            "log": str(log),
+            "hook": hook,
+            "kill_after": kill_after,
+            "kill_on_tmp": kill_on_tmp,
+        }
         self.proc.stdin.write(self._json.dumps(request) + "\n")
         self.proc.stdin.flush()
         reply = self.proc.stdout.readline()

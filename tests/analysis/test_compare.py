@@ -37,7 +37,10 @@ def test_rows_are_each_runs_own_numbers(runs: list[Path], tmp_path: Path) -> Non
         assert (row["label"], row["scheme"], row["seed"], row["steps"]) == (path.name, scheme, seed, 10)
         assert row["parameters"] == PARAMETERS[scheme]
         assert (row["val_loss"], row["val_bpb"], row["val_step"]) == (
-            metrics[-1]["val_loss"], metrics[-1]["val_bpb"], 10)  # fmt: skip
+            metrics[-1]["val_loss"],
+            metrics[-1]["val_bpb"],
+            10,
+        )
         assert row["curve"] == {"step": [0, 5, 10], "val_bpb": [m["val_bpb"] for m in metrics]}
         model, config, _ = load_model(path)
         val = prepare_data(config.data, 300, progress=False).val
@@ -51,12 +54,19 @@ def test_rows_are_each_runs_own_numbers(runs: list[Path], tmp_path: Path) -> Non
 
     folder = write_compare(result, tmp_path / "out")
     names = {p.name for p in folder.iterdir()}
-    assert names == {"compare.md", "compare.json", "curves.png", f"attention-0-{runs[0].name}.png",
-                     f"attention-1-{runs[1].name}.png"}  # fmt: skip
+    assert names == {
+        "compare.md",
+        "compare.json",
+        "curves.png",
+        f"attention-0-{runs[0].name}.png",
+        f"attention-1-{runs[1].name}.png",
+    }
     markdown = (folder / "compare.md").read_text(encoding="utf-8")
     alibi = result["runs"][0]
-    assert (f"| {runs[0].name} | alibi | 3 | 10 | {PARAMETERS['alibi']:,} | 16 | {alibi['val_loss']:.4f} | "
-            f"{alibi['val_bpb']:.4f} |") in markdown  # fmt: skip
+    assert (
+        f"| {runs[0].name} | alibi | 3 | 10 | {PARAMETERS['alibi']:,} | 16 | {alibi['val_loss']:.4f} | "
+        f"{alibi['val_bpb']:.4f} |"
+    ) in markdown
     numbers = json.loads((folder / "compare.json").read_text(encoding="utf-8"))
     assert numbers["runs"][1]["scheme"] == "learned" and numbers["figures"]["curves"] == "curves.png"
     assert np.asarray(numbers["runs"][0]["attention"]["lift"]).shape == (2, 2, 16)

@@ -35,7 +35,13 @@ def test_score_run_is_the_length_experiments_score(alibi_run: Path) -> None:
     # The experiment's cut, called directly.
     text = lengths_scorer.make_eval_text(val, tokenizer, [8, 16, 32], 16)
     assert [(r["length"], r["mode"]) for r in result["records"]] == [
-        (8, "windows"), (8, "sliding"), (16, "windows"), (16, "sliding"), (32, "windows"), (32, "sliding")]  # fmt: skip
+        (8, "windows"),
+        (8, "sliding"),
+        (16, "windows"),
+        (16, "sliding"),
+        (32, "windows"),
+        (32, "sliding"),
+    ]
     for record in result["records"]:
         direct = lengths_scorer.score(model, text, record["length"], record["mode"])
         assert (record["nats"], record["tokens"], record["bytes"]) == (

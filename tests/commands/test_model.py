@@ -14,7 +14,9 @@ def test_dry_run_names_a_cost_that_grows_faster(position: str, capsys: pytest.Ca
     assert code in (0, None) and "ids [2, 16] -> logits [2, 16, 1024]" in out
     costs = [line for line in out.splitlines() if " cost: " in line]
     if position == "path":
-        assert costs == ["path cost: time T²(D + 64); memory linear in T at inference, T² in training; "
-                         "sequential over 64-token chunks"]  # fmt: skip
+        assert costs == [
+            "path cost: time T²(D + 64); memory linear in T at inference, T² in training; "
+            "sequential over 64-token chunks"
+        ]
     else:
         assert costs == []

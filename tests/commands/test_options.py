@@ -29,25 +29,92 @@ ROOT = Path(__file__).resolve().parents[2]
 template = bad_inputs.template  # a module-scoped workspace holding a finished tiny run (runs/tiny)
 
 MODEL_FLAGS = {
-    "--vocab-size", "--d-model", "--context-length", "--n-layers", "--n-heads", "--n-kv-heads", "--d-ff",
-    "--position", "--norm", "--mlp", "--bias", "--tie-embeddings", "--dropout", "--norm-eps", "--rope-base",
-    "--rope-layout", "--sinusoidal-base", "--sinusoidal-scale", "--t5-buckets", "--t5-max-distance",
-    "--rope-fraction", "--prope-fraction", "--xpos-scale-base", "--fire-hidden", "--fire-threshold",
-    "--cope-positions", "--nope-layers",
-}  # fmt: skip
-DATA_FLAGS = {"--source", "--text", "--hub-dataset", "--hub-split", "--hub-text-field", "--hub-max-documents",
-              "--val-fraction", "--data-dir"}  # fmt: skip
+    "--vocab-size",
+    "--d-model",
+    "--context-length",
+    "--n-layers",
+    "--n-heads",
+    "--n-kv-heads",
+    "--d-ff",
+    "--position",
+    "--norm",
+    "--mlp",
+    "--bias",
+    "--tie-embeddings",
+    "--dropout",
+    "--norm-eps",
+    "--rope-base",
+    "--rope-layout",
+    "--sinusoidal-base",
+    "--sinusoidal-scale",
+    "--t5-buckets",
+    "--t5-max-distance",
+    "--rope-fraction",
+    "--prope-fraction",
+    "--xpos-scale-base",
+    "--fire-hidden",
+    "--fire-threshold",
+    "--cope-positions",
+    "--nope-layers",
+}
+DATA_FLAGS = {
+    "--source",
+    "--text",
+    "--hub-dataset",
+    "--hub-split",
+    "--hub-text-field",
+    "--hub-max-documents",
+    "--val-fraction",
+    "--data-dir",
+}
 TRAIN_FLAGS = {
-    "--steps", "--batch-size", "--lr", "--min-lr", "--warmup-steps", "--weight-decay", "--beta1", "--beta2",
-    "--grad-clip", "--eval-interval", "--eval-batches", "--checkpoint-interval", "--seed", "--device",
-    "--compile", "--out-dir", "--run-name", "--sample-tokens", "--report", "--log", "--dtype",
-}  # fmt: skip
+    "--steps",
+    "--batch-size",
+    "--lr",
+    "--min-lr",
+    "--warmup-steps",
+    "--weight-decay",
+    "--beta1",
+    "--beta2",
+    "--grad-clip",
+    "--eval-interval",
+    "--eval-batches",
+    "--checkpoint-interval",
+    "--seed",
+    "--device",
+    "--compile",
+    "--out-dir",
+    "--run-name",
+    "--sample-tokens",
+    "--report",
+    "--log",
+    "--dtype",
+}
 CONFIG_FLAGS = MODEL_FLAGS | DATA_FLAGS | TRAIN_FLAGS
 # What each cell of the length experiment sets itself, or (--out-dir) what --out replaced.
-LENGTH_SETS = {"--position", "--context-length", "--run-name", "--eval-interval", "--checkpoint-interval",
-               "--sample-tokens", "--report", "--out-dir"}  # fmt: skip
-COMPUTING = ["tokenizer", "data", "model", "train", "generate", "inspect", "probe", "export hf", "export onnx",
-             "experiment length", "experiment tasks"]  # fmt: skip
+LENGTH_SETS = {
+    "--position",
+    "--context-length",
+    "--run-name",
+    "--eval-interval",
+    "--checkpoint-interval",
+    "--sample-tokens",
+    "--report",
+    "--out-dir",
+}
+COMPUTING = [
+    "tokenizer",
+    "data",
+    "model",
+    "train",
+    "generate",
+    "inspect",
+    "probe",
+    "export hf",
+    "export onnx",
+    "experiment length",
+    "experiment tasks",
+]
 OLD_SPELLINGS = {"--run", "--run-name", "--out-dir"}
 
 
@@ -110,30 +177,46 @@ def test_version() -> None:
 
 def test_negative_steps_are_refused_in_words() -> None:
     assert run_cli(["train", "--steps", "-5"]) == (
-        2, "", "octlm train: error: config 'day1' has 1 problem(s): train.steps = -5 must be at least 1\n"
-    )  # fmt: skip
+        2,
+        "",
+        "octlm train: error: config 'day1' has 1 problem(s): train.steps = -5 must be at least 1\n",
+    )
 
 
 def test_length_refuses_the_fields_each_cell_sets() -> None:
     prefix = "octlm experiment length: error: "
     assert run_cli(["experiment", "length", "--position", "rope"]) == (
-        2, "", prefix + "--position rope: octlm experiment length trains every scheme of --schemes; use --schemes "
-        "rope\n")  # fmt: skip
+        2,
+        "",
+        prefix + "--position rope: octlm experiment length trains every scheme of --schemes; use --schemes "
+        "rope\n",
+    )
     code, _, err = run_cli(["experiment", "length", "--set", "model.position=alibi"])
-    assert (code, err) == (2, prefix + "--set model.position=alibi: octlm experiment length trains every scheme "
-                           "of --schemes; use --schemes alibi\n")  # fmt: skip
+    assert (code, err) == (
+        2,
+        prefix + "--set model.position=alibi: octlm experiment length trains every scheme "
+        "of --schemes; use --schemes alibi\n",
+    )
     code, _, err = run_cli(["experiment", "length", "--context-length", "32"])
-    assert (code, err) == (2, prefix + "--context-length 32: octlm experiment length trains at --train-length; "
-                           "use --train-length 32\n")  # fmt: skip
+    assert (code, err) == (
+        2,
+        prefix + "--context-length 32: octlm experiment length trains at --train-length; "
+        "use --train-length 32\n",
+    )
 
 
 def test_set_refuses_a_field_the_command_does_not_read() -> None:
     assert run_cli(["model", "--set", "train.steps=5"]) == (
-        2, "", "octlm model: error: --set train.steps=5: this command does not read train.steps; it reads "
-        "[model]\n")  # fmt: skip
+        2,
+        "",
+        "octlm model: error: --set train.steps=5: this command does not read train.steps; it reads [model]\n",
+    )
     code, _, err = run_cli(["tokenizer", "--set", "train.lr=1"])
-    assert (code, err) == (2, "octlm tokenizer: error: --set train.lr=1: this command does not read train.lr; "
-                           "it reads [data], model.vocab_size\n")  # fmt: skip
+    assert (code, err) == (
+        2,
+        "octlm tokenizer: error: --set train.lr=1: this command does not read train.lr; "
+        "it reads [data], model.vocab_size\n",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,9 +233,14 @@ def test_generate_run_flag_notes_once_and_generates_the_same(template: Path) -> 
     assert note == "octlm generate: note: --run is deprecated; give the run first: octlm generate RUN ..."
     assert len(others) == len(new_err.splitlines()) == 1 and "note" not in new_err  # the timing line only
     # The note comes first, whatever follows: here the mistake of giving the run both ways.
-    assert run_cli(["generate", run, "--run", run, *rest]) == (2, "", (
-        f"{note}\noctlm generate: error: the run is given twice ({run!r} and --run {run!r}); give it once: "
-        "octlm generate RUN\n"))  # fmt: skip
+    assert run_cli(["generate", run, "--run", run, *rest]) == (
+        2,
+        "",
+        (
+            f"{note}\noctlm generate: error: the run is given twice ({run!r} and --run {run!r}); give it once: "
+            "octlm generate RUN\n"
+        ),
+    )
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -166,19 +254,25 @@ def test_export_hf_old_forms_note_once_and_write_the_same(template: Path, tmp_pa
     assert code == 0 and out.startswith(f"wrote {tmp_path / 'old'}")
     assert err == "octlm export hf: note: --run is deprecated; write octlm export hf RUN --out OUT\n"
     code, _, err = run_cli(["export", "hf", run, str(tmp_path / "positional")])
-    assert (code, err) == (0, "octlm export hf: note: a second positional OUT is deprecated; write octlm export "
-                           "hf RUN --out OUT\n")  # fmt: skip
+    assert (code, err) == (
+        0,
+        "octlm export hf: note: a second positional OUT is deprecated; write octlm export hf RUN --out OUT\n",
+    )
     assert _files(tmp_path / "new") == _files(tmp_path / "old") == _files(tmp_path / "positional")
 
 
 def test_export_needs_its_output_and_each_thing_once(template: Path, tmp_path: Path) -> None:
     run = str(template / bad_inputs.RUN)
     assert run_cli(["export", "onnx", run]) == (
-        2, "", f"octlm export onnx: error: give the folder to write: octlm export onnx {run} --out DIR\n"
-    )  # fmt: skip
+        2,
+        "",
+        f"octlm export onnx: error: give the folder to write: octlm export onnx {run} --out DIR\n",
+    )
     code, _, err = run_cli(["export", "hf", run, str(tmp_path / "a"), "--out", str(tmp_path / "b")])
-    assert code == 2 and err.endswith(f"error: the output is given twice ('{tmp_path / 'a'}' and --out "
-                                      f"'{tmp_path / 'b'}'); give --out once\n")  # fmt: skip
+    assert code == 2 and err.endswith(
+        f"error: the output is given twice ('{tmp_path / 'a'}' and --out "
+        f"'{tmp_path / 'b'}'); give --out once\n"
+    )
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -264,9 +358,13 @@ def test_threads_reach_torch_and_the_tokenizers_pool(monkeypatch: pytest.MonkeyP
 def test_int_in_range_words_machine_bounds_and_keeps_real_ones() -> None:
     seed = int_in_range(0, 2**64 - 1)
     assert seed("18446744073709551615") == 2**64 - 1
-    for text, message in (("-1", "-1 must be at least 0"),
-                          (str(2**64), f"{2**64} must be at most 18,446,744,073,709,551,615 (the largest "
-                                       "unsigned 64-bit integer)")):  # fmt: skip
+    for text, message in (
+        ("-1", "-1 must be at least 0"),
+        (
+            str(2**64),
+            f"{2**64} must be at most 18,446,744,073,709,551,615 (the largest unsigned 64-bit integer)",
+        ),
+    ):
         with pytest.raises(argparse.ArgumentTypeError) as error:
             seed(text)
         assert str(error.value) == message
@@ -294,8 +392,12 @@ def test_a_command_gets_flags_for_its_fields_and_refuses_the_rest() -> None:
     from octlm.config import config_fields
 
     parser = argparse.ArgumentParser(prog="octlm x")
-    add_config_arguments(parser, config_fields("model"), refused={"train.steps": "use --rounds {value}"},
-                         no_flag=("model.dropout",))  # fmt: skip
+    add_config_arguments(
+        parser,
+        config_fields("model"),
+        refused={"train.steps": "use --rounds {value}"},
+        no_flag=("model.dropout",),
+    )
     args = parser.parse_args(["--d-model", "64", "--set", "model.dropout=0.1"])
     assert overrides_from_args(args) == {"model.d_model": "64", "model.dropout": "0.1"}
     with pytest.raises(SystemExit):

@@ -182,9 +182,16 @@ def test_config_fields_picks_sections_and_fields() -> None:
     from octlm.config import config_fields
 
     assert config_fields("data", "model.vocab_size") == (
-        "model.vocab_size", "data.source", "data.text", "data.hub_dataset", "data.hub_split", "data.hub_text_field",
-        "data.hub_max_documents", "data.val_fraction", "data.data_dir",
-    )  # fmt: skip
+        "model.vocab_size",
+        "data.source",
+        "data.text",
+        "data.hub_dataset",
+        "data.hub_split",
+        "data.hub_text_field",
+        "data.hub_max_documents",
+        "data.val_fraction",
+        "data.data_dir",
+    )
     assert len(config_fields()) == 64 and config_fields()[0] == "model.vocab_size"
     with pytest.raises(ValueError, match="model.widht"):
         config_fields("model.widht")

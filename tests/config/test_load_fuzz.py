@@ -111,8 +111,27 @@ def test_fuzz_config_is_valid_or_a_user_error(raw: dict, overrides: dict | None)
 
 FIELDS = {section: _field_types(cls) for section, cls in SECTIONS.items()}
 ALL_KEYS = sorted({key for table in FIELDS.values() for key in table})
-CHOICES = ["learned", "rope", "alibi", "t5", "nope", "sinusoidal", "rmsnorm", "layernorm", "gelu", "swiglu",
-           "half", "interleaved", "stdlib", "text", "hub", "cpu", "cuda", "auto", "cuda:1"]  # fmt: skip
+CHOICES = [
+    "learned",
+    "rope",
+    "alibi",
+    "t5",
+    "nope",
+    "sinusoidal",
+    "rmsnorm",
+    "layernorm",
+    "gelu",
+    "swiglu",
+    "half",
+    "interleaved",
+    "stdlib",
+    "text",
+    "hub",
+    "cpu",
+    "cuda",
+    "auto",
+    "cuda:1",
+]
 
 SCALARS = st.one_of(
     st.booleans(),
@@ -128,8 +147,11 @@ SCALARS = st.one_of(
     st.times(),
     st.none(),
 )
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4),
-                      inner, max_size=3), max_leaves=6)  # fmt: skip
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
 KEYS = st.one_of(st.sampled_from(ALL_KEYS), st.text(max_size=8))
 SECTION_NAMES = st.one_of(st.sampled_from(list(SECTIONS)), st.text(max_size=6))
 TABLES = st.one_of(st.dictionaries(KEYS, VALUES, max_size=6), VALUES)

@@ -37,8 +37,11 @@ def test_every_number_has_a_range() -> None:
 
 def _outside(span: Span, whole: bool) -> list[float]:
     """The nearest values just outside each finite bound of `span`."""
-    below = (span.low if span.low_open else span.low - 1) if whole else (
-        span.low if span.low_open else math.nextafter(span.low, -math.inf))  # fmt: skip
+    below = (
+        (span.low if span.low_open else span.low - 1)
+        if whole
+        else (span.low if span.low_open else math.nextafter(span.low, -math.inf))
+    )
     values = [int(below) if whole else below]
     if span.high != math.inf:
         above = (
@@ -87,14 +90,25 @@ def test_integers_past_64_bits_are_refused_for_every_whole_number_field(key: str
 
 
 def test_every_range_problem_is_listed_at_once() -> None:
-    raw = {"model": {"d_model": 0, "rope_base": 0.5, "dropout": 1.0, "n_layers": 2000},
-           "data": {"val_fraction": 0.0, "hub_max_documents": 0},
-           "train": {"seed": -5, "lr": 0.0, "beta2": 1.0, "sample_tokens": 10**6}}  # fmt: skip
+    raw = {
+        "model": {"d_model": 0, "rope_base": 0.5, "dropout": 1.0, "n_layers": 2000},
+        "data": {"val_fraction": 0.0, "hub_max_documents": 0},
+        "train": {"seed": -5, "lr": 0.0, "beta2": 1.0, "sample_tokens": 10**6},
+    }
     message = problems_of(raw)
     assert "10 problem(s)" in message, message
-    for piece in ("model.d_model = 0", "model.rope_base = 0.5", "model.dropout = 1.0", "model.n_layers = 2000",
-                  "data.val_fraction = 0.0", "data.hub_max_documents = 0", "train.seed = -5", "train.lr = 0.0",
-                  "train.beta2 = 1.0", "train.sample_tokens = 1000000"):  # fmt: skip
+    for piece in (
+        "model.d_model = 0",
+        "model.rope_base = 0.5",
+        "model.dropout = 1.0",
+        "model.n_layers = 2000",
+        "data.val_fraction = 0.0",
+        "data.hub_max_documents = 0",
+        "train.seed = -5",
+        "train.lr = 0.0",
+        "train.beta2 = 1.0",
+        "train.sample_tokens = 1000000",
+    ):
         assert piece in message
 
 

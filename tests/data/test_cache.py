@@ -386,5 +386,8 @@ def test_a_crashed_writers_temporary_token_file_is_removed_by_the_next_build(tmp
     (folder / "meta.json").unlink()  # the cache is rebuilt (its token files written again)
     prepare_data(cfg, 300, progress=False)
     assert {name: path.exists() for name, path in files.items()} == {
-        "stale": False, "fresh": True, "live": True, "other": True,
-    }  # fmt: skip
+        "stale": False,
+        "fresh": True,
+        "live": True,
+        "other": True,
+    }

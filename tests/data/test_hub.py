@@ -35,8 +35,9 @@ def offline_octlm(argv: list[str], home: Path, cwd: Path) -> tuple[int, str, str
     env = {k: v for k, v in quiet_env().items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home))
     start = time.monotonic()
-    done = subprocess.run([PYTHON, "-m", "octlm", *argv], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=180)  # fmt: skip
+    done = subprocess.run(
+        [PYTHON, "-m", "octlm", *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=180
+    )
     return done.returncode, done.stdout, done.stderr, time.monotonic() - start, endpoint
 
 
@@ -61,9 +62,18 @@ def test_an_offline_hub_model_is_one_line(tmp_path: Path) -> None:
 def test_an_offline_hub_data_set_is_one_line(tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     code, out, err, seconds, endpoint = offline_octlm(
-        ["data", "--source", "hub", "--hub-dataset", "roneneldan/TinyStories", "--data-dir", str(tmp_path / "d")],
-        tmp_path / "hf-home", tmp_path,
-    )  # fmt: skip
+        [
+            "data",
+            "--source",
+            "hub",
+            "--hub-dataset",
+            "roneneldan/TinyStories",
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
+        tmp_path / "hf-home",
+        tmp_path,
+    )
     print(f"\n[hub] octlm data --source hub offline: exit {code} in {seconds:.1f} s (imports included)")
     assert (code, out) == (2, ""), err
     assert err == (
@@ -123,6 +133,9 @@ def test_unreachable_asks_once_and_any_answer_counts(monkeypatch: pytest.MonkeyP
     start = time.monotonic()
     assert hub.unreachable() == "ConnectError: [Errno 111] Connection refused"
     assert time.monotonic() - start < hub.HUB_TIMEOUT + 5  # one try, no backoff (retries alone wait 23 s)
-    with pytest.raises(hub.UserError, match=r"^what, and http://127\.0\.0\.1:\d+ cannot be reached .*; "
-                                            r"connect to the internet and try again, or fix$"):  # fmt: skip
+    with pytest.raises(
+        hub.UserError,
+        match=r"^what, and http://127\.0\.0\.1:\d+ cannot be reached .*; "
+        r"connect to the internet and try again, or fix$",
+    ):
         hub.require_hub("what", "fix")

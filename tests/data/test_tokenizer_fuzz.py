@@ -19,14 +19,40 @@ from octlm.generation.generate import StreamDecoder
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    texts = ["def f(x):\n    return x * 2  # é€ 漢字 🙂\n", "The cat sat on the mat.\r\n\tTabs\u00a0and\u200bspaces",
-             "Ünïcödé ß ǅ ﬁ İı ΣΑΣ Привет مرحبا שלום नमस्ते", "<|endoftext|> is plain text here"]  # fmt: skip
+    texts = [
+        "def f(x):\n    return x * 2  # é€ 漢字 🙂\n",
+        "The cat sat on the mat.\r\n\tTabs\u00a0and\u200bspaces",
+        "Ünïcödé ß ǅ ﬁ İı ΣΑΣ Привет مرحبا שלום नमस्ते",
+        "<|endoftext|> is plain text here",
+    ]
     docs = [Document(f"d{i}", text * (i + 2)) for i, text in enumerate(texts)]
     return train_tokenizer(docs, 320)
 
 
-TRICKY = st.sampled_from([EOT, "<|", "|>", "endoftext", "\r\n", "\x00", "\ufeff", "\u0301", "e\u0301", "\U0001f600",
-                          "\ud7ff", "\uffff", " ", "  ", "\t", "'s", "Ġ", "Ċ", "ÿ", "\u2028"])  # fmt: skip
+TRICKY = st.sampled_from(
+    [
+        EOT,
+        "<|",
+        "|>",
+        "endoftext",
+        "\r\n",
+        "\x00",
+        "\ufeff",
+        "\u0301",
+        "e\u0301",
+        "\U0001f600",
+        "\ud7ff",
+        "\uffff",
+        " ",
+        "  ",
+        "\t",
+        "'s",
+        "Ġ",
+        "Ċ",
+        "ÿ",
+        "\u2028",
+    ]
+)
 ANY_TEXT = st.one_of(
     st.text(),
     st.text(st.characters(codec="utf-8"), max_size=200),

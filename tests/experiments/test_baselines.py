@@ -24,8 +24,14 @@ from octlm.experiments.baselines import (
 from octlm.experiments.tasks import DEFAULT_TASKS, TASKS
 
 ALPHABET = {"copy": 16, "reverse": 16, "selective-copy": 16, "passkey": 10, "mqar": 64, "counting": 11}
-LENGTH = {"copy": lambda n: n, "reverse": lambda n: n, "selective-copy": lambda n: 4, "passkey": lambda n: 5,
-          "mqar": lambda n: n, "counting": lambda n: 1}  # fmt: skip
+LENGTH = {
+    "copy": lambda n: n,
+    "reverse": lambda n: n,
+    "selective-copy": lambda n: 4,
+    "passkey": lambda n: 5,
+    "mqar": lambda n: n,
+    "counting": lambda n: 1,
+}
 
 
 def drawn_by_hand(task: str, size: int, n: int) -> np.ndarray:
@@ -89,8 +95,21 @@ def wilson_by_mpmath(hits: float, n: int) -> tuple[float, float]:
         return float(low), float(high)
 
 
-@pytest.mark.parametrize(("hits", "n"), [(0, 1), (1, 1), (0, 10), (3, 10), (10, 10), (57, 100), (1, 1000),
-                                         (999, 1000), (4321, 10000), (123456, 1000000)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("hits", "n"),
+    [
+        (0, 1),
+        (1, 1),
+        (0, 10),
+        (3, 10),
+        (10, 10),
+        (57, 100),
+        (1, 1000),
+        (999, 1000),
+        (4321, 10000),
+        (123456, 1000000),
+    ],
+)
 def test_wilson_interval_inverts_the_score_test(hits: int, n: int) -> None:
     low, high = interval(hits, n)
     want = wilson_by_mpmath(hits, n)

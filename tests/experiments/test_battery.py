@@ -171,10 +171,15 @@ def test_random_positions_are_a_sorted_subset_spread_over_the_range() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "parsed"),
-    [("rope", ("rope", False, (), False)), ("rope+random", ("rope", True, (), False)),
-     ("alibi+nope1+nope0", ("alibi", False, (0, 1), False)), ("learned+random+nope1", ("learned", True, (1,), False)),
-     ("nope+ssmax", ("nope", False, (), True)), ("rope+nope1+ssmax", ("rope", False, (1,), True))],
-)  # fmt: skip
+    [
+        ("rope", ("rope", False, (), False)),
+        ("rope+random", ("rope", True, (), False)),
+        ("alibi+nope1+nope0", ("alibi", False, (0, 1), False)),
+        ("learned+random+nope1", ("learned", True, (1,), False)),
+        ("nope+ssmax", ("nope", False, (), True)),
+        ("rope+nope1+ssmax", ("rope", False, (1,), True)),
+    ],
+)
 def test_rows_parse(spec: str, parsed: tuple) -> None:
     row = Row.parse(spec, n_layers=2)
     assert (row.scheme, row.randomized, row.nope_layers, row.ssmax) == parsed and row.spec == spec
@@ -182,11 +187,15 @@ def test_rows_parse(spec: str, parsed: tuple) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("bogus", "unknown position scheme 'bogus' in row 'bogus'"), ("rope+rand", "'rand' is not random, ssmax or nopeK"),
-     ("rope+nope2", "layer 2 is not one of 0 .. 1"), ("nope+random", "nope reads no position ids"),
-     ("cope+random", "cope reads no position ids (only their order)"),
-     ("stick-breaking+random", "stick-breaking reads no position ids (only their order)")],
-)  # fmt: skip
+    [
+        ("bogus", "unknown position scheme 'bogus' in row 'bogus'"),
+        ("rope+rand", "'rand' is not random, ssmax or nopeK"),
+        ("rope+nope2", "layer 2 is not one of 0 .. 1"),
+        ("nope+random", "nope reads no position ids"),
+        ("cope+random", "cope reads no position ids (only their order)"),
+        ("stick-breaking+random", "stick-breaking reads no position ids (only their order)"),
+    ],
+)
 def test_bad_rows_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Row.parse(spec, n_layers=2)

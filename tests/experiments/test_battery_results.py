@@ -22,8 +22,24 @@ from octlm.experiments.tasks import Passkey
 from octlm.inspect.render import Code, Strong
 
 TASKS, ROWS, SEEDS = ["copy", "counting", "passkey"], ["learned", "rope+random", "nope"], [0, 1]
-GRID = ["experiment", "tasks", "--quick", "--tasks", *TASKS, "--schemes", *ROWS, "--seeds", "2", "--steps", "3",
-        "--examples", "5", "--factors", "1", "2"]  # fmt: skip
+GRID = [
+    "experiment",
+    "tasks",
+    "--quick",
+    "--tasks",
+    *TASKS,
+    "--schemes",
+    *ROWS,
+    "--seeds",
+    "2",
+    "--steps",
+    "3",
+    "--examples",
+    "5",
+    "--factors",
+    "1",
+    "2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +71,14 @@ def test_records_cover_the_grid_and_learned_has_no_rows_past_its_table(quick: di
     assert len(set(keys)) == len(keys)
     sizes = {"copy": [8, 16], "counting": [16, 32], "passkey": [32, 64]}
     depths = {"passkey": [None, *Passkey.depths]}
-    expected = {(t, r, s, n, d) for t in TASKS for r in ROWS for s in SEEDS for n in sizes[t]
-                for d in depths.get(t, [None])}  # fmt: skip
+    expected = {
+        (t, r, s, n, d)
+        for t in TASKS
+        for r in ROWS
+        for s in SEEDS
+        for n in sizes[t]
+        for d in depths.get(t, [None])
+    }
     assert set(keys) == expected
     for r in records:
         assert r["tokens"] > 0 and (r["steps"], r["learned_at"]) == (3, None)
@@ -154,9 +176,26 @@ def test_cells_in_separate_processes_collect_to_the_one_command_run(
 ) -> None:
     out = tmp_path / "cells-out"
     halves = [[f"{t}:{r}:{s}" for t in TASKS for r in ROWS for s in SEEDS][i::2] for i in (0, 1)]
-    procs = [subprocess.Popen([tiny.PYTHON, "-m", "octlm", *GRID, "--out", str(out), "--no-progress",
-                               *[a for cell in half for a in ("--only", cell)]], cwd=tmp_path, env=tiny.quiet_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for half in halves]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [
+                tiny.PYTHON,
+                "-m",
+                "octlm",
+                *GRID,
+                "--out",
+                str(out),
+                "--no-progress",
+                *[a for cell in half for a in ("--only", cell)],
+            ],
+            cwd=tmp_path,
+            env=tiny.quiet_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for half in halves
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -208,9 +247,18 @@ def record(scheme: str, seed: int, size: int, hits: int | None, examples: int = 
     return base | counts | status | {"steps": 100, "learned_at": None}
 
 
-RECORDS = [record("rope", 0, 8, 10), record("rope", 1, 8, 0), record("alibi", 0, 8, 9), record("alibi", 1, 8, 8),
-           record("rope", 0, 16, 3), record("rope", 1, 16, 1), record("learned", 0, 16, None),
-           record("learned", 1, 16, None), record("alibi", 0, 16, 0), record("alibi", 1, 16, 0)]  # fmt: skip
+RECORDS = [
+    record("rope", 0, 8, 10),
+    record("rope", 1, 8, 0),
+    record("alibi", 0, 8, 9),
+    record("alibi", 1, 8, 8),
+    record("rope", 0, 16, 3),
+    record("rope", 1, 16, 1),
+    record("learned", 0, 16, None),
+    record("learned", 1, 16, None),
+    record("alibi", 0, 16, 0),
+    record("alibi", 1, 16, 0),
+]
 
 
 def test_summaries_average_seeds_and_pool_their_examples() -> None:

@@ -33,9 +33,24 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("extend")
     corpus = tiny.write_corpus(root / "text", 12, 120, words=WORDS, per_line=10)
     out = root / "out"
-    argv = ["experiment", "extend", "--quick", "--text", str(corpus), "--data-dir", str(root / "data"),
-            "--out", str(out), "--rows", *ROWS, "--eval-lengths", *map(str, LENGTHS), "--jobs", "1",
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "experiment",
+        "extend",
+        "--quick",
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(root / "data"),
+        "--out",
+        str(out),
+        "--rows",
+        *ROWS,
+        "--eval-lengths",
+        *map(str, LENGTHS),
+        "--jobs",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     return {"root": root, "out": out, "records": records, "corpus": corpus, "argv": argv}
@@ -43,8 +58,13 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_every_row_seed_phase_and_length_is_recorded(quick: dict[str, Any]) -> None:
     keys = {(r["row"], r["seed"], r["phase"], r["length"]) for r in quick["records"]}
-    assert keys == {(row, seed, phase, n) for row in ROWS for seed in (1337, 1338) for phase in ("before", "after")
-                    for n in LENGTHS}  # fmt: skip
+    assert keys == {
+        (row, seed, phase, n)
+        for row in ROWS
+        for seed in (1337, 1338)
+        for phase in ("before", "after")
+        for n in LENGTHS
+    }
     assert len(keys) == len(quick["records"])
     for r in quick["records"]:
         assert 0 < r["bpb"] < 20 and r["tokens"] == 4 * 128
@@ -62,7 +82,8 @@ def test_rope_rows_share_one_base_and_fine_tune_with_their_frequencies(quick: di
     runs = quick["out"] / "runs"
     assert sorted(p.name for p in runs.iterdir()) == sorted(
         [f"{s}-seed{k}" for s in ("rope", "alibi") for k in (1337, 1338)]
-        + [f"{r}-seed{k}-extended" for r in ROWS for k in (1337, 1338)])  # fmt: skip
+        + [f"{r}-seed{k}-extended" for r in ROWS for k in (1337, 1338)]
+    )
     base = load_checkpoint(runs / "rope-seed1337", load_optimizer=False).config
     assert base.model.context_length == 16 and base.train.steps == 15 and base.model.rope_scaling == "none"
     expected = {"plain": ("none", 1.0, 0), "pi": ("linear", 2.0, 16), "yarn": ("yarn", 2.0, 16)}
@@ -76,8 +97,12 @@ def test_rope_rows_share_one_base_and_fine_tune_with_their_frequencies(quick: di
         assert tc.init_from == str(runs / "rope-seed1337") and tc.lr == extend.FINE_TUNE["train.lr"]
     cells = {c.name: json.loads(c.read_text()) for c in (quick["out"] / "cells").glob("*.json")}
     trained = [name for name, c in cells.items() if c["facts"]["info"]["base_trained"]]
-    assert sorted(trained) == ["alibi-seed1337.json", "alibi-seed1338.json", "plain-seed1337.json",
-                               "plain-seed1338.json"]  # fmt: skip
+    assert sorted(trained) == [
+        "alibi-seed1337.json",
+        "alibi-seed1338.json",
+        "plain-seed1337.json",
+        "plain-seed1338.json",
+    ]
 
 
 def test_before_and_after_are_the_models_scored_again(quick: dict[str, Any]) -> None:
@@ -115,8 +140,12 @@ def test_results_md_tables(quick: dict[str, Any]) -> None:
     for table in tables:
         lines = table.splitlines()
         assert lines[0] == "| row | L = 16 | L = 32 | L = 64 | L = 128 |"
-        assert [line.split("|")[1].strip() for line in lines[2:]] == ["rope, plain", "rope + PI", "rope + YaRN",
-                                                                      "alibi"]  # fmt: skip
+        assert [line.split("|")[1].strip() for line in lines[2:]] == [
+            "rope, plain",
+            "rope + PI",
+            "rope + YaRN",
+            "alibi",
+        ]
     curve = next(b for b in text.split("\n\n") if b.startswith("| row | step 0"))
     assert curve.splitlines()[0] == "| row | step 0 | step 2 | step 4 | steps to within 0.02 of the end |"
 
@@ -124,8 +153,10 @@ def test_results_md_tables(quick: dict[str, Any]) -> None:
 def test_steps_to_extend_and_the_summary() -> None:
     assert extend_results.steps_to_extend([0, 10, 20, 30], [3.0, 2.5, 2.41, 2.4]) == 20
     assert extend_results.steps_to_extend([0, 10], [2.0, 2.0]) == 0
-    records = [{"row": "pi", "phase": "after", "length": 64, "bpb": b, "passkey": p, "retrieval_bits": None}
-               for b, p in ((1.0, 0.5), (2.0, 1.0))]  # fmt: skip
+    records = [
+        {"row": "pi", "phase": "after", "length": 64, "bpb": b, "passkey": p, "retrieval_bits": None}
+        for b, p in ((1.0, 0.5), (2.0, 1.0))
+    ]
     settings = extend.Settings(eval_lengths=[64], rows=["pi"])
     summary = extend_results.summarize(records, ["pi"], settings)
     after = next(s for s in summary if s["phase"] == "after")
@@ -135,13 +166,47 @@ def test_steps_to_extend_and_the_summary() -> None:
 
 def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: dict[str, Any]) -> None:
     length_out = tmp_path / "length"
-    assert main(["experiment", "length", "--quick", "--schemes", "rope", "--seeds", "1", "--text", str(quick["corpus"]),
-                 "--data-dir", str(quick["root"] / "data"), "--out", str(length_out), "--no-progress"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "experiment",
+                "length",
+                "--quick",
+                "--schemes",
+                "rope",
+                "--seeds",
+                "1",
+                "--text",
+                str(quick["corpus"]),
+                "--data-dir",
+                str(quick["root"] / "data"),
+                "--out",
+                str(length_out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     before = tiny.snapshot(length_out / "runs")
     out = tmp_path / "extend"
-    argv = ["experiment", "extend", "--quick", "--rows", "ntk", "--seeds", "1", "--base", str(length_out),
-            "--text", str(quick["corpus"]), "--data-dir", str(quick["root"] / "data"), "--out", str(out),
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "experiment",
+        "extend",
+        "--quick",
+        "--rows",
+        "ntk",
+        "--seeds",
+        "1",
+        "--base",
+        str(length_out),
+        "--text",
+        str(quick["corpus"]),
+        "--data-dir",
+        str(quick["root"] / "data"),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     cell = json.loads((out / "cells" / "ntk-seed1337.json").read_text())
     assert cell["facts"]["info"]["base_run"] == str(length_out / "runs" / "rope-seed1337")
@@ -151,12 +216,15 @@ def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: di
     assert tuned.train.init_from == str(length_out / "runs" / "rope-seed1337")
 
 
-@pytest.mark.parametrize(("flags", "needle"), [
-    (["--rows", "pi", "learned"], "--rows learned unknown; choose from plain pi ntk yarn alibi"),
-    (["--extend-length", "16"], "--extend-length 16 must be longer than --train-length 16"),
-    (["--curve-interval", "9"], "--curve-interval 9 must be from 1 to --steps 4"),
-    (["--set", "model.position=rope"], "octlm experiment extend trains the scheme of each of --rows"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--rows", "pi", "learned"], "--rows learned unknown; choose from plain pi ntk yarn alibi"),
+        (["--extend-length", "16"], "--extend-length 16 must be longer than --train-length 16"),
+        (["--curve-interval", "9"], "--curve-interval 9 must be from 1 to --steps 4"),
+        (["--set", "model.position=rope"], "octlm experiment extend trains the scheme of each of --rows"),
+    ],
+)
 def test_bad_options_are_one_line(tmp_path: Path, flags: list[str], needle: str) -> None:
     code, _, err = tiny.run_cli(["experiment", "extend", "--quick", "--out", str(tmp_path / "o"), *flags])
     tiny.check_one_line(code, err, needle)
@@ -164,8 +232,12 @@ def test_bad_options_are_one_line(tmp_path: Path, flags: list[str], needle: str)
 
 
 def test_fine_tune_config_keeps_the_tokens_per_step(tmp_path: Path) -> None:
-    base = config_from_dict({"model": {"position": "rope", "context_length": 64},
-                             "train": {"batch_size": 32, "seed": 5, "out_dir": str(tmp_path)}})  # fmt: skip
+    base = config_from_dict(
+        {
+            "model": {"position": "rope", "context_length": 64},
+            "train": {"batch_size": 32, "seed": 5, "out_dir": str(tmp_path)},
+        }
+    )
     tune = extend.fine_tune_config(base, "yarn", tmp_path / "b", extend.Settings(), tmp_path / "runs")
     assert tune.train.batch_size * tune.model.context_length == 32 * 64 and tune.model.context_length == 256
     assert (tune.model.rope_scaling, tune.model.rope_factor, tune.model.rope_original_length) == (

@@ -34,9 +34,20 @@ def test_a_row_takes_its_schemes_colour_and_its_options_style() -> None:
 
 def test_a_scheme_has_one_colour_in_every_panel_and_figure(tmp_path: Path, drawn: dict[str, Any]) -> None:
     settings = Settings(eval_lengths=[64, 128])
-    summary = [{"scheme": s, "variant": v, "length": n, "mode": m, "bpb_mean": 1.0 + 0.01 * i, "bpb_std": 0.01,
-                "status": "ok"} for i, (s, v) in enumerate(row_order(settings)) for m in settings.modes
-               for n in settings.eval_lengths]  # fmt: skip
+    summary = [
+        {
+            "scheme": s,
+            "variant": v,
+            "length": n,
+            "mode": m,
+            "bpb_mean": 1.0 + 0.01 * i,
+            "bpb_std": 0.01,
+            "status": "ok",
+        }
+        for i, (s, v) in enumerate(row_order(settings))
+        for m in settings.modes
+        for n in settings.eval_lengths
+    ]
     assert plot(summary, settings, tmp_path / "length.png") is not None
     rows = default_rows()
     panels = {task: ([1, 2, 4], {row: [0.5, 0.4, None] for row in rows}) for task in ("copy", "sort")}
@@ -55,9 +66,17 @@ def test_a_scheme_has_one_colour_in_every_panel_and_figure(tmp_path: Path, drawn
         seen.setdefault(label.split("+")[0], set()).add(colour)
     # Pink was T5 in one panel and xPos in the other; now each scheme is one colour everywhere, its own.
     assert seen == {s: {TAB10[i]} for i, s in enumerate(scheme_names())}
-    rope = {label_of[label][1]: style for label, _, style in lines_by_label(length_fig)
-            if label_of[label][0] == "rope"}  # fmt: skip
+    rope = {
+        label_of[label][1]: style
+        for label, _, style in lines_by_label(length_fig)
+        if label_of[label][0] == "rope"
+    }
     assert sorted(rope) == ["dynamic", "ntk", "pi", "plain", "yarn"]
     assert len(set(rope.values())) == 5  # RoPE's variants: RoPE's colour, a line style and marker each
-    assert all(ax.get_legend() is None or ax.get_legend().get_title().get_text() == STYLE_KEY
-               for ax in length_fig.axes) and tasks_fig.legends[0].get_title().get_text() == STYLE_KEY  # fmt: skip
+    assert (
+        all(
+            ax.get_legend() is None or ax.get_legend().get_title().get_text() == STYLE_KEY
+            for ax in length_fig.axes
+        )
+        and tasks_fig.legends[0].get_title().get_text() == STYLE_KEY
+    )

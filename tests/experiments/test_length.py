@@ -40,8 +40,20 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("length")
     corpus = write_corpus(root / "text")
     out, web = root / "out", root / "web" / "length.json"
-    argv = ["experiment", "length", "--quick", "--text", str(corpus), "--data-dir", str(root / "data"),
-            "--out", str(out), "--export-web", str(web), "--no-progress"]  # fmt: skip
+    argv = [
+        "experiment",
+        "length",
+        "--quick",
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(root / "data"),
+        "--out",
+        str(out),
+        "--export-web",
+        str(web),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     return {"out": out, "web": web, "records": records, "root": root, "argv": argv}
@@ -62,8 +74,14 @@ def test_quick_records_cover_every_scheme_variant_seed_length_and_mode(quick: di
     records = quick["records"]
     keys = {(r["scheme"], r["variant"], r["seed"], r["length"], r["mode"]) for r in records}
     assert len(keys) == len(records)
-    expected = {(s, v, seed, n, m) for s in SCHEMES for v in (VARIANTS if s == "rope" else [""])
-                for seed in (1337, 1338) for n in LENGTHS for m in MODES}  # fmt: skip
+    expected = {
+        (s, v, seed, n, m)
+        for s in SCHEMES
+        for v in (VARIANTS if s == "rope" else [""])
+        for seed in (1337, 1338)
+        for n in LENGTHS
+        for m in MODES
+    }
     assert keys == expected
     for r in records:
         assert set(r) >= {"bpb", "ppl", "loss", "tokens", "mode", "status"}
@@ -79,8 +97,11 @@ def test_every_length_scores_the_same_tokens(quick: dict[str, Any]) -> None:
 
 
 def test_rope_rows_at_the_training_length(quick: dict[str, Any]) -> None:
-    at = {(r["variant"], r["seed"], r["mode"]): r["bpb"] for r in quick["records"]
-          if r["scheme"] == "rope" and r["length"] == 16}  # fmt: skip
+    at = {
+        (r["variant"], r["seed"], r["mode"]): r["bpb"]
+        for r in quick["records"]
+        if r["scheme"] == "rope" and r["length"] == 16
+    }
     for seed in (1337, 1338):
         for mode in MODES:
             # Dynamic NTK changes nothing up to the training length; the static factor s = 4 does.
@@ -102,8 +123,12 @@ def test_results_md_tables(quick: dict[str, Any]) -> None:
         labels = [line.split("|")[1].strip() for line in body]
         assert len(body) == len(SCHEMES) + len(VARIANTS) - 1  # every scheme, plus four RoPE extensions
         assert labels[:2] == ["learned", "sinusoidal"] and labels[2] == "rope"
-        assert [label.split(" + ")[1].split(" (")[0] for label in labels[3:7]] == ["PI", "NTK-aware",
-                                                                                  "dynamic NTK", "YaRN"]  # fmt: skip
+        assert [label.split(" + ")[1].split(" (")[0] for label in labels[3:7]] == [
+            "PI",
+            "NTK-aware",
+            "dynamic NTK",
+            "YaRN",
+        ]
         for line in body:
             assert line.count("|") == 5  # label + three lengths
         learned = body[0].split("|")[2:5]
@@ -178,20 +203,46 @@ def timeless(out: Path) -> list[dict]:
 
 def test_cells_in_separate_processes_collect_to_the_one_command_run(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "text")
-    grid = ["experiment", "length", "--quick", "--schemes", "learned", "rope", "alibi", "--seeds", "1",
-            "--text", str(corpus), "--data-dir", str(tmp_path / "data"), "--no-progress"]  # fmt: skip
+    grid = [
+        "experiment",
+        "length",
+        "--quick",
+        "--schemes",
+        "learned",
+        "rope",
+        "alibi",
+        "--seeds",
+        "1",
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-progress",
+    ]
     cells, one = tmp_path / "cells-out", tmp_path / "one-out"
     started = time.perf_counter()
     # Three processes at once into one folder, on a fresh token cache (the first to get the lock builds it).
-    procs = [subprocess.Popen([tiny.PYTHON, "-m", "octlm", *grid, "--out", str(cells), "--only", cell],
-                              cwd=tmp_path, env=tiny.quiet_env(), text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for cell in ("rope:1337", "alibi:1337", "learned:1337")]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [tiny.PYTHON, "-m", "octlm", *grid, "--out", str(cells), "--only", cell],
+            cwd=tmp_path,
+            env=tiny.quiet_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for cell in ("rope:1337", "alibi:1337", "learned:1337")
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
     spread = time.perf_counter() - started
     assert sorted(p.name for p in (cells / "cells").iterdir()) == [
-        ".lock", "alibi-seed1337.json", "learned-seed1337.json", "rope-seed1337.json"]  # fmt: skip
+        ".lock",
+        "alibi-seed1337.json",
+        "learned-seed1337.json",
+        "rope-seed1337.json",
+    ]
     assert not (cells / "results.md").exists()  # --only writes cells, nothing else
     code, _, err = tiny.run_cli(["experiment", "length", "--collect", "--out", str(cells), "--no-progress"])
     assert code == 0 and err == ""  # nothing missing
@@ -222,7 +273,8 @@ def test_collect_names_the_missing_cells(quick: dict[str, Any], tmp_path: Path) 
     assert f"from {2 * len(SCHEMES) - 2} cell(s)" in out
     records = timeless(tmp_path)
     assert {(r["scheme"], r["seed"]) for r in records} == {
-        (s, k) for s in SCHEMES for k in (1337, 1338) if (s, k) not in (("rope", 1338), ("learned", 1337))}  # fmt: skip
+        (s, k) for s in SCHEMES for k in (1337, 1338) if (s, k) not in (("rope", 1338), ("learned", 1337))
+    }
     assert records == [r for r in timeless(quick["out"]) if r in records]  # the same, in the same order
     rows = json.loads((tmp_path / "length.json").read_text())["rows"]
     assert {r["n_seeds"] for r in rows if r["scheme"] in ("rope", "learned")} == {1}
@@ -265,11 +317,17 @@ def test_collect_names_the_cell_and_the_setting_that_differ(
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--schemes", "rope", "bogus"], "bogus"), (["--seeds", "0"], "--seeds 0"), (["--train-length", "1"], "--train-length 1"),
-     (["--eval-lengths", "0", "16"], "--eval-lengths"), (["--rope-factor", "0.5"], "--rope-factor"),
-     (["--only", "rope"], "must look like SCHEME:SEED"), (["--only", "rope:1339"], "rope:1339 is not a cell"),
-     (["--schemes", "alibi", "--only", "rope:1337"], "rope:1337 is not a cell")],
-)  # fmt: skip
+    [
+        (["--schemes", "rope", "bogus"], "bogus"),
+        (["--seeds", "0"], "--seeds 0"),
+        (["--train-length", "1"], "--train-length 1"),
+        (["--eval-lengths", "0", "16"], "--eval-lengths"),
+        (["--rope-factor", "0.5"], "--rope-factor"),
+        (["--only", "rope"], "must look like SCHEME:SEED"),
+        (["--only", "rope:1339"], "rope:1339 is not a cell"),
+        (["--schemes", "alibi", "--only", "rope:1337"], "rope:1337 is not a cell"),
+    ],
+)
 def test_bad_options_are_user_errors(
     flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -324,11 +382,33 @@ def test_progress_reaches_a_pipe_while_the_experiment_runs(tmp_path: Path) -> No
     """Redirected, stdout is block-buffered: unflushed, every progress line would arrive only at the end."""
     corpus = write_corpus(tmp_path / "text")
     out = tmp_path / "out"
-    argv = ["experiment", "length", "--quick", "--schemes", "rope", "alibi", "--seeds", "1", "--jobs", "1",
-            "--text", str(corpus), "--data-dir", str(tmp_path / "data"), "--out", str(out)]  # fmt: skip
+    argv = [
+        "experiment",
+        "length",
+        "--quick",
+        "--schemes",
+        "rope",
+        "alibi",
+        "--seeds",
+        "1",
+        "--jobs",
+        "1",
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--out",
+        str(out),
+    ]
     env = {k: v for k, v in tiny.quiet_env().items() if k != "PYTHONUNBUFFERED"}
-    proc = subprocess.Popen([tiny.PYTHON, "-m", "octlm", *argv], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [tiny.PYTHON, "-m", "octlm", *argv],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         lines = [proc.stdout.readline()]  # the data preparation's lines, then the experiment's first two
         while lines[-1] and not lines[-1].startswith("1 worker") and len(lines) < 20:
@@ -359,9 +439,24 @@ def claims_of(out: Path, experiment: str) -> tuple[list[str], dict[str, Any]]:
 
 
 def test_collect_writes_the_claims_of_a_few_cells(quick: dict[str, Any], tmp_path: Path) -> None:
-    flags = ["experiment", "length", "--quick", "--schemes", "rope", "alibi", "sinusoidal", "--seeds", "1",
-             "--text", str(write_corpus(tmp_path / "text")), "--data-dir", str(quick["root"] / "data"),
-             "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    flags = [
+        "experiment",
+        "length",
+        "--quick",
+        "--schemes",
+        "rope",
+        "alibi",
+        "sinusoidal",
+        "--seeds",
+        "1",
+        "--text",
+        str(write_corpus(tmp_path / "text")),
+        "--data-dir",
+        str(quick["root"] / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     for cell in ("rope:1337", "alibi:1337"):
         assert main([*flags, "--only", cell]) == 0
     assert main(["experiment", "length", "--collect", "--out", str(tmp_path / "out"), "--no-progress"]) == 0

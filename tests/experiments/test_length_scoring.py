@@ -70,8 +70,11 @@ class Oracle(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:
         b, t = x.shape
         logits = torch.zeros(b, t, VOCAB, dtype=torch.float64)
-        logits.scatter_(2, successor(x).unsqueeze(-1), torch.arange(1.0, t + 1, dtype=torch.float64)
-                        .div(4).expand(b, t).unsqueeze(-1))  # fmt: skip
+        logits.scatter_(
+            2,
+            successor(x).unsqueeze(-1),
+            torch.arange(1.0, t + 1, dtype=torch.float64).div(4).expand(b, t).unsqueeze(-1),
+        )
         return logits, None
 
 
@@ -114,8 +117,13 @@ def test_score_is_exact_on_a_context_dependent_text(batch_tokens: int) -> None:
 def test_evaluate_scores_every_target_exactly() -> None:
     """`octlm train`'s validation: all targets of each block, bits per byte from the bytes per token."""
     text = chain_text(count=64, start=0)
-    blocks = [(torch.from_numpy(text.tokens[i : i + 16]).view(1, 16),
-               torch.from_numpy(text.tokens[i + 1 : i + 17]).view(1, 16)) for i in (0, 16, 32)]  # fmt: skip
+    blocks = [
+        (
+            torch.from_numpy(text.tokens[i : i + 16]).view(1, 16),
+            torch.from_numpy(text.tokens[i + 1 : i + 17]).view(1, 16),
+        )
+        for i in (0, 16, 32)
+    ]
     got = evaluate(Oracle(), blocks, torch.device("cpu"), bytes_per_token=2.5)
     assert (got.tokens, got.bytes) == (48, 120.0)
     assert got.nats == pytest.approx(3 * oracle_nats(range(16)), rel=REL)
@@ -136,8 +144,12 @@ def test_learned_past_its_table_reads_no_rows() -> None:
         score(model, text, 32, "windows")
     settings = Settings(train_length=16, eval_lengths=[16, 32], seeds=1)
     records = evaluate_run(model, "learned", 0, text, settings)
-    assert [(r["length"], r["status"]) for r in records] == [(16, "ok"), (16, "ok"), (32, "no rows"),
-                                                            (32, "no rows")]  # fmt: skip
+    assert [(r["length"], r["status"]) for r in records] == [
+        (16, "ok"),
+        (16, "ok"),
+        (32, "no rows"),
+        (32, "no rows"),
+    ]
 
 
 def test_rope_variants_set_and_restore_frequencies() -> None:
@@ -167,8 +179,19 @@ def test_table_marks_best_and_within_spread() -> None:
     ):
         for seed, bpb in enumerate(values):
             for mode in MODES:
-                records.append({"scheme": scheme, "variant": "", "seed": seed, "length": 16, "mode": mode,
-                                "status": "ok", "bpb": bpb, "ppl": 2.0, "tokens": 10})  # fmt: skip
+                records.append(
+                    {
+                        "scheme": scheme,
+                        "variant": "",
+                        "seed": seed,
+                        "length": 16,
+                        "mode": mode,
+                        "status": "ok",
+                        "bpb": bpb,
+                        "ppl": 2.0,
+                        "tokens": 10,
+                    }
+                )
     summary = summarize(records, settings)
     alibi = next(s for s in summary if s["scheme"] == "alibi" and s["mode"] == "windows")
     assert alibi["bpb_mean"] == pytest.approx(1.02) and alibi["bpb_std"] == pytest.approx(0.02)
@@ -186,8 +209,11 @@ def test_a_long_score_goes_by_chunks_and_equals_the_whole_bias(position: str, mo
     import octlm.model.decoder
 
     torch.manual_seed(0)
-    model = Decoder(ModelConfig(vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, position=position,
-                                context_length=16)).eval()  # fmt: skip
+    model = Decoder(
+        ModelConfig(
+            vocab_size=50, d_model=16, n_heads=2, n_layers=1, d_ff=32, position=position, context_length=16
+        )
+    ).eval()
     text = text_of(count=4096, start=1024)
     chunked = {mode: score(model, text, 2048, mode, batch_tokens=2048) for mode in MODES}
     monkeypatch.setattr(octlm.model.decoder, "WHOLE_BIAS_PAIRS", math.inf)

@@ -33,8 +33,15 @@ LOGIT_TOL = 1e-4  # the site's parity bound; float32 rounding here is about 1e-6
 def tiny(scheme: str, task: type = Copy, rows: int = 19) -> Decoder:
     """A small decoder for `task`'s vocabulary, weights moved off their init so that argmaxes are not ties."""
     torch.manual_seed(0)
-    config = ModelConfig(vocab_size=len(task.vocabulary()), d_model=32, n_layers=2, n_heads=4, d_ff=64,
-                         context_length=rows, position=scheme)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=len(task.vocabulary()),
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_ff=64,
+        context_length=rows,
+        position=scheme,
+    )
     model = Decoder(config)
     with torch.no_grad():
         for p in model.parameters():

@@ -25,9 +25,17 @@ from octlm.experiments.tasks import (
     filler_text,
 )
 
-SIZES = {"copy": [1, 5, 16, 40], "reverse": [1, 7, 16], "addition": [1, 3, 8, 20], "addition-reversed": [1, 4, 8],
-         "addition-hints": [1, 2, 8, 40],
-         "mqar": [1, 5, 8, 30], "counting": [4, 20, 32, 90], "selective-copy": [4, 9, 32, 70], "passkey": [16, 50, 300]}  # fmt: skip
+SIZES = {
+    "copy": [1, 5, 16, 40],
+    "reverse": [1, 7, 16],
+    "addition": [1, 3, 8, 20],
+    "addition-reversed": [1, 4, 8],
+    "addition-hints": [1, 2, 8, 40],
+    "mqar": [1, 5, 8, 30],
+    "counting": [4, 20, 32, 90],
+    "selective-copy": [4, 9, 32, 70],
+    "passkey": [16, 50, 300],
+}
 
 
 def words(task: str, tokens: tuple[int, ...]) -> list[str]:
@@ -331,8 +339,28 @@ def test_a_task_of_ones_own_registers_and_runs_through_the_battery(tmp_path) -> 
         assert words("sort", example.answer_tokens) == [*sorted(prompt), "<eos>"]
         from octlm.cli import main
 
-        argv = ["experiment", "tasks", "--quick", "--tasks", "sort", "copy", "--schemes", "rope", "--steps", "2",
-                "--examples", "3", "--factors", "1", "2", "--jobs", "1", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
+        argv = [
+            "experiment",
+            "tasks",
+            "--quick",
+            "--tasks",
+            "sort",
+            "copy",
+            "--schemes",
+            "rope",
+            "--steps",
+            "2",
+            "--examples",
+            "3",
+            "--factors",
+            "1",
+            "2",
+            "--jobs",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
         assert main(argv) == 0
         assert (
             "## sort\n\nSort n digits: `3 1 2 <sep> 1 2 3`. Trained on 1-12 items."

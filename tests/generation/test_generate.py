@@ -132,8 +132,9 @@ def test_sliding_window_reads_exactly_the_last_context_length_ids() -> None:
     windows: list[list[int]] = []
     model.register_forward_pre_hook(lambda _module, args: windows.append(args[0][0].tolist()))
     prompt = list(range(1, CONTEXT + 4))  # longer than the table: the first window is already cut
-    out = list(generate(model, FakeTokenizer(), prompt, 6, temperature=1.0, seed=2, stop_at_eot=False,
-                        notice=None))  # fmt: skip
+    out = list(
+        generate(model, FakeTokenizer(), prompt, 6, temperature=1.0, seed=2, stop_at_eot=False, notice=None)
+    )
     ids = prompt + out
     assert len(windows) == 6
     for n, window in enumerate(windows):
@@ -141,8 +142,18 @@ def test_sliding_window_reads_exactly_the_last_context_length_ids() -> None:
     # A prompt that fits, continued past the table: cached steps first, then full windows of CONTEXT ids.
     windows.clear()
     prompt = [5, 9, 17]
-    out = list(generate(model, FakeTokenizer(), prompt, CONTEXT + 3, temperature=1.0, seed=3,
-                        stop_at_eot=False, notice=None))  # fmt: skip
+    out = list(
+        generate(
+            model,
+            FakeTokenizer(),
+            prompt,
+            CONTEXT + 3,
+            temperature=1.0,
+            seed=3,
+            stop_at_eot=False,
+            notice=None,
+        )
+    )
     ids = prompt + out
     assert windows[0] == prompt and all(len(w) == 1 for w in windows[1 : CONTEXT - 2])
     sliding = windows[CONTEXT - 2 :]
@@ -160,8 +171,10 @@ def test_streamed_and_batched_text_leave_notices_to_the_caller(tokenizer: Tokeni
     from octlm.generation.sampling import Sampling
 
     model, said = model_for("learned", vocab=300), []
-    sliding = (f"passed the learned position table's {CONTEXT} rows: sliding the window, each new token now "
-               f"re-reads the last {CONTEXT} tokens without the cache")  # fmt: skip
+    sliding = (
+        f"passed the learned position table's {CONTEXT} rows: sliding the window, each new token now "
+        f"re-reads the last {CONTEXT} tokens without the cache"
+    )
     ids = list(
         generate(model, tokenizer, encode_prompt(tokenizer, "déf"), 20, stop_at_eot=False, notice=None)
     )

@@ -28,8 +28,20 @@ class Tok:
 
 def model_for(position: str, vocab: int = 64, **model: object) -> Decoder:
     """A random float32 model with large weights (clear-cut greedy choices)."""
-    cfg = config_from_dict({"model": {"vocab_size": vocab, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                                      "d_ff": 64, "context_length": CONTEXT, "position": position, **model}})  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "model": {
+                "vocab_size": vocab,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "d_ff": 64,
+                "context_length": CONTEXT,
+                "position": position,
+                **model,
+            }
+        }
+    )
     torch.manual_seed(0)
     m = Decoder(cfg.model)
     with torch.no_grad():
@@ -75,8 +87,15 @@ def test_print_samples_prints_every_sample_whole(tokenizer: Tokenizer) -> None:
     model = model_for("rope", vocab=300)
     out = io.StringIO()
     count = print_samples(model, tokenizer, "déf", 2, 7, Sampling(0.8, seed=1), out, stop_at_eot=False)
-    ids = generate_batch(model, tokenizer, [tokenizer.eot_id, *tokenizer.encode("déf")], 2, 7,
-                         Sampling(0.8, seed=1), stop_at_eot=False)  # fmt: skip
+    ids = generate_batch(
+        model,
+        tokenizer,
+        [tokenizer.eot_id, *tokenizer.encode("déf")],
+        2,
+        7,
+        Sampling(0.8, seed=1),
+        stop_at_eot=False,
+    )
     assert count == 14
     assert out.getvalue() == "".join(
         f"--- sample {i + 1} ---\ndéf{tokenizer.decode(r)}\n" for i, r in enumerate(ids)
@@ -96,8 +115,9 @@ class Tokens:
 
 def sharp(position: str) -> Decoder:
     """A random model with large weights: clear-cut greedy choices."""
-    config = ModelConfig(vocab_size=64, d_model=32, context_length=8, n_layers=1, n_heads=4, d_ff=64,
-                         position=position)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=64, d_model=32, context_length=8, n_layers=1, n_heads=4, d_ff=64, position=position
+    )
     torch.manual_seed(0)
     model = Decoder(config)
     with torch.no_grad():

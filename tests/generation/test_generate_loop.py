@@ -32,9 +32,20 @@ class Tok:
 
 def model_for(position: str, vocab: int = 64, dropout: float = 0.0) -> Decoder:
     """A random float64 model with large weights: clear-cut greedy choices, no near ties."""
-    cfg = config_from_dict({"model": {"vocab_size": vocab, "d_model": 16, "n_layers": 1, "n_heads": 2,
-                                      "d_ff": 32, "context_length": CONTEXT, "position": position,
-                                      "dropout": dropout}})  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "model": {
+                "vocab_size": vocab,
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 32,
+                "context_length": CONTEXT,
+                "position": position,
+                "dropout": dropout,
+            }
+        }
+    )
     torch.manual_seed(0)
     model = Decoder(cfg.model)
     with torch.no_grad():
@@ -238,8 +249,19 @@ def test_usable_with_nothing_to_cut_writes_nothing() -> None:
 
 
 def rope_model() -> Decoder:
-    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "d_ff": 64, "context_length": 16, "position": "rope"}})  # fmt: skip
+    config = config_from_dict(
+        {
+            "model": {
+                "vocab_size": 260,
+                "d_model": 32,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 64,
+                "context_length": 16,
+                "position": "rope",
+            }
+        }
+    )
     torch.manual_seed(0)
     return Decoder(config.model)
 

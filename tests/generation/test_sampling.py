@@ -16,8 +16,13 @@ from octlm.errors import UserError
 from octlm.generation.sampling import Sampling, check_sampling, choose_tokens
 
 
-def pick_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
-               generator: torch.Generator | None) -> int:  # fmt: skip
+def pick_token(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float,
+    generator: torch.Generator | None,
+) -> int:
     """One token id from `logits` `[V]`: `choose_tokens` on one row, read as an int."""
     return int(choose_tokens(logits, temperature, top_k, top_p, generator))
 
@@ -99,8 +104,9 @@ def test_greedy_is_the_argmax() -> None:
 
 def test_temperature_one_is_plain_softmax() -> None:
     logits = [0.5, -1.0, 2.0]
-    torch.testing.assert_close(drawn_from(torch.tensor(logits), 1.0, None, 1.0), softmax_by_hand(logits),
-                               rtol=0, atol=1e-15)  # fmt: skip
+    torch.testing.assert_close(
+        drawn_from(torch.tensor(logits), 1.0, None, 1.0), softmax_by_hand(logits), rtol=0, atol=1e-15
+    )
 
 
 def test_the_smallest_normal_temperature_does_not_overflow() -> None:
@@ -118,8 +124,9 @@ def test_top_k_keeps_exactly_the_k_largest() -> None:
     got = drawn_from(torch.tensor(logits), 1.0, 1, 1.0)
     assert got.tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
     # top_k past the vocabulary keeps everything
-    torch.testing.assert_close(drawn_from(torch.tensor(logits), 1.0, 9, 1.0), softmax_by_hand(logits),
-                               rtol=0, atol=1e-15)  # fmt: skip
+    torch.testing.assert_close(
+        drawn_from(torch.tensor(logits), 1.0, 9, 1.0), softmax_by_hand(logits), rtol=0, atol=1e-15
+    )
 
 
 def test_top_p_drops_a_token_once_the_ones_before_reach_p() -> None:

@@ -16,8 +16,13 @@ from octlm.errors import UserError
 from octlm.generation.sampling import check_sampling, choose_tokens
 
 
-def pick_token(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float,
-               generator: torch.Generator | None) -> int:  # fmt: skip
+def pick_token(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float,
+    generator: torch.Generator | None,
+) -> int:
     """One token id from `logits` `[V]`: `choose_tokens` on one row, read as an int."""
     return int(choose_tokens(logits, temperature, top_k, top_p, generator))
 

@@ -73,16 +73,26 @@ def test_unseen_rows_by_hand() -> None:
     trained = np.array([[3.0, 4.0], [0.0, 1.0], [0.0, 4.0]]) / 16  # unseen row 0 did not move
     got = unseen_rows(trained, initial, np.array([0, 5, 2]))
     assert got["init_std"] == 0.02 and got["expected_init_norm"] == pytest.approx(0.02 * math.sqrt(2))
-    assert got["unseen"] == {"tokens": 1, "mean_norm": 5 / 16, "mean_initial_norm": 5 / 16,
-                             "mean_relative_change": 0.0, "mean_cosine_to_initial": 1.0}  # fmt: skip
+    assert got["unseen"] == {
+        "tokens": 1,
+        "mean_norm": 5 / 16,
+        "mean_initial_norm": 5 / 16,
+        "mean_relative_change": 0.0,
+        "mean_cosine_to_initial": 1.0,
+    }
     # seen: row 1 moved √2 of 1 (cos 0), row 2 moved 2 of 2 (cos 1)
     seen = got["seen"]
     assert (seen["tokens"], seen["mean_norm"], seen["mean_initial_norm"]) == (2, 2.5 / 16, 1.5 / 16)
     assert seen["mean_relative_change"] == pytest.approx((math.sqrt(2) + 1) / 2, rel=0, abs=1e-15)
     assert seen["mean_cosine_to_initial"] == pytest.approx(0.5, rel=0, abs=1e-15)
     none = unseen_rows(trained, initial, np.array([1, 1, 1]))["unseen"]
-    assert none == {"tokens": 0, "mean_norm": None, "mean_initial_norm": None, "mean_relative_change": None,
-                    "mean_cosine_to_initial": None}  # fmt: skip
+    assert none == {
+        "tokens": 0,
+        "mean_norm": None,
+        "mean_initial_norm": None,
+        "mean_relative_change": None,
+        "mean_cosine_to_initial": None,
+    }
     zero = unseen_rows(np.zeros((1, 2)), np.zeros((1, 2)), np.array([0]))["unseen"]  # no 0 / 0
     assert zero["mean_relative_change"] == 0.0 and zero["mean_cosine_to_initial"] == 0.0
 
@@ -113,11 +123,16 @@ def test_token_labels() -> None:
 def test_resolve_tokens() -> None:
     assert resolve_tokens(Tok(), [" def", "a", "ab"]) == [1, 0, 4]
     assert resolve_tokens(None, []) == []
-    with pytest.raises(UserError, match="^--tokens needs the model's tokenizer, and there is none; name the "
-                                        "tokens with --ids$"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match="^--tokens needs the model's tokenizer, and there is none; name the tokens with --ids$",
+    ):
         resolve_tokens(None, ["a"])
-    with pytest.raises(UserError, match=r"^--tokens 'aa' is not a single token: it encodes to 2 tokens: 'a' "
-                                        r"\(id 0\), 'a' \(id 0\); pass one of those, or use --ids$"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"^--tokens 'aa' is not a single token: it encodes to 2 tokens: 'a' "
+        r"\(id 0\), 'a' \(id 0\); pass one of those, or use --ids$",
+    ):
         resolve_tokens(Tok(), ["a", "aa"])
     with pytest.raises(
         UserError, match="^--tokens '' is not a single token: it encodes to 0 tokens: nothing;"
@@ -126,8 +141,15 @@ def test_resolve_tokens() -> None:
 
 
 def table_tables(token_table: np.ndarray, source: dict | None = None) -> Tables:
-    model = {"vocab_size": len(token_table), "d_model": 2, "context_length": 4, "n_layers": 1, "n_heads": 1,
-             "position": "nope", "tie_embeddings": True}  # fmt: skip
+    model = {
+        "vocab_size": len(token_table),
+        "d_model": 2,
+        "context_length": 4,
+        "n_layers": 1,
+        "n_heads": 1,
+        "position": "nope",
+        "tie_embeddings": True,
+    }
     return Tables(token_table, model, {"shows": [], "about": "None."}, source=source)
 
 
@@ -135,8 +157,22 @@ def test_analyze_with_counts() -> None:
     trained, initial = table_tables(TABLE, source={"hf": "x"}), table_tables(np.eye(6, 2) + 1)
     counts = np.array([0, 4, 9, 4, 1, 0])
     r = analyze(trained, initial, Tok(), counts, k=2, frequent=2, run="r1", notes=["n"])
-    assert list(r) == ["schema", "run", "model", "source", "counts_available", "counts", "tokens", "k",
-                       "trained", "untrained", "positions", "notes", "labels", "unseen"]  # fmt: skip
+    assert list(r) == [
+        "schema",
+        "run",
+        "model",
+        "source",
+        "counts_available",
+        "counts",
+        "tokens",
+        "k",
+        "trained",
+        "untrained",
+        "positions",
+        "notes",
+        "labels",
+        "unseen",
+    ]
     assert (r["schema"], r["run"], r["source"], r["counts_available"], r["k"]) == (
         1,
         "r1",
@@ -147,9 +183,11 @@ def test_analyze_with_counts() -> None:
     assert r["model"] == trained.model and r["model"] is not trained.model and r["counts"] is counts
     assert r["tokens"] == [0, 2, 1] and r["notes"] == ["n"]  # token 0, then the 2 most frequent
     view = r["trained"]
-    assert view["neighbours"] == {0: [(1, pytest.approx(1.0)), (2, pytest.approx(S))],
-                                  2: [(0, pytest.approx(S)), (1, pytest.approx(S))],
-                                  1: [(0, pytest.approx(1.0)), (2, pytest.approx(S))]}  # fmt: skip
+    assert view["neighbours"] == {
+        0: [(1, pytest.approx(1.0)), (2, pytest.approx(S))],
+        2: [(0, pytest.approx(S)), (1, pytest.approx(S))],
+        1: [(0, pytest.approx(1.0)), (2, pytest.approx(S))],
+    }
     assert view["mean_top1_similarity"] == pytest.approx((1 + S + 1) / 3)
     assert view["pca"]["ids"] == [2, 1, 3, 4] and view["pca"]["coords"].shape == (4, 2)
     assert list(view["pca"]) == ["ids", "coords", "explained"]
@@ -218,10 +256,18 @@ def test_tables_of_a_decoder_reads_what_its_scheme_shows() -> None:
     assert tables_of(same) is same
     learned = Decoder(tiny(sinusoidal_base=500.0))
     t = tables_of(learned)
-    assert t.model == {"vocab_size": 11, "d_model": 8, "context_length": 6, "n_layers": 1, "n_heads": 2,
-                       "position": "learned", "tie_embeddings": True}  # fmt: skip
-    assert t.token_table.dtype == np.float64 and np.array_equal(t.token_table, learned.token_embedding.weight
-                                                                  .detach().double().numpy())  # fmt: skip
+    assert t.model == {
+        "vocab_size": 11,
+        "d_model": 8,
+        "context_length": 6,
+        "n_layers": 1,
+        "n_heads": 2,
+        "position": "learned",
+        "tie_embeddings": True,
+    }
+    assert t.token_table.dtype == np.float64 and np.array_equal(
+        t.token_table, learned.token_embedding.weight.detach().double().numpy()
+    )
     assert t.sinusoidal_base == 500.0 and t.source is None
     assert list(t.positions) == ["shows", "about", "vectors"] and t.positions["shows"] == ["vectors"]
     assert (
@@ -249,8 +295,15 @@ def test_tables_of_a_decoder_reads_what_its_scheme_shows() -> None:
 
 def tables(position: str, length: int = 8, width: int = 4, about: str = "About it.", **shows) -> Tables:
     """A model description and what its scheme shows (`vectors`, `frequencies` + `head_dim`, `bias`)."""
-    model = {"vocab_size": 6, "d_model": width, "context_length": length, "n_layers": 1, "n_heads": 2,
-             "position": position, "tie_embeddings": True}  # fmt: skip
+    model = {
+        "vocab_size": 6,
+        "d_model": width,
+        "context_length": length,
+        "n_layers": 1,
+        "n_heads": 2,
+        "position": position,
+        "tie_embeddings": True,
+    }
     kinds = [kind for kind in ("vectors", "frequencies", "bias") if kind in shows]
     return Tables(np.eye(6, width), model, {"shows": kinds, "about": about, **shows})
 
@@ -278,10 +331,23 @@ def test_the_sinusoidal_reference_of_an_odd_width_and_fixed_vectors() -> None:
     want = cosines(sinusoid(8, 6, 100.0)[:, :5])  # width 5: the table of width 6, cut
     ref = got["sinusoidal_reference"]
     assert np.abs(ref["similarity"] - want).max() < 1e-6  # float32 table: measured 1e-7
-    assert list(got) == ["scheme", "context_length", "probe_positions", "distances", "shows",
-                         "sinusoidal_reference", "has_vectors", "trained", "summary"]  # fmt: skip
-    assert (got["scheme"], got["context_length"], got["has_vectors"], got["shows"]) == ("sinusoidal", 8, True,
-                                                                                         ["vectors"])  # fmt: skip
+    assert list(got) == [
+        "scheme",
+        "context_length",
+        "probe_positions",
+        "distances",
+        "shows",
+        "sinusoidal_reference",
+        "has_vectors",
+        "trained",
+        "summary",
+    ]
+    assert (got["scheme"], got["context_length"], got["has_vectors"], got["shows"]) == (
+        "sinusoidal",
+        8,
+        True,
+        ["vectors"],
+    )
     assert got["probe_positions"] == [0, 1, 4, 7] and got["distances"] == [1, 2, 4, 7]
     assert list(ref["neighbours"]) == [0, 1, 4, 7] and len(ref["neighbours"][0]) == 2
     assert ref["neighbours"][0][0][0] == int(np.argsort(-want[0], kind="stable")[1])
@@ -298,8 +364,12 @@ def test_vectors_training_changed_are_compared_with_the_untrained_ones() -> None
     assert (
         got["has_vectors"] and "map_positions" not in got and "frequencies" not in got and "bias" not in got
     )
-    assert got["trained"]["neighbours"] == {0: [(1, pytest.approx(S))], 1: [(0, pytest.approx(S))],
-                                            2: [(1, pytest.approx(S))], 3: [(0, 0.0)]}  # fmt: skip
+    assert got["trained"]["neighbours"] == {
+        0: [(1, pytest.approx(S))],
+        1: [(0, pytest.approx(S))],
+        2: [(1, pytest.approx(S))],
+        3: [(0, 0.0)],
+    }
     assert np.abs(got["trained"]["similarity"] - cosines(rows)).max() < 1e-15
     assert got["untrained"]["similarity"].tolist() == np.eye(4).tolist()
     assert got["trained"]["similarity_by_distance"] == {1: pytest.approx(2 * S / 3), 2: 0.0, 3: 0.0}
@@ -315,8 +385,9 @@ def test_maps_cover_at_most_map_positions() -> None:
     assert got["trained"]["similarity"].shape == (MAP_POSITIONS, MAP_POSITIONS)
     assert got["sinusoidal_reference"]["similarity"].shape == (MAP_POSITIONS, MAP_POSITIONS)
     assert got["probe_positions"] == [0, 1, 512, 1023] and got["distances"][-1] == 1023
-    assert got["summary"].endswith("fixed: training does not change them. Position x position maps cover the "
-                                   "first 1,024 positions.")  # fmt: skip
+    assert got["summary"].endswith(
+        "fixed: training does not change them. Position x position maps cover the first 1,024 positions."
+    )
     nope = position_section(tables("nope", length=length), tables("nope", length=length))
     anonymous = tables("plain-test", about="")
     assert (
@@ -343,8 +414,12 @@ def test_frequencies_by_hand() -> None:
         [2 * math.pi, 200 * math.pi, 20000 * math.pi], rel=1e-15
     )
     assert f["wavelength"][3] == math.inf
-    assert np.abs(f["turns_in_context"] - [100 / (2 * math.pi), 1 / (2 * math.pi), 0.01 / (2 * math.pi), 0.0]
-                  ).max() < 1e-15  # fmt: skip
+    assert (
+        np.abs(
+            f["turns_in_context"] - [100 / (2 * math.pi), 1 / (2 * math.pi), 0.01 / (2 * math.pi), 0.0]
+        ).max()
+        < 1e-15
+    )
     assert not got["has_vectors"] and "trained" not in got and "bias" not in got
     assert got["summary"] == (
         "About it. 3 of its 4 channel pairs rotate: the fastest turns once every 6.3 positions, the "
@@ -395,8 +470,10 @@ def test_bias_by_hand_trained_beside_untrained() -> None:
     untrained = np.array([[-1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
     got = position_section(tables("fire", length=3, bias=trained), tables("fire", length=3, bias=untrained))
     assert got["bias"]["trained"] is trained and got["bias"]["untrained"] is untrained
-    assert {d: b.tolist() for d, b in got["bias"]["bias_at_distance"].items()} == {1: [0.25, -0.0],
-                                                                                  2: [0.5, 0.375]}  # fmt: skip
+    assert {d: b.tolist() for d, b in got["bias"]["bias_at_distance"].items()} == {
+        1: [0.25, -0.0],
+        2: [0.5, 0.375],
+    }
     assert got["summary"] == (
         "About it. Bias against distance, seen from the last position: 0.000 to 0.500 trained, -1.000 to "
         "2.000 untrained."

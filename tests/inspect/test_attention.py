@@ -25,8 +25,15 @@ T, HEADS, LAYERS, VOCAB = 12, 4, 2, 64
 
 def tiny(position: str, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=VOCAB, d_model=32, context_length=T, n_layers=LAYERS, n_heads=HEADS, d_ff=64,
-                         position=position)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        context_length=T,
+        n_layers=LAYERS,
+        n_heads=HEADS,
+        d_ff=64,
+        position=position,
+    )
     return Decoder(config).eval()
 
 
@@ -126,7 +133,10 @@ def test_alibi_at_init_is_local_and_nope_is_uniform() -> None:
 def test_windows_and_refusals() -> None:
     tokens = np.arange(50)
     assert attention.attention_windows(tokens, 10, 3).tolist() == [
-        list(range(0, 10)), list(range(20, 30)), list(range(40, 50))]  # fmt: skip
+        list(range(0, 10)),
+        list(range(20, 30)),
+        list(range(40, 50)),
+    ]
     assert attention.attention_windows(tokens, 10, 99).shape == (5, 10)
     with pytest.raises(UserError, match="needs a window of 64 tokens, but the text has 50"):
         attention.attention_windows(tokens, 64, 4)
@@ -141,9 +151,11 @@ def test_section_and_figure(tmp_path: Path) -> None:
     text = render_markdown(attention.attention_blocks(numbers, figure), tmp_path)
     assert "## Attention by distance" in text and "(attention.png)" in text
     lift = numbers["lift"]
-    first = (f"| 0 | 0 | {numbers['mean_distance'][0, 0]:.2f} | {numbers['entropy'][0, 0]:.3f} | "
-             f"{lift[0, 0, 0]:.3f} | {lift[0, 0, 1]:.3f} | {lift[0, 0, 2]:.3f} | {lift[0, 0, 4]:.3f} | "
-             f"{lift[0, 0, 8]:.3f} |")  # fmt: skip
+    first = (
+        f"| 0 | 0 | {numbers['mean_distance'][0, 0]:.2f} | {numbers['entropy'][0, 0]:.3f} | "
+        f"{lift[0, 0, 0]:.3f} | {lift[0, 0, 1]:.3f} | {lift[0, 0, 2]:.3f} | {lift[0, 0, 4]:.3f} | "
+        f"{lift[0, 0, 8]:.3f} |"
+    )
     assert first in text
     assert attention.attention_blocks(None, None) == []
     skipped = render_markdown(attention.attention_blocks({"skipped": "no data"}, None), tmp_path)
@@ -154,8 +166,17 @@ def test_section_and_figure(tmp_path: Path) -> None:
 def test_every_scheme_gives_rows_that_sum_to_one(position: str) -> None:
     torch.manual_seed(0)
     nope = [] if position in ("learned", "sinusoidal") else [1]  # a NoPE layer where the scheme allows one
-    config = ModelConfig(vocab_size=VOCAB, d_model=32, context_length=T, n_layers=2, n_heads=4, n_kv_heads=2,
-                         d_ff=64, position=position, nope_layers=nope)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        context_length=T,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=64,
+        position=position,
+        nope_layers=nope,
+    )
     model, ids = Decoder(config).eval(), torch.from_numpy(windows(3))
     probs = attention.attention_probabilities(model, ids)
     record: list[torch.Tensor] = []

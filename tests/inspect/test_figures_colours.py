@@ -28,8 +28,21 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_every_built_in_scheme_has_its_own_fixed_colour() -> None:
-    assert scheme_names() == ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "t5", "fire", "cope",
-                              "fox", "path", "stick-breaking", "nope")  # fmt: skip
+    assert scheme_names() == (
+        "learned",
+        "sinusoidal",
+        "rope",
+        "p-rope",
+        "xpos",
+        "alibi",
+        "t5",
+        "fire",
+        "cope",
+        "fox",
+        "path",
+        "stick-breaking",
+        "nope",
+    )
     assert [figures.scheme_colour(s) for s in scheme_names()] == TAB10
     assert len(set(TAB10)) == len(TAB10)  # no two share one
     assert figures.scheme_colour("no-such-scheme") == "#000000"
@@ -38,18 +51,26 @@ def test_every_built_in_scheme_has_its_own_fixed_colour() -> None:
 def test_compared_runs_take_their_schemes_colour_and_seeds_a_line_style_each(
     tmp_path: Path, drawn: dict[str, Any]
 ) -> None:
-    curves = [("a", "rope", [0, 10], [2.0, 1.5]), ("b", "alibi", [0, 10], [2.1, 1.4]),
-              ("c", "rope", [0, 10], [2.0, 1.6])]  # fmt: skip
+    curves = [
+        ("a", "rope", [0, 10], [2.0, 1.5]),
+        ("b", "alibi", [0, 10], [2.1, 1.4]),
+        ("c", "rope", [0, 10], [2.0, 1.6]),
+    ]
     figures.plot_learning_curves(curves, tmp_path / "curves.png")
     assert lines_by_label(drawn["curves.png"]) == [
-        ("a", TAB10[2], ("-", "o")), ("b", TAB10[5], ("-", "o")), ("c", TAB10[2], ("--", "o"))
-    ]  # fmt: skip
+        ("a", TAB10[2], ("-", "o")),
+        ("b", TAB10[5], ("-", "o")),
+        ("c", TAB10[2], ("--", "o")),
+    ]
 
 
 def tiny_model(position: str, seed: int) -> Decoder:
     torch.manual_seed(seed)
-    return Decoder(ModelConfig(vocab_size=300, d_model=32, context_length=16, n_layers=1, n_heads=2, d_ff=64,
-                               position=position))  # fmt: skip
+    return Decoder(
+        ModelConfig(
+            vocab_size=300, d_model=32, context_length=16, n_layers=1, n_heads=2, d_ff=64, position=position
+        )
+    )
 
 
 @pytest.mark.parametrize(
@@ -64,8 +85,9 @@ def tiny_model(position: str, seed: int) -> Decoder:
         ),
     ],
 )
-def test_the_sinusoidal_reference_is_titled_as_one(position: str, titles: list[str], tmp_path: Path,
-                                                   drawn: dict[str, Any]) -> None:  # fmt: skip
+def test_the_sinusoidal_reference_is_titled_as_one(
+    position: str, titles: list[str], tmp_path: Path, drawn: dict[str, Any]
+) -> None:
     docs = [Document(f"d{i}", f"def f{i}(self, x):\n    return x + {i}\n") for i in range(30)]
     tokenizer = train_tokenizer(docs, 300)
     counts = analysis.token_counts(np.concatenate([tokenizer.encode(d.text) for d in docs]), 300)

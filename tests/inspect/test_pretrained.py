@@ -37,24 +37,42 @@ VOCAB = 300
 # family -> (config, the token table's name in the safetensors file)
 FAMILIES = {
     "gpt2": (
-        lambda: transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=24,
-                                        bos_token_id=0, eos_token_id=0),
+        lambda: transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=24, bos_token_id=0, eos_token_id=0
+        ),
         "transformer.wte.weight",
     ),
     "llama": (
-        lambda: transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         max_position_embeddings=64, rope_theta=500.0, bos_token_id=0,
-                                         eos_token_id=0),
+        lambda: transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+            rope_theta=500.0,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
         "model.embed_tokens.weight",
     ),
     "neox": (
-        lambda: transformers.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=64,
-                                           num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=64,
-                                           rotary_pct=0.25, rotary_emb_base=1000, bos_token_id=0, eos_token_id=0),
+        lambda: transformers.GPTNeoXConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=64,
+            rotary_pct=0.25,
+            rotary_emb_base=1000,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
         "gpt_neox.embed_in.weight",
     ),
-}  # fmt: skip
+}
 
 
 def save_tokenizer(folder: Path) -> None:
@@ -130,8 +148,15 @@ def cosine_top(table: np.ndarray, i: int, k: int) -> list[tuple[int, float]]:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_report_files_and_nearest_tokens(family: str, folders, reports) -> None:
     folder, out = folders[family], reports[family]
-    names = {"report.md", "report.html", "report.json", "embeddings.json", "positions.png", "tokens_pca.png",
-             "norms.png"} | ({"position_scheme.png"} if family != "gpt2" else set())  # fmt: skip
+    names = {
+        "report.md",
+        "report.html",
+        "report.json",
+        "embeddings.json",
+        "positions.png",
+        "tokens_pca.png",
+        "norms.png",
+    } | ({"position_scheme.png"} if family != "gpt2" else set())
     assert names == {p.name for p in out.iterdir()}
     for png in out.glob("*.png"):
         assert_png(png)
@@ -180,8 +205,9 @@ def test_gpt2_has_its_position_table(folders, reports) -> None:
     assert len(web["tokens"]) == VOCAB and web["tokens"][0] == {"id": 0, "text": EOT, "count": 0}
 
 
-@pytest.mark.parametrize(("family", "head_dim", "rotary", "base"), [("llama", 16, 16, 500.0),
-                                                                     ("neox", 32, 8, 1000.0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("family", "head_dim", "rotary", "base"), [("llama", 16, 16, 500.0), ("neox", 32, 8, 1000.0)]
+)
 def test_rope_frequencies(family: str, head_dim: int, rotary: int, base: float, folders, reports) -> None:
     data, markdown = numbers(reports[family]), (reports[family] / "report.md").read_text(encoding="utf-8")
     pos = data["positions"]
@@ -230,8 +256,14 @@ def test_without_a_tokenizer_tokens_are_ids(tmp_path: Path, capsys) -> None:
 
 def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """The command as a user runs it: a fresh process, so every line it writes to stderr is seen."""
-    return subprocess.run([sys.executable, "-m", "octlm", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "octlm", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
@@ -251,9 +283,18 @@ def test_pickled_weights_are_refused(tmp_path: Path) -> None:
 
 
 def test_other_architectures_and_missing_folders_are_refused(tmp_path: Path) -> None:
-    config = transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=1,
-                                    num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=32,
-                                    bos_token_id=0, eos_token_id=0, pad_token_id=1)  # fmt: skip
+    config = transformers.OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        ffn_dim=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        word_embed_proj_dim=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
     folder = save_model(config, tmp_path / "opt")
     assert_refused(run_cli(["inspect", "--hf", str(folder)], tmp_path), "OPTForCausalLM", "GPT-NeoX")
     assert_refused(run_cli(["inspect", "--hf", str(tmp_path / "nothing")], tmp_path), "no such folder")

@@ -18,8 +18,15 @@ from octlm.model.decoder import Decoder
 
 def tiny_decoder(position: str, n_layers: int = 2, seed: int = 0) -> Decoder:
     torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=300, d_model=32, context_length=16, n_layers=n_layers, n_heads=2, d_ff=64,
-                         position=position)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=300,
+        d_model=32,
+        context_length=16,
+        n_layers=n_layers,
+        n_heads=2,
+        d_ff=64,
+        position=position,
+    )
     return Decoder(config).eval()
 
 
@@ -134,14 +141,30 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (corpus / f"f{i}.py").write_text(f"def f{i}(self, x):\n    return x + {i} * self.y\n\n" * 3)
     config = config_from_dict(
         {
-            "model": {"vocab_size": 300, "d_model": 32, "context_length": 16, "n_layers": 1, "n_heads": 2,
-                      "d_ff": 64, "position": "nope"},
+            "model": {
+                "vocab_size": 300,
+                "d_model": 32,
+                "context_length": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 64,
+                "position": "nope",
+            },
             "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
-            "train": {"steps": 10, "batch_size": 8, "warmup_steps": 2, "eval_interval": 10, "eval_batches": 1,
-                      "checkpoint_interval": 10, "sample_tokens": 0, "device": "cpu", "report": False},
+            "train": {
+                "steps": 10,
+                "batch_size": 8,
+                "warmup_steps": 2,
+                "eval_interval": 10,
+                "eval_batches": 1,
+                "checkpoint_interval": 10,
+                "sample_tokens": 0,
+                "device": "cpu",
+                "report": False,
+            },
         },
         name="tiny",
-    )  # fmt: skip
+    )
     train(config, root / "runs" / "tiny-nope", progress=False)
     return root / "runs" / "tiny-nope"
 

@@ -161,24 +161,48 @@ def tiny_tokenizer():
 
 def tiny_model(position: str, seed: int, tie: bool = True) -> Decoder:
     torch.manual_seed(seed)
-    config = ModelConfig(vocab_size=300, d_model=32, context_length=16, n_layers=1, n_heads=2, d_ff=64,
-                         position=position, tie_embeddings=tie)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=300,
+        d_model=32,
+        context_length=16,
+        n_layers=1,
+        n_heads=2,
+        d_ff=64,
+        position=position,
+        tie_embeddings=tie,
+    )
     return Decoder(config)
 
 
 @pytest.mark.parametrize(
     ("position", "says"),
     [
-        ("sinusoidal", ["The fixed sinusoidal table of Vaswani", "Nearest positions, trained",
-                        "position vectors are fixed: training does not change them", "(fixed: trained = untrained)"]),
+        (
+            "sinusoidal",
+            [
+                "The fixed sinusoidal table of Vaswani",
+                "Nearest positions, trained",
+                "position vectors are fixed: training does not change them",
+                "(fixed: trained = untrained)",
+            ],
+        ),
         ("rope", ["RoPE (Su et al.)", "wavelength 2π/θ_i", "| 0 | 1 | 6.3 |", "For reference only"]),
-        ("alibi", ["ALiBi: a fixed penalty", "| head | d = 1 |", "| 0 | -0.062 |", "fixed (training does not"]),
+        (
+            "alibi",
+            ["ALiBi: a fixed penalty", "| head | d = 1 |", "| 0 | -0.062 |", "fixed (training does not"],
+        ),
         ("t5", ["T5's relative bias", "| head | d = 1 |", "trained, "]),
         ("nope", ["NoPE: no position signal", "It has no position parameters to show", "For reference only"]),
-        ("fox", ["FoX: every token sets a forget gate", "Its forget gates are set by the text: the section Forget "
-                 "gates measures them on it.", "For reference only"]),
+        (
+            "fox",
+            [
+                "FoX: every token sets a forget gate",
+                "Its forget gates are set by the text: the section Forget gates measures them on it.",
+                "For reference only",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_scheme_says_what_its_class_shows(position: str, says: list[str], tiny_tokenizer) -> None:
     tokenizer, counts = tiny_tokenizer
     rep = analysis.analyze(tiny_model(position, 1), tiny_model(position, 2), tokenizer, counts, run="tiny")
@@ -239,14 +263,30 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (corpus / f"f{i}.py").write_text(f"def f{i}(self, x):\n    return x + {i} * self.y\n\n" * 3)
     config = config_from_dict(
         {
-            "model": {"vocab_size": 300, "d_model": 32, "context_length": 16, "n_layers": 1, "n_heads": 2,
-                      "d_ff": 64, "position": "learned"},
+            "model": {
+                "vocab_size": 300,
+                "d_model": 32,
+                "context_length": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 64,
+                "position": "learned",
+            },
             "data": {"source": "text", "text": [str(corpus)], "data_dir": str(root / "data")},
-            "train": {"steps": 20, "batch_size": 8, "warmup_steps": 2, "eval_interval": 10, "eval_batches": 2,
-                      "checkpoint_interval": 20, "sample_tokens": 0, "device": "cpu", "report": True},
+            "train": {
+                "steps": 20,
+                "batch_size": 8,
+                "warmup_steps": 2,
+                "eval_interval": 10,
+                "eval_batches": 2,
+                "checkpoint_interval": 20,
+                "sample_tokens": 0,
+                "device": "cpu",
+                "report": True,
+            },
         },
         name="tiny",
-    )  # fmt: skip
+    )
     torch.set_num_threads(1)
     result = train(config, root / "runs" / "tiny-learned", progress=False)
     assert finish(config, result) == ("", root / "runs" / "tiny-learned" / "report")
@@ -264,8 +304,15 @@ def assert_png(path: Path) -> None:
 
 def test_train_writes_the_report(run_dir: Path) -> None:
     folder = run_dir / "report"
-    names = {"report.md", "report.html", "report.json", "embeddings.json", "positions.png", "tokens_pca.png",
-             "norms.png"}  # fmt: skip
+    names = {
+        "report.md",
+        "report.html",
+        "report.json",
+        "embeddings.json",
+        "positions.png",
+        "tokens_pca.png",
+        "norms.png",
+    }
     assert names <= {p.name for p in folder.iterdir()}
     for png in folder.glob("*.png"):
         assert_png(png)
@@ -324,8 +371,21 @@ def test_embeddings_json_matches_web_data_md(run_dir: Path) -> None:
 
 def test_inspect_cli(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     web = tmp_path / "web" / "public" / "data" / "embeddings.json"
-    args = ["inspect", str(run_dir), "--tokens", " x", "self", "--ids", "0", "--top", "3", "--out",
-            str(tmp_path / "out"), "--export-web", str(web)]  # fmt: skip
+    args = [
+        "inspect",
+        str(run_dir),
+        "--tokens",
+        " x",
+        "self",
+        "--ids",
+        "0",
+        "--top",
+        "3",
+        "--out",
+        str(tmp_path / "out"),
+        "--export-web",
+        str(web),
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "' x'" in printed and "report:" in printed

@@ -42,8 +42,9 @@ tokenizer = hf_models.tokenizer  # its module-scoped fixture, which pytest finds
 MODERN_TOL = 4e-5
 
 DAY1 = ModelConfig()  # octlm/config/builtin/day1.toml: V=1024, C=128, T=128, 2 layers, 4 heads, d_ff=512
-MODERN = dataclasses.replace(SMALL_LLAMA, vocab_size=1024, d_model=128, context_length=128, d_ff=344,
-                             rope_base=10000.0, norm_eps=1e-5)  # octlm/config/builtin/modern.toml  # fmt: skip
+MODERN = dataclasses.replace(
+    SMALL_LLAMA, vocab_size=1024, d_model=128, context_length=128, d_ff=344, rope_base=10000.0, norm_eps=1e-5
+)  # octlm/config/builtin/modern.toml
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -247,8 +248,9 @@ def test_t5_buckets_match(num_buckets: int, max_distance: int) -> None:
     from transformers.models.t5.modeling_t5 import T5Attention
 
     relative = -torch.arange(0, 1001)  # key - query: the key 0..1000 positions before the query
-    theirs = T5Attention._relative_position_bucket(relative, bidirectional=False, num_buckets=num_buckets,
-                                                   max_distance=max_distance)  # fmt: skip
+    theirs = T5Attention._relative_position_bucket(
+        relative, bidirectional=False, num_buckets=num_buckets, max_distance=max_distance
+    )
     assert torch.equal(t5_bucket(relative, num_buckets, max_distance), theirs)
     # Keys after the query are bucket 0 in both (octlm's causal mask hides them anyway).
     ahead = torch.arange(1, 10)

@@ -195,8 +195,11 @@ def test_mpt_parity_would_catch_reordered_heads() -> None:
     ],
 )
 def test_alibi_shapes_mpt_lacks_are_refused(changes: dict, named: str) -> None:
-    with pytest.raises(UserError, match=r"^not representable in transformers: .*; as MPT \(MptForCausalLM, "
-                       r"ALiBi\) it differs in ") as error:  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"^not representable in transformers: .*; as MPT \(MptForCausalLM, "
+        r"ALiBi\) it differs in ",
+    ) as error:
         hf_architecture(dataclasses.replace(MPT, **changes))
     assert named in str(error.value).split("; as MPT")[1]
 
@@ -213,9 +216,17 @@ def test_round_trip(config: ModelConfig) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["smollm3-nope1", "smollm3-nope02-gqa2-untied", "neox-full", "neox-half", "neox-odd", "mpt-h4",
-             "mpt-h6-untied"]
-)  # fmt: skip
+    "name",
+    [
+        "smollm3-nope1",
+        "smollm3-nope02-gqa2-untied",
+        "neox-full",
+        "neox-half",
+        "neox-odd",
+        "mpt-h4",
+        "mpt-h6-untied",
+    ],
+)
 def test_kv_cache_generation_matches(name: str) -> None:
     """transformers' `generate` (greedy, its own KV cache) gives octlm's cached greedy tokens, 20 of them, and
     each step's logits (tiny random models repeat tokens; the logits still differ at every position)."""
@@ -230,8 +241,14 @@ def test_kv_cache_generation_matches(name: str) -> None:
             steps.append(logits[:, -1])
             ids = logits[:, -1:].argmax(-1)
             ours.append(int(ids))
-        out = hf_model.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0,
-                                return_dict_in_generate=True, output_logits=True)  # fmt: skip
+        out = hf_model.generate(
+            prompt,
+            max_new_tokens=20,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
     assert out.sequences[0, 5:].tolist() == ours
     diff = max(float((a - b).abs().max()) for a, b in zip(steps, out.logits, strict=True))
     print(f"{name} generate: 20 tokens equal, max |step logit difference| = {diff:.3g}")
@@ -239,19 +256,35 @@ def test_kv_cache_generation_matches(name: str) -> None:
 
 
 def test_from_hf_refuses_what_octlm_lacks() -> None:
-    tiny = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, vocab_size=20,
-                bos_token_id=0, eos_token_id=0)  # fmt: skip
+    tiny = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=20,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     # GPTNeoXConfig's defaults are Pythia's: parallel residual, rotary_pct 0.25
     pythia = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**tiny))
     with pytest.raises(UserError, match=r"^not representable in octlm: .*use_parallel_residual=True$"):
         from_hf(pythia)
     odd = dict(rope_type="default", rope_theta=100.0, partial_rotary_factor=0.3)  # int(16 × 0.3) = 4: fine
-    assert from_hf(transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
-        **tiny, use_parallel_residual=False, rope_parameters=odd))).config.rope_fraction == 0.3  # fmt: skip
+    assert (
+        from_hf(
+            transformers.GPTNeoXForCausalLM(
+                transformers.GPTNeoXConfig(**tiny, use_parallel_residual=False, rope_parameters=odd)
+            )
+        ).config.rope_fraction
+        == 0.3
+    )
     odd["partial_rotary_factor"] = 0.35  # int(16 × 0.35) = 5: transformers rotates 6 channels
     with pytest.raises(UserError, match=r"rotary_pct=0\.35$"):
-        from_hf(transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
-            **tiny, use_parallel_residual=False, rope_parameters=odd)))  # fmt: skip
+        from_hf(
+            transformers.GPTNeoXForCausalLM(
+                transformers.GPTNeoXConfig(**tiny, use_parallel_residual=False, rope_parameters=odd)
+            )
+        )
     sliding = transformers.SmolLM3Config(**tiny, use_sliding_window=True, sliding_window=4, pad_token_id=None)
     with pytest.raises(
         UserError, match=r"^not representable in octlm: this smollm3 model has sliding_window=4"

@@ -70,8 +70,10 @@ def test_llama4_logits_match(config: ModelConfig, attn: str) -> None:
         assert type(layer.feed_forward).__name__ == "Llama4TextMLP"
         assert not hasattr(layer.self_attn, "qk_norm")
     assert (hc.attn_temperature_tuning, hc.floor_scale, hc.attn_scale) == (
-        True, FLOOR, config.attention_temperature
-    )  # fmt: skip
+        True,
+        FLOOR,
+        config.attention_temperature,
+    )
     assert hc.rope_parameters["rope_theta"] == config.rope_base  # not Llama 4's default 500,000
     assert hc.num_key_value_heads == config.kv_heads and hc.tie_word_embeddings == config.tie_embeddings
     diff = logits_difference(model, hf_model, random_ids(config))
@@ -92,8 +94,10 @@ def test_the_temperature_acts_from_position_floor_minus_one(name: str) -> None:
         ours, _ = model(ids)
         theirs = cold(input_ids=ids).logits
     gap = (ours - theirs).abs().amax(dim=(0, 2))  # [T]
-    print(f"{name}: temperature 0 vs {config.attention_temperature}: {gap[: FLOOR - 1].max():.3g} before "
-          f"position {FLOOR - 1}, then at least {gap[FLOOR - 1 :].min():.3g}")  # fmt: skip
+    print(
+        f"{name}: temperature 0 vs {config.attention_temperature}: {gap[: FLOOR - 1].max():.3g} before "
+        f"position {FLOOR - 1}, then at least {gap[FLOOR - 1 :].min():.3g}"
+    )
     assert float(gap[: FLOOR - 1].max()) <= TOL
     assert float(gap[FLOOR - 1 :].min()) > 1000 * TOL
 
@@ -136,12 +140,26 @@ def test_round_trip(config: ModelConfig) -> None:
 def hand_built_llama4(**changes: object) -> torch.nn.Module:
     """A Llama 4 from its own config (not through to_hf): layer 1 NoPE, random weights moved off their init."""
     settings = dict(
-        vocab_size=300, hidden_size=64, intermediate_size=172, intermediate_size_mlp=172, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32,
-        rope_parameters={"rope_type": "default", "rope_theta": 500.0}, no_rope_layers=[1, 0, 1],
-        moe_layers=[], use_qk_norm=False, attention_chunk_size=None, floor_scale=FLOOR, attn_scale=0.5,
-        rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=172,
+        intermediate_size_mlp=172,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=32,
+        rope_parameters={"rope_type": "default", "rope_theta": 500.0},
+        no_rope_layers=[1, 0, 1],
+        moe_layers=[],
+        use_qk_norm=False,
+        attention_chunk_size=None,
+        floor_scale=FLOOR,
+        attn_scale=0.5,
+        rms_norm_eps=1e-6,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(2)
     hf_model = transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(**(settings | changes))).eval()
     with torch.no_grad():
@@ -170,9 +188,19 @@ def test_from_hf_reads_a_hand_built_llama4(tuning: bool) -> None:
 def test_from_hf_refuses_what_octlm_lacks() -> None:
     """Llama4TextConfig's defaults are Llama 4 Scout's: experts in every layer, QK norm in the RoPE layers and
     chunked attention there; a layer with none of them but a GELU is refused too."""
-    tiny = dict(vocab_size=20, hidden_size=32, intermediate_size=16, intermediate_size_mlp=64,
-                num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                num_local_experts=2, bos_token_id=0, eos_token_id=0)  # fmt: skip
+    tiny = dict(
+        vocab_size=20,
+        hidden_size=32,
+        intermediate_size=16,
+        intermediate_size_mlp=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_local_experts=2,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     scout = transformers.Llama4ForCausalLM(transformers.Llama4TextConfig(**tiny))
     with pytest.raises(UserError) as error:
         from_hf(scout)
@@ -201,8 +229,14 @@ def test_kv_cache_generation_matches(name: str) -> None:
             steps.append(logits[:, -1])
             ids = logits[:, -1:].argmax(-1)
             ours.append(int(ids))
-        out = hf_model.generate(prompt, max_new_tokens=20, do_sample=False, pad_token_id=0,
-                                return_dict_in_generate=True, output_logits=True)  # fmt: skip
+        out = hf_model.generate(
+            prompt,
+            max_new_tokens=20,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
     assert out.sequences[0, 5:].tolist() == ours
     diff = max(float((a - b).abs().max()) for a, b in zip(steps, out.logits, strict=True))
     print(f"{name} generate: 20 tokens equal, max |step logit difference| = {diff:.3g}")
@@ -230,8 +264,10 @@ def test_scalable_softmax_is_refused_by_every_target() -> None:
     parts = message.split("; as ")
     assert len(parts) == 5
     assert all("attention_scaling='ssmax' (needs 'none')" in part for part in parts[:4]), parts
-    assert parts[4].startswith("Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) "
-                               "it differs in attention_scaling='ssmax' (needs 'llama4')")  # fmt: skip
+    assert parts[4].startswith(
+        "Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) "
+        "it differs in attention_scaling='ssmax' (needs 'llama4')"
+    )
     with pytest.raises(UserError, match="attention_scaling='ssmax'"):
         to_hf(Decoder(ssmax))
 

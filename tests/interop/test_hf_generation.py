@@ -31,8 +31,14 @@ PROMPTS = ["class", "def value", "return self.data"]
 NEW_TOKENS = 12  # the longest prompt (EOT + 3-6 tokens) plus these stays inside the learned table's 32 rows
 CONTEXT = 32
 # Long enough, at a high enough rate, that greedy continuations differ from prompt to prompt (checked below).
-TRAIN = {"steps": 150, "lr": 1e-2, "warmup_steps": 10, "eval_interval": 150, "checkpoint_interval": 150,
-         "sample_tokens": 0}  # fmt: skip
+TRAIN = {
+    "steps": 150,
+    "lr": 1e-2,
+    "warmup_steps": 10,
+    "eval_interval": 150,
+    "checkpoint_interval": 150,
+    "sample_tokens": 0,
+}
 NO_BIAS = {"bias": False}
 SCHEMES = {  # the transformers model_type each exports to -> the [model] settings on top of the tiny run's
     "gpt2": {"position": "learned"},
@@ -77,8 +83,13 @@ def test_export_generates_what_octlm_generates(model_type: str, tmp_path: Path, 
         encoded = hf_tokenizer(prompt, return_tensors="pt")
         assert encoded["input_ids"][0].tolist() == prompt_ids
         with torch.no_grad():
-            result = hf_model.generate(**encoded, max_new_tokens=NEW_TOKENS, do_sample=False,
-                                       return_dict_in_generate=True, output_logits=True)  # fmt: skip
+            result = hf_model.generate(
+                **encoded,
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
             out_ids = result.sequences[0].tolist()
             assert out_ids[len(prompt_ids) :] == ours, prompt
             # Each step's logits, against octlm's full pass over the same tokens (row t predicts token t + 1).

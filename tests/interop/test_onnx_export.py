@@ -97,13 +97,38 @@ VARIANTS = {
 }
 # The schemes numpy_first_layer_attention re-derives: all of them (xPos, FIRE and CoPE through the references
 # of tests/references.py, which the scheme tests compare against). A new scheme must be added here and there.
-NUMPY_SCHEMES = ("learned", "sinusoidal", "rope", "p-rope", "xpos", "alibi", "fire", "cope", "t5", "fox",
-                 "path", "stick-breaking", "nope")  # fmt: skip
+NUMPY_SCHEMES = (
+    "learned",
+    "sinusoidal",
+    "rope",
+    "p-rope",
+    "xpos",
+    "alibi",
+    "fire",
+    "cope",
+    "t5",
+    "fox",
+    "path",
+    "stick-breaking",
+    "nope",
+)
 # Where each scheme's position signal enters (model.json's "signal"), by hand from the papers: rows added,
 # q and k rotated, a term on the scores, an attention rule of its own, nothing.
-SIGNAL = {"learned": "embed", "sinusoidal": "embed", "rope": "rotate", "p-rope": "rotate", "xpos": "rotate",
-          "alibi": "bias", "t5": "bias", "fire": "bias", "cope": "bias", "fox": "attend", "path": "attend",
-          "stick-breaking": "attend", "nope": "none"}  # fmt: skip
+SIGNAL = {
+    "learned": "embed",
+    "sinusoidal": "embed",
+    "rope": "rotate",
+    "p-rope": "rotate",
+    "xpos": "rotate",
+    "alibi": "bias",
+    "t5": "bias",
+    "fire": "bias",
+    "cope": "bias",
+    "fox": "attend",
+    "path": "attend",
+    "stick-breaking": "attend",
+    "nope": "none",
+}
 ROTATING = {"rope", "p-rope", "xpos"}
 ADDED_TERM = {"alibi", "t5", "fire", "cope", "fox"}  # bias_0 is not zero
 # A fixed text: tabs, CRLF, non-ASCII, an emoji; twice, to be longer than MAX_LENGTH tokens.
@@ -126,7 +151,9 @@ class Exported:
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
-def exported(request: pytest.FixtureRequest, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Exported:  # fmt: skip
+def exported(
+    request: pytest.FixtureRequest, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory
+) -> Exported:
     name = request.param
     extra = dict(VARIANTS[name])
     scheme = extra.pop("position", name)
@@ -137,8 +164,9 @@ def exported(request: pytest.FixtureRequest, tokenizer: Tokenizer, tmp_path_fact
     kwargs = {} if scheme == "learned" else {"max_length": MAX_LENGTH}
     if name == "rope-yarn":
         kwargs["rope_scaling"] = "yarn"
-        model.positions.set_frequencies(*scaled_frequencies("yarn", config.head_dim, config.rope_base,
-                                                            MAX_LENGTH / 16, 16))  # fmt: skip
+        model.positions.set_frequencies(
+            *scaled_frequencies("yarn", config.head_dim, config.rope_base, MAX_LENGTH / 16, 16)
+        )
     info = export_onnx(root / "run", out, **kwargs)
     return Exported(name, model, root / "run", out, info, ort.InferenceSession(str(out / ONNX_FILE)))
 
@@ -533,7 +561,10 @@ def test_folder_holds_the_graph_the_tokenizer_and_model_json(exported: Exported)
     c = exported.model.config
     learned = c.position == "learned"
     assert (info["scheme"], info["context_length"], info["train_length"]) == (
-        c.position, 16 if learned else MAX_LENGTH, 16)  # fmt: skip
+        c.position,
+        16 if learned else MAX_LENGTH,
+        16,
+    )
     assert (info["vocab_size"], info["n_layers"], info["n_heads"]) == (c.vocab_size, 2, 4)
     assert info["files"] == {
         name: (exported.out / name).stat().st_size for name in (ONNX_FILE, TOKENIZER_FILE)
@@ -544,7 +575,22 @@ def test_folder_holds_the_graph_the_tokenizer_and_model_json(exported: Exported)
     }
     assert info["rope_scaling"] == expected.get(exported.name)
     names = [o.name for o in exported.session.get_outputs()]
-    assert names == ["logits", "attn_0", "attn_1", "token_rows", "embedded", "q_0", "k_0", "q_rot_0",
-                     "k_rot_0", "bias_0"] == info["outputs"] == list(info["output_shapes"])  # fmt: skip
+    assert (
+        names
+        == [
+            "logits",
+            "attn_0",
+            "attn_1",
+            "token_rows",
+            "embedded",
+            "q_0",
+            "k_0",
+            "q_rot_0",
+            "k_rot_0",
+            "bias_0",
+        ]
+        == info["outputs"]
+        == list(info["output_shapes"])
+    )
     assert (info["n_kv_heads"], info["head_dim"]) == (c.kv_heads, c.head_dim)
     assert sorted(p.name for p in exported.out.parent.iterdir()) == ["onnx", "run"], "a temporary was left"

@@ -62,11 +62,20 @@ def test_dynamic_ntk_is_refused_in_one_line(tokenizer: Tokenizer, tmp_path: Path
 
 
 def test_a_fine_tuned_rope_run_refuses_a_second_scaling(tokenizer: Tokenizer, tmp_path: Path) -> None:
-    config = dataclasses.replace(TINY, vocab_size=tokenizer.vocab_size, position="rope", rope_scaling="yarn",
-                                 rope_factor=4.0, rope_original_length=4)  # fmt: skip
+    config = dataclasses.replace(
+        TINY,
+        vocab_size=tokenizer.vocab_size,
+        position="rope",
+        rope_scaling="yarn",
+        rope_factor=4.0,
+        rope_original_length=4,
+    )
     make_run(tmp_path / "run", config, tokenizer)
-    with pytest.raises(UserError, match=r"^--rope-scaling ntk: this run was fine-tuned with model.rope_scaling = "
-                                        r"'yarn' \(factor 4\), which the export keeps; drop the flag$"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"^--rope-scaling ntk: this run was fine-tuned with model.rope_scaling = "
+        r"'yarn' \(factor 4\), which the export keeps; drop the flag$",
+    ):
         export_onnx(tmp_path / "run", tmp_path / "out", rope_scaling="ntk")
     assert not (tmp_path / "out").exists()
 

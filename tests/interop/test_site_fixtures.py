@@ -51,8 +51,15 @@ assert main(["export", "fixtures", "--out", sys.argv[1]]) == 0
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("fixtures")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", FRESH, str(out)], capture_output=True, text=True, env=env,
-                          cwd=COMMITTED.parent.parent, timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=COMMITTED.parent.parent,
+        timeout=120,
+        check=True,
+    )
     return out, json.loads(done.stdout.splitlines()[0])
 
 
@@ -223,8 +230,10 @@ def test_fire_values() -> None:
     # Li et al.: b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(c x + 1)
     for case in load("fire_inputs"):
         c, threshold, q, k = (case["inputs"][key] for key in ("c", "threshold", "q_positions", "k_positions"))
-        want = [[math.log(c * (i - j) + 1) / math.log(c * max(threshold, i) + 1) if j <= i else 0.0 for j in k]
-                for i in q]  # fmt: skip
+        want = [
+            [math.log(c * (i - j) + 1) / math.log(c * max(threshold, i) + 1) if j <= i else 0.0 for j in k]
+            for i in q
+        ]
         close(case["output"], want, atol=1e-11)
     last = load("fire_inputs")[2]  # query 300 >= L = 100 and key 0: distance 300 over psi(300) is exactly 1
     assert last["output"][1][0] == 1.0 and last["output"][0][0] == 1.0

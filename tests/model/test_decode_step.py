@@ -29,8 +29,20 @@ class Tok:
 
 def model_for(position: str, vocab: int = 64, **model: object) -> Decoder:
     """A random float32 model with large weights (clear-cut greedy choices)."""
-    cfg = config_from_dict({"model": {"vocab_size": vocab, "d_model": 32, "n_layers": 2, "n_heads": 4,
-                                      "d_ff": 64, "context_length": CONTEXT, "position": position, **model}})  # fmt: skip
+    cfg = config_from_dict(
+        {
+            "model": {
+                "vocab_size": vocab,
+                "d_model": 32,
+                "n_layers": 2,
+                "n_heads": 4,
+                "d_ff": 64,
+                "context_length": CONTEXT,
+                "position": position,
+                **model,
+            }
+        }
+    )
     torch.manual_seed(0)
     m = Decoder(cfg.model)
     with torch.no_grad():

@@ -263,8 +263,16 @@ def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
         return real(q, k, v, mask, *args, **kwargs)
 
     monkeypatch.setattr(octlm.model.decoder, "attention", spy)
-    config = ModelConfig(vocab_size=64, d_model=16, context_length=16, n_layers=1, n_heads=4, d_ff=32,
-                         position="cope", cope_positions=8)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=64,
+        d_model=16,
+        context_length=16,
+        n_layers=1,
+        n_heads=4,
+        d_ff=32,
+        position="cope",
+        cope_positions=8,
+    )
     torch.manual_seed(0)
     model = Decoder(config).eval()
     assert config.head_dim == 4
@@ -278,8 +286,19 @@ def test_cope_builds_its_bias_whole_up_to_the_pair_limit_and_per_chunk_past_it(
 
 
 def rope_model() -> Decoder:
-    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 32, "n_layers": 1, "n_heads": 2,
-                                         "d_ff": 64, "context_length": 16, "position": "rope"}})  # fmt: skip
+    config = config_from_dict(
+        {
+            "model": {
+                "vocab_size": 260,
+                "d_model": 32,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 64,
+                "context_length": 16,
+                "position": "rope",
+            }
+        }
+    )
     torch.manual_seed(0)
     return Decoder(config.model)
 

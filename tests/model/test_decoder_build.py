@@ -61,7 +61,7 @@ def test_num_parameters_counts_a_tied_table_once():
             r"^token id -1 is outside the vocabulary \[0, 11\); encode text with the ",
         ),
         (torch.tensor([[0, 11]]), r"^token id 11 is outside the vocabulary \[0, 11\)"),
-    ],  # fmt: skip
+    ],
 )
 def test_check_ids_messages(ids, message):
     with pytest.raises(UserError, match=message):
@@ -72,9 +72,12 @@ def test_check_ids_accepts_the_edges_and_counts_the_offset():
     m = Decoder(tiny())
     m.check_ids(torch.tensor([[0, 10, 3, 4, 5, 6]]))  # ids 0 and V - 1, exactly the table's 6 rows
     m.check_ids(torch.tensor([[1, 2]], dtype=torch.int32), offset=4)
-    with pytest.raises(UserError, match=r"^a sequence of length 7 is longer than the learned position table "
-                                        r"\(6 rows\); use at most 6 tokens, or a scheme with no maximum: "
-                                        r"sinusoidal, rope, p-rope, xpos, alibi, t5, fire, cope, fox, path, stick-breaking, nope$"):  # fmt: skip
+    with pytest.raises(
+        UserError,
+        match=r"^a sequence of length 7 is longer than the learned position table "
+        r"\(6 rows\); use at most 6 tokens, or a scheme with no maximum: "
+        r"sinusoidal, rope, p-rope, xpos, alibi, t5, fire, cope, fox, path, stick-breaking, nope$",
+    ):
         m.check_ids(torch.tensor([[1, 2]]), offset=5)
     Decoder(tiny(position="rope")).check_ids(torch.zeros(1, 50, dtype=torch.long))
 

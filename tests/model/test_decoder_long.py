@@ -99,8 +99,10 @@ def test_a_bias_chunk_covers_exactly_the_keys_its_queries_can_see() -> None:
 
 
 def test_only_schemes_with_a_bias_have_one() -> None:
-    has = {p: build_positions(ModelConfig(position=p, n_heads=H, d_model=32)).has_bias for p in
-           ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")}  # fmt: skip
+    has = {
+        p: build_positions(ModelConfig(position=p, n_heads=H, d_model=32)).has_bias
+        for p in ("learned", "sinusoidal", "rope", "alibi", "t5", "nope")
+    }
     assert has == {
         "learned": False,
         "sinusoidal": False,

@@ -150,13 +150,21 @@ def run_with_attention_hook(model: Decoder, ids: torch.Tensor):
 
 ATTENTION_CASES = [(*s, {}) for s in SCHEMES] + [
     ("rope-half-gqa", "rope", {"rope_layout": "half", "n_kv_heads": 2}, {}),
-    ("rope-interleaved-modern", "rope", {"rope_layout": "interleaved"},
-     {"norm": "rmsnorm", "mlp": "swiglu", "bias": False}),
+    (
+        "rope-interleaved-modern",
+        "rope",
+        {"rope_layout": "interleaved"},
+        {"norm": "rmsnorm", "mlp": "swiglu", "bias": False},
+    ),
     ("alibi-gqa", "alibi", {"n_kv_heads": 2}, {}),
-    ("t5-gqa-untied", "t5", {"n_kv_heads": 1, "t5_buckets": 8, "t5_max_distance": 16},
-     {"tie_embeddings": False}),
+    (
+        "t5-gqa-untied",
+        "t5",
+        {"n_kv_heads": 1, "t5_buckets": 8, "t5_max_distance": 16},
+        {"tie_embeddings": False},
+    ),
     ("learned-modern", "learned", {}, {"norm": "rmsnorm", "mlp": "swiglu", "bias": False}),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,11 @@ def test_learned_positions_read_the_rows_they_name() -> None:
     [
         (torch.tensor([0.0, 1.0, 2.0]), 0, "positions must be a 1-D int64 tensor, got torch.float32"),
         (torch.tensor([[0, 1, 2]]), 0, "positions must be a 1-D int64 tensor"),
-        (torch.tensor([0, 2, 2]), 0, "positions must increase, past the cached ones (the last at -1); got [0, 2, 2]"),
+        (
+            torch.tensor([0, 2, 2]),
+            0,
+            "positions must increase, past the cached ones (the last at -1); got [0, 2, 2]",
+        ),
         (torch.tensor([3, 1, 5]), 0, "positions must increase"),
         (torch.tensor([4, 6, 9]), 2, "past the cached ones (the last at 5); got [4, 6, 9]"),
         (torch.tensor([5, 6, 7]), 2, "past the cached ones (the last at 5); got [5, 6, 7]"),
@@ -91,7 +95,7 @@ def test_learned_positions_read_the_rows_they_name() -> None:
         (torch.tensor([0, 1]), 0, "2 positions for 3 tokens; give one per token"),
         (torch.tensor([0, 1, RANGE]), 0, str(RANGE + 1)),  # the learned table has RANGE rows
     ],
-)  # fmt: skip
+)
 def test_bad_positions_are_one_user_error(positions: torch.Tensor | list, cached: int, message: str) -> None:
     model, ids = model_for("learned"), torch.zeros(1, 3, dtype=torch.long)
     cache = None

@@ -86,8 +86,13 @@ def llama4_factor(positions: np.ndarray, floor: int, tau: float) -> np.ndarray:
 
 def test_llama4_temperature_acts_in_nope_layers_only():
     torch.manual_seed(1)
-    config = small(position="rope", attention_scaling="llama4", nope_layers=[1], attention_floor=3,
-                   attention_temperature=0.5)  # fmt: skip
+    config = small(
+        position="rope",
+        attention_scaling="llama4",
+        nope_layers=[1],
+        attention_floor=3,
+        attention_temperature=0.5,
+    )
     model = Decoder(config).eval()
     model.blocks[1].attn.qkv.weight.data.mul_(40)
     x = torch.randn(1, 11, 16)

@@ -91,8 +91,16 @@ def test_wrong_shapes_are_a_clear_error():
 @pytest.mark.parametrize("position", ["learned", "rope", "alibi"])
 @pytest.mark.parametrize("tied", [True, False])
 def test_decoder_without_logits_gives_the_same_loss_and_parameter_gradients(position, tied):
-    config = ModelConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, context_length=16, d_ff=64,
-                         position=position, tie_embeddings=tied)  # fmt: skip
+    config = ModelConfig(
+        vocab_size=300,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        context_length=16,
+        d_ff=64,
+        position=position,
+        tie_embeddings=tied,
+    )
     torch.manual_seed(0)
     model = Decoder(config)
     ids = torch.randint(0, 300, (3, 16))
@@ -195,7 +203,7 @@ def test_the_default_chunk_covers_every_row_with_a_huge_vocabulary():
         ((3, 4), (5, 4), (2,)),
         ((3, 4), (5, 3), (3,)),
         ((3, 4), (5, 4), (3, 1)),
-    ],  # fmt: skip
+    ],
 )
 def test_each_shape_check_on_its_own(shapes):
     h_shape, w_shape, t_shape = shapes

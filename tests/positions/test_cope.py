@@ -181,8 +181,20 @@ def test_grouped_heads_read_their_key_head() -> None:
 def cope_model(kv_heads: int = 0, seed: int = 0, **fields) -> Decoder:
     """A 2-layer CoPE model with O(1) weights (matrices N(0, 1/fan_in), tables N(0, 0.5)), so that every part,
     the counts included, moves the logits well past the tolerances."""
-    config = dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=H, d_ff=64,
-                  n_kv_heads=kv_heads, position="cope", cope_positions=6) | fields  # fmt: skip
+    config = (
+        dict(
+            vocab_size=64,
+            d_model=32,
+            context_length=8,
+            n_layers=2,
+            n_heads=H,
+            d_ff=64,
+            n_kv_heads=kv_heads,
+            position="cope",
+            cope_positions=6,
+        )
+        | fields
+    )
     torch.manual_seed(seed)
     model = Decoder(ModelConfig(**config))
     with torch.no_grad():
@@ -262,8 +274,19 @@ def test_chunked_path_equals_the_whole_bias_forward_and_backward(
 def test_a_tiny_model_learns_and_every_table_trains() -> None:
     """Next-token loss on a fixed batch falls, and each layer's table gets its own gradient."""
     torch.manual_seed(0)
-    model = Decoder(ModelConfig(vocab_size=32, d_model=32, context_length=16, n_layers=2, n_heads=H, d_ff=64,
-                                position="cope", cope_positions=8, dropout=0.0))  # fmt: skip
+    model = Decoder(
+        ModelConfig(
+            vocab_size=32,
+            d_model=32,
+            context_length=16,
+            n_layers=2,
+            n_heads=H,
+            d_ff=64,
+            position="cope",
+            cope_positions=8,
+            dropout=0.0,
+        )
+    )
     ids = torch.randint(0, 32, (8, 17), generator=torch.Generator().manual_seed(1))
     losses = memorise(model, ids)
     tables = [t.weight.grad for t in model.positions.tables]

@@ -49,8 +49,9 @@ def test_fire_is_registered_with_its_options() -> None:
     cls = SCHEMES.choose("fire")
     assert cls is FirePositions and cls.options == ("fire_hidden", "fire_threshold")
     assert cls.shows == ("bias",) and not cls.bounded
-    scheme = build_positions(ModelConfig(position="fire", n_heads=H, d_model=32, fire_hidden=16,
-                                         fire_threshold=64.0))  # fmt: skip
+    scheme = build_positions(
+        ModelConfig(position="fire", n_heads=H, d_model=32, fire_hidden=16, fire_threshold=64.0)
+    )
     assert scheme.w2.shape == (H, 16) and scheme.initial_threshold == 64.0 and scheme.has_bias
 
 
@@ -138,8 +139,16 @@ def test_gradients_match_finite_differences_in_float64() -> None:
 def fire_model(seed: int = 0, kv_heads: int = 0, **fields) -> Decoder:
     """A 2-layer FIRE model with L = 6, so that sequences of 20+ tokens cross the threshold."""
     torch.manual_seed(seed)
-    config = dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=H, d_ff=64,
-                  fire_hidden=8, fire_threshold=6.0)  # fmt: skip
+    config = dict(
+        vocab_size=64,
+        d_model=32,
+        context_length=8,
+        n_layers=2,
+        n_heads=H,
+        d_ff=64,
+        fire_hidden=8,
+        fire_threshold=6.0,
+    )
     config.update(fields)
     return Decoder(ModelConfig(position="fire", n_kv_heads=kv_heads, **config))
 
@@ -152,8 +161,9 @@ def loss_and_grads(model: Decoder, ids: torch.Tensor) -> tuple[torch.Tensor, dic
 
 
 @pytest.mark.parametrize("kv_heads", [0, 2], ids=["mha", "gqa"])
-def test_chunked_bias_equals_the_whole_bias_forward_and_backward(kv_heads: int,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_chunked_bias_equals_the_whole_bias_forward_and_backward(
+    kv_heads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = fire_model(kv_heads=kv_heads).train()
     ids = torch.randint(0, 64, (2, 38), generator=torch.Generator().manual_seed(1))  # T = 37
     logits, grads = loss_and_grads(model, ids)
@@ -282,8 +292,16 @@ def test_peak_memory_of_a_16k_forward_at_config_b_is_within_twice_nope() -> None
     peaks = {}
     for position in ("nope", "fire"):
         torch.manual_seed(0)
-        config = ModelConfig(vocab_size=1024, d_model=256, n_layers=1, n_heads=4, context_length=256,
-                             d_ff=1024, position=position, dropout=0.0)  # fmt: skip
+        config = ModelConfig(
+            vocab_size=1024,
+            d_model=256,
+            n_layers=1,
+            n_heads=4,
+            context_length=256,
+            d_ff=1024,
+            position=position,
+            dropout=0.0,
+        )
         model = Decoder(config).eval()
         spy = PeakLiveBytes()
         with torch.inference_mode(), spy:

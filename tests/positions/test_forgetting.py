@@ -58,8 +58,9 @@ def np_log_sigmoid(z: float) -> float:
     return -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
 
 
-def np_forgetting_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, x: np.ndarray, w: np.ndarray,
-                            b: np.ndarray) -> np.ndarray:  # fmt: skip
+def np_forgetting_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray
+) -> np.ndarray:
     """The paper's formula one query at a time, float64: queries q `[B, H, Tq, D]` are the last Tq of the keys
     k, v `[B, Hkv, Tk, D]`, whose tokens' inputs are x `[B, Tk, C]`. Query i (token past + i) scores key
     j <= past + i with q·k/sqrt(D) + Σ_{t=j+1}^{past+i} log σ(w_h · x_t + b_h), softmax over those keys."""
@@ -136,8 +137,12 @@ def test_a_second_call_continues_the_running_sums_of_the_first() -> None:
     parts = torch.cat([first.detach(), second], 2)
     torch.testing.assert_close(parts, whole, rtol=0, atol=1e-6)  # measured 2.4e-7
     with pytest.raises(ValueError, match="6 kept, 1 new tokens, but 12 keys"):
-        scheme.attend(q[:, :, :1], k[:, :, :1].repeat(1, 1, 12, 1), v[:, :, :1].repeat(1, 1, 12, 1),
-                      call(x[:, :1], 12, {"log_forget": state["log_forget"][..., :6]}))  # fmt: skip
+        scheme.attend(
+            q[:, :, :1],
+            k[:, :, :1].repeat(1, 1, 12, 1),
+            v[:, :, :1].repeat(1, 1, 12, 1),
+            call(x[:, :1], 12, {"log_forget": state["log_forget"][..., :6]}),
+        )
 
 
 def test_bias_and_gradients_match_x_transformers_data_dependent_alibi() -> None:

@@ -37,8 +37,9 @@ def randn(*shape: int, seed: int, scale: float = 1.0) -> Tensor:
     return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-def scheme_with(kv_heads: int, seed: int, beta_bias: Tensor | float | None = None,
-                head_dim: int = D, width: int = C) -> PathAttention:  # fmt: skip
+def scheme_with(
+    kv_heads: int, seed: int, beta_bias: Tensor | float | None = None, head_dim: int = D, width: int = C
+) -> PathAttention:
     """A one-layer PaTH scheme with O(1) weights (W_w, W_β N(0, 1/C)); β's bias N(0, 1.5) unless given, so
     that β spreads over (0, 2)."""
     scheme = PathAttention(1, width, kv_heads, head_dim)
@@ -50,8 +51,9 @@ def scheme_with(kv_heads: int, seed: int, beta_bias: Tensor | float | None = Non
     return scheme
 
 
-def call_of(x: Tensor, tk: int, state: dict | None = None, record: list | None = None,
-            dropout: float = 0.0) -> AttentionCall:  # fmt: skip
+def call_of(
+    x: Tensor, tk: int, state: dict | None = None, record: list | None = None, dropout: float = 0.0
+) -> AttentionCall:
     """The call the decoder makes for new tokens x `[B, Tq, C]` after tk - Tq earlier ones."""
     tq = x.shape[1]
     return AttentionCall(x, torch.arange(tk - tq, tk), torch.arange(tk), 0, state, dropout, record)
@@ -95,15 +97,20 @@ def np_path(q: Tensor, k: Tensor, v: Tensor, x: Tensor, scheme: PathAttention) -
             p = np.exp(scores - scores.max(-1, keepdims=True))
             weights[b, h] = p / p.sum(-1, keepdims=True)
             out[b, h] = weights[b, h] @ v[b, g]
-    keys = np.stack([[[path(b, g, T - 1, j) @ k[b, g, j] for j in range(T)] for g in range(nkv)]
-                     for b in range(B)])  # fmt: skip
+    keys = np.stack(
+        [[[path(b, g, T - 1, j) @ k[b, g, j] for j in range(T)] for g in range(nkv)] for b in range(B)]
+    )
     return weights, out, keys
 
 
 def inputs(kv_heads: int, T: int, seed: int, B: int = 2) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """q `[B, H, T, D]`, k and v `[B, Hkv, T, D]`, x `[B, T, C]`, all N(0, 1)."""
-    return (randn(B, H, T, D, seed=seed), randn(B, kv_heads, T, D, seed=seed + 1),
-            randn(B, kv_heads, T, D, seed=seed + 2), randn(B, T, C, seed=seed + 3))  # fmt: skip
+    return (
+        randn(B, H, T, D, seed=seed),
+        randn(B, kv_heads, T, D, seed=seed + 1),
+        randn(B, kv_heads, T, D, seed=seed + 2),
+        randn(B, T, C, seed=seed + 3),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -112,8 +119,9 @@ def inputs(kv_heads: int, T: int, seed: int, B: int = 2) -> tuple[Tensor, Tensor
 
 @pytest.mark.parametrize("chunk", [1, 3, 64])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
-def test_attend_matches_a_numpy_loop_over_every_pair(kv_heads: int, chunk: int,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_attend_matches_a_numpy_loop_over_every_pair(
+    kv_heads: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Weights, output and the cached keys, for chunks of 1, 3 (T = 11 leaves a short last chunk) and 64."""
     monkeypatch.setattr(octlm.positions.householder, "CHUNK_TOKENS", chunk)
     T = 11
@@ -130,8 +138,11 @@ def test_attend_matches_a_numpy_loop_over_every_pair(kv_heads: int, chunk: int,
     np.testing.assert_allclose(y.numpy(), out, rtol=0, atol=1e-5)
     np.testing.assert_allclose(state["keys"].numpy(), keys, rtol=0, atol=1e-5)
     # Sanity: the reflections matter (far from plain attention) and β spreads over (0, 2).
-    plain = (q @ k.repeat_interleave(H // kv_heads, 1).transpose(-1, -2) / math.sqrt(D)).masked_fill(
-        torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf).softmax(-1)  # fmt: skip
+    plain = (
+        (q @ k.repeat_interleave(H // kv_heads, 1).transpose(-1, -2) / math.sqrt(D))
+        .masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+        .softmax(-1)
+    )
     assert (record[0] - plain).abs().max() > 0.2
     beta = 2 * torch.sigmoid(scheme.strengths[0](x))
     assert beta.min() < 0.6 and beta.max() > 1.4
@@ -388,8 +399,20 @@ def test_bfloat16_inputs_compute_in_float32() -> None:
 def path_model(kv_heads: int = 0, seed: int = 0, **fields) -> Decoder:
     """A 2-layer PaTH model with O(1) weights (matrices N(0, 1/fan_in), β's bias N(0, 1)), so that the
     reflections move the logits well past the tolerances."""
-    config = dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=H, d_ff=64,
-                  n_kv_heads=kv_heads, position="path", dropout=0.0) | fields  # fmt: skip
+    config = (
+        dict(
+            vocab_size=64,
+            d_model=32,
+            context_length=8,
+            n_layers=2,
+            n_heads=H,
+            d_ff=64,
+            n_kv_heads=kv_heads,
+            position="path",
+            dropout=0.0,
+        )
+        | fields
+    )
     torch.manual_seed(seed)
     model = Decoder(ModelConfig(**config))
     with torch.no_grad():

@@ -83,8 +83,11 @@ def test_scaled_frequencies_dispatch():
     close(scaled_frequencies("ntk", 4, 100.0, 4.0, 10), [1.0, 1 / 40], 1.0)
     close(scaled_frequencies("dynamic", 4, 100.0, 2.0, 10), [1.0, 0.1], 1.0)  # seq_len: the original length
     close(scaled_frequencies("dynamic", 4, 100.0, 2.0, 10, seq_len=20), [1.0, 1 / 30], 1.0)
-    close(scaled_frequencies("yarn", 8, 10000.0, 4.0, 6358), yarn_frequencies(8, 10000.0, 4.0, 6358)[0].tolist(),
-          0.1 * math.log(4) + 1)  # fmt: skip
+    close(
+        scaled_frequencies("yarn", 8, 10000.0, 4.0, 6358),
+        yarn_frequencies(8, 10000.0, 4.0, 6358)[0].tolist(),
+        0.1 * math.log(4) + 1,
+    )
     with pytest.raises(
         UserError, match="^unknown RoPE scaling 'bogus'; choose one of linear, ntk, dynamic, yarn$"
     ):
@@ -99,7 +102,7 @@ def test_scaled_frequencies_dispatch():
         ((4, 1.0, 2.0, 10), "^the RoPE base must be greater than 1, got 1.0$"),
         ((4, 100.0, 0.999, 10), "^a context-extension factor must be at least 1, got 0.999$"),
         ((4, 100.0, 2.0, 0), r"^the original \(training\) length must be at least 1, got 0$"),
-    ],  # fmt: skip
+    ],
 )
 def test_each_check_with_its_message(args, message):
     for fn in (linear_frequencies, ntk_frequencies, yarn_frequencies):

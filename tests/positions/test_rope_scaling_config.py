@@ -18,14 +18,16 @@ from octlm.positions.rope_scaling import scaled_frequencies, yarn_mscale
 def test_rope_scaling_builds_the_methods_frequencies() -> None:
     mc = config_from_dict({"model": {"position": "rope", "d_model": 32, "n_heads": 2}}).model
     for method in ("linear", "ntk", "yarn"):
-        scaled = config_from_dict({"model": {**mc.__dict__, "rope_scaling": method, "rope_factor": 4.0,
-                                             "rope_original_length": 64}}).model  # fmt: skip
+        scaled = config_from_dict(
+            {"model": {**mc.__dict__, "rope_scaling": method, "rope_factor": 4.0, "rope_original_length": 64}}
+        ).model
         rope = Decoder(scaled).positions
         inv_freq, scale = scaled_frequencies(method, 16, 10000.0, 4.0, 64)
         assert torch.equal(rope.frequencies(), inv_freq) and rope.attention_scaling == scale
     assert torch.equal(Decoder(mc).positions.frequencies(), rope_frequencies(16, 10000.0))
-    pi = config_from_dict({"model": {**mc.__dict__, "rope_scaling": "linear", "rope_factor": 4.0,
-                                     "rope_original_length": 64}}).model  # fmt: skip
+    pi = config_from_dict(
+        {"model": {**mc.__dict__, "rope_scaling": "linear", "rope_factor": 4.0, "rope_original_length": 64}}
+    ).model
     assert torch.equal(
         Decoder(pi).positions.frequencies(), rope_frequencies(16, 10000.0) / 4
     )  # θ / s, exactly
@@ -52,7 +54,13 @@ def test_new_fields_at_their_defaults_keep_old_hashes() -> None:
         old["model"].pop(key)
     old["train"].pop("init_from")
     assert config_from_dict(old).hash() == config.hash()
-    changed = config_from_dict(old, overrides={"model.rope_scaling": "linear", "model.rope_factor": 2.0,
-                                               "model.rope_original_length": 16})  # fmt: skip
+    changed = config_from_dict(
+        old,
+        overrides={
+            "model.rope_scaling": "linear",
+            "model.rope_factor": 2.0,
+            "model.rope_original_length": 16,
+        },
+    )
     assert changed.hash() != config.hash()
     assert config_from_dict(old, overrides={"train.init_from": "runs/x"}).hash() != config.hash()

@@ -25,18 +25,36 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 
 RTOL = 1e-6  # Hugging Face computes in float32; ours is float64
 # (head_dim, base, factor, original length): octlm's day1 shape, a Llama-sized head, odd factors and bases.
-SETTINGS = [(32, 10000.0, 16.0, 64), (32, 10000.0, 2.0, 64), (128, 10000.0, 4.0, 4096),
-            (64, 500000.0, 8.0, 8192), (16, 10000.0, 3.5, 100), (64, 1e6, 1.0, 2048)]  # fmt: skip
+SETTINGS = [
+    (32, 10000.0, 16.0, 64),
+    (32, 10000.0, 2.0, 64),
+    (128, 10000.0, 4.0, 4096),
+    (64, 500000.0, 8.0, 8192),
+    (16, 10000.0, 3.5, 100),
+    (64, 1e6, 1.0, 2048),
+]
 
 
-def hf(rope_type: str, head_dim: int, base: float, factor: float, original: int, seq_len: int | None = None,
-       **extra: float) -> tuple[torch.Tensor, float]:  # fmt: skip
+def hf(
+    rope_type: str,
+    head_dim: int,
+    base: float,
+    factor: float,
+    original: int,
+    seq_len: int | None = None,
+    **extra: float,
+) -> tuple[torch.Tensor, float]:
     """Call transformers' init function for `rope_type` on a LlamaConfig with these settings."""
     params = {"rope_type": rope_type, "rope_theta": base, "factor": factor, **extra}
     if rope_type == "yarn":
         params["original_max_position_embeddings"] = original
-    config = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
-                         max_position_embeddings=original, rope_parameters=params)  # fmt: skip
+    config = LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        max_position_embeddings=original,
+        rope_parameters=params,
+    )
     inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=seq_len)
     return inv_freq.to(torch.float64), float(scaling)
 
@@ -113,9 +131,9 @@ def test_yarn_matches_transformers(
 ) -> None:
     beta_fast, beta_slow = betas
     inv_freq, scaling = yarn_frequencies(head_dim, base, factor, original, beta_fast, beta_slow, truncate)
-    theirs, their_scaling = hf("yarn", head_dim, base, factor, original,
-                               beta_fast=beta_fast, beta_slow=beta_slow,
-                               truncate=truncate)  # fmt: skip
+    theirs, their_scaling = hf(
+        "yarn", head_dim, base, factor, original, beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate
+    )
     close(inv_freq, theirs)
     assert scaling == pytest.approx(their_scaling, rel=RTOL)
     assert scaling == pytest.approx(0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0, rel=1e-12)

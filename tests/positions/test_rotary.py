@@ -57,8 +57,9 @@ def test_rotary_module_grows_and_matches_numpy(layout: str) -> None:
     q = rng.standard_normal((1, 4, 3, 8))
     k = rng.standard_normal((1, 2, 3, 8))  # fewer kv heads (GQA) broadcast the same way
     positions = np.array([40, 41, 42])
-    rq, rk = rope.rotate(torch.tensor(q, dtype=torch.float32), torch.tensor(k, dtype=torch.float32),
-                         torch.tensor(positions))  # fmt: skip
+    rq, rk = rope.rotate(
+        torch.tensor(q, dtype=torch.float32), torch.tensor(k, dtype=torch.float32), torch.tensor(positions)
+    )
     assert rope.cos.shape[0] >= 43
     grown = rope.cos
     rope.rotate(torch.zeros(1, 1, 1, 8), torch.zeros(1, 1, 1, 8), torch.tensor([42]))
@@ -178,8 +179,9 @@ def test_set_frequencies_scales_cos_and_sin() -> None:
     q = rng.standard_normal((1, 2, 8, 32))
     theta = inv_freq.numpy()
     for positions in (np.arange(8), np.arange(300, 308)):  # the second grows the table to 512 rows
-        rotated, _ = rope.rotate(torch.tensor(q, dtype=torch.float32), torch.zeros(1, 1, 8, 32),
-                                 torch.tensor(positions))  # fmt: skip
+        rotated, _ = rope.rotate(
+            torch.tensor(q, dtype=torch.float32), torch.zeros(1, 1, 8, 32), torch.tensor(positions)
+        )
         angle = positions[:, None] * theta[None, :]  # [T, 16]
         a, b = q[..., :16], q[..., 16:]
         cos, sin = np.cos(angle) * scaling, np.sin(angle) * scaling
@@ -262,7 +264,7 @@ def test_fraction_problems_round_the_smallest_fraction_up_to_four_digits() -> No
                 "model.rope_fraction = 0.1 rotates int(8 × 0.1) = 0 of each head's 8 channels, not a single pair; "
                 "use at least 0.25 (2 / 8)"
             ],
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_rope_problems_only_for_a_fraction_in_range_and_a_whole_head(fields: dict, problems: list) -> None:

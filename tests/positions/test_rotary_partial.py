@@ -114,8 +114,9 @@ def test_partial_rotation_matches_numpy(layout: str, fraction: float) -> None:
     dims = rotary_dims(d, fraction)
     # float32 tables and products against float64: measured 3.1e-7 at most.
     for got, x in ((rq, q), (rk, k)):
-        np.testing.assert_allclose(got.numpy(), np_partial_rope(x.numpy(), positions, 500.0, layout, dims),
-                                   rtol=0, atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            got.numpy(), np_partial_rope(x.numpy(), positions, 500.0, layout, dims), rtol=0, atol=1e-6
+        )
         assert torch.equal(got[..., dims:], x[..., dims:])  # the other channels pass through, bit for bit
 
 
@@ -251,8 +252,11 @@ def test_prope_one_is_rope_and_zero_is_nope_exactly() -> None:
     q, k = qk(16)
     positions = torch.arange(100, 106)
     rope = RotaryPositions(16, 10000.0, "half", initial_length=4)
-    for a, b in zip(PartialRotaryPositions(16, kept=1.0).rotate(q, k, positions), rope.rotate(q, k, positions),
-                    strict=True):  # fmt: skip
+    for a, b in zip(
+        PartialRotaryPositions(16, kept=1.0).rotate(q, k, positions),
+        rope.rotate(q, k, positions),
+        strict=True,
+    ):
         assert torch.equal(a, b)
     for a, b in zip(PartialRotaryPositions(16, kept=0.0).rotate(q, k, positions), (q, k), strict=True):
         assert torch.equal(a, b)

@@ -30,15 +30,23 @@ F64 = torch.float64
         ("alibi", AlibiPositions),
         ("t5", T5Positions),
         ("nope", NoPositions),
-    ],  # fmt: skip
+    ],
     # ------------------------------------------------------------------------------------------------------------
     # build_positions
 )
 def test_build_positions_passes_every_setting_through(position, cls):
     config = ModelConfig(
-        d_model=12, n_heads=3, context_length=20, position=position, rope_base=50.0, rope_layout="interleaved",
-        sinusoidal_base=30.0, sinusoidal_scale=0.25, t5_buckets=8, t5_max_distance=40,
-    )  # fmt: skip
+        d_model=12,
+        n_heads=3,
+        context_length=20,
+        position=position,
+        rope_base=50.0,
+        rope_layout="interleaved",
+        sinusoidal_base=30.0,
+        sinusoidal_scale=0.25,
+        t5_buckets=8,
+        t5_max_distance=40,
+    )
     scheme = build_positions(config)
     assert type(scheme) is cls and scheme.name == position
     if position == "learned":
@@ -94,8 +102,12 @@ def test_table_order_places_a_variant_of_an_unregistered_family_by_its_own_rank(
     try:
         names = list(positions.SCHEMES)
         assert names[-1] == "orphan-test"
-        assert table_order(["orphan-test", "xpos", "nope", "rope", "unknown"]) == ["rope", "xpos", "nope",
-                                                                                  "orphan-test"]  # fmt: skip
+        assert table_order(["orphan-test", "xpos", "nope", "rope", "unknown"]) == [
+            "rope",
+            "xpos",
+            "nope",
+            "orphan-test",
+        ]
     finally:
         forget_scheme("orphan-test")
 
@@ -119,8 +131,9 @@ class _Spy(PositionScheme):
         return torch.zeros(2, q_positions.shape[0], k_positions.shape[0], device=q_positions.device)
 
     def contextual_bias(self, q, k, q_positions, k_positions, layer):  # noqa: ANN001, ANN201
-        self.seen.append((tuple(q.shape), tuple(k.shape), q_positions.device.type, k_positions.device.type,
-                          layer))  # fmt: skip
+        self.seen.append(
+            (tuple(q.shape), tuple(k.shape), q_positions.device.type, k_positions.device.type, layer)
+        )
         return torch.zeros(
             q.shape[0], q.shape[1], q.shape[2], k.shape[2], dtype=torch.float32, device=q.device
         )

@@ -55,8 +55,10 @@ def linear_scheme() -> Iterator[type[PositionScheme]]:
 
 
 def small(position: str, **fields) -> ModelConfig:
-    return ModelConfig(**dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=4, d_ff=64,
-                              position=position) | fields)  # fmt: skip
+    return ModelConfig(
+        **dict(vocab_size=64, d_model=32, context_length=8, n_layers=2, n_heads=4, d_ff=64, position=position)
+        | fields
+    )
 
 
 def full_and_cached(model: Decoder, ids: Tensor, prompt: int = 5) -> tuple[Tensor, Tensor]:
@@ -100,9 +102,25 @@ def test_an_unregistered_scheme_is_refused_with_the_choices() -> None:
 def test_a_scheme_from_outside_trains_and_joins_the_length_experiment(linear_scheme, tmp_path: Path) -> None:
     corpus = tiny.write_corpus(tmp_path / "text", files=8, lines=80, per_line=10)
     out = tmp_path / "out"
-    argv = ["experiment", "length", "--quick", "--text", str(corpus), "--data-dir", str(tmp_path / "data"),
-            "--out", str(out), "--schemes", "linear-test", "alibi", "--seeds", "1", "--jobs", "1",
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "experiment",
+        "length",
+        "--quick",
+        "--text",
+        str(corpus),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--out",
+        str(out),
+        "--schemes",
+        "linear-test",
+        "alibi",
+        "--seeds",
+        "1",
+        "--jobs",
+        "1",
+        "--no-progress",
+    ]
     assert main(argv) == 0  # one worker: the scheme lives in this process (a spawned worker would not see it)
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     ours = [r for r in records if r["scheme"] == "linear-test"]

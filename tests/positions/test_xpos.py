@@ -251,8 +251,17 @@ def test_the_float32_range_and_its_limit() -> None:
 def test_a_16384_token_forward_at_config_b_width_is_finite() -> None:
     """Config b's width and heads (d_model 256, 4 heads of 64), one layer: measured 6.4 s on one thread."""
     torch.manual_seed(0)
-    model = Decoder(ModelConfig(vocab_size=1024, d_model=256, n_layers=1, n_heads=4, d_ff=1024,
-                                context_length=256, position="xpos")).eval()  # fmt: skip
+    model = Decoder(
+        ModelConfig(
+            vocab_size=1024,
+            d_model=256,
+            n_layers=1,
+            n_heads=4,
+            d_ff=1024,
+            context_length=256,
+            position="xpos",
+        )
+    ).eval()
     ids = torch.randint(0, 1024, (1, 16384), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         logits, _ = model(ids)
@@ -296,8 +305,12 @@ def test_xpos_tables_at_a_scale_base_that_is_not_a_power_of_two() -> None:
     scale = zeta ** (n / 3.0)
     # the float64 formula cast once: measured equal (one float32 ulp, 1.2e-7, allowed for another libm); a
     # float32 position / scale_base would move the scales by 1.6e-6
-    for table, values in [("cos", np.cos(phi) * scale), ("sin", np.sin(phi) * scale),
-                          ("key_cos", np.cos(phi) / scale), ("key_sin", np.sin(phi) / scale)]:  # fmt: skip
+    for table, values in [
+        ("cos", np.cos(phi) * scale),
+        ("sin", np.sin(phi) * scale),
+        ("key_cos", np.cos(phi) / scale),
+        ("key_sin", np.sin(phi) / scale),
+    ]:
         torch.testing.assert_close(
             getattr(scheme, table), torch.from_numpy(values).float(), atol=0, rtol=1.2e-7
         )

@@ -260,8 +260,11 @@ def test_modified_optimizer_is_refused(tmp_path: Path, tokenizer: Tokenizer) -> 
 def test_another_models_weights_name_the_first_tensor(tmp_path: Path, tokenizer: Tokenizer) -> None:
     """Another model's weights, with their hash updated: one line naming the tensor and both shapes."""
     run_dir, *_ = make_run(tmp_path, tokenizer)
-    other_dir, *_ = make_run(tmp_path / "other", tokenizer, config_from_dict(
-        {"model": {**tiny().model.__dict__, "d_model": 24, "d_ff": 48}}, name="tiny"))  # fmt: skip
+    other_dir, *_ = make_run(
+        tmp_path / "other",
+        tokenizer,
+        config_from_dict({"model": {**tiny().model.__dict__, "d_model": 24, "d_ff": 48}}, name="tiny"),
+    )
     path = run_dir / "checkpoint" / "model.safetensors"
     path.write_bytes((other_dir / "checkpoint" / "model.safetensors").read_bytes())
     edit_meta(run_dir, lambda m: m["sha256"].update({"model.safetensors": sha256_file(path)}))

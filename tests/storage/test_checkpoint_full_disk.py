@@ -78,8 +78,15 @@ print(json.dumps(codes))
 def run_children(cases: list[dict[str, Any]]) -> list[int]:
     """Exit codes of `octlm` runs ({"argv", "log", "limit": bytes or None, "copy": [from, to] first}), each
     in its own forked child, in order."""
-    done = subprocess.run([PYTHON, "-c", CHILDREN, str(ROOT)], input=json.dumps(cases), capture_output=True,
-                          text=True, env=quiet_env(), timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [PYTHON, "-c", CHILDREN, str(ROOT)],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        env=quiet_env(),
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -104,8 +111,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     corpus = write_corpus(root / "text")
     flags = tiny_flags(root, corpus, steps=FIRST, model=MODEL, eval_interval=3)
     base, reference = root / "runs" / "base", root / "runs" / "reference"
-    cases = [{"argv": ["train", *flags, "--name", "base", "--no-progress"], "log": str(root / "base.log"),
-              "limit": None}, resume_case(reference, root / "reference.log", None, copy=base)]  # fmt: skip
+    cases = [
+        {
+            "argv": ["train", *flags, "--name", "base", "--no-progress"],
+            "log": str(root / "base.log"),
+            "limit": None,
+        },
+        resume_case(reference, root / "reference.log", None, copy=base),
+    ]
     failed: dict[str, dict[str, Any]] = {}
     for stage, (limit, _file) in limits(SIZES).items():
         run = root / "runs" / f"full-{stage}"
@@ -119,14 +132,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         assert (sizes[before] if before else 0) <= limit < sizes[name], (sizes, limit, name)  # one stage each
     for stage, code in zip(failed, codes[2:], strict=True):
         run = failed[stage]["run"]
-        failed[stage].update(code=code, err=failed[stage]["log"].read_text(), left=sorted(os.listdir(run)),
-                             checkpoint=files(run / "checkpoint"), step=load_checkpoint(run).step)  # fmt: skip
+        failed[stage].update(
+            code=code,
+            err=failed[stage]["log"].read_text(),
+            left=sorted(os.listdir(run)),
+            checkpoint=files(run / "checkpoint"),
+            step=load_checkpoint(run).step,
+        )
     yield Lab(root, base, sizes, files(reference / "checkpoint"), failed)
 
 
 def resume_case(run: Path, log: Path, limit: int | None, copy: Path | None = None) -> dict[str, Any]:
-    return {"argv": ["train", "--resume", str(run), "--steps", str(THEN), "--no-progress"], "log": str(log),
-            "limit": limit, "copy": [str(copy), str(run)] if copy else None}  # fmt: skip
+    return {
+        "argv": ["train", "--resume", str(run), "--steps", str(THEN), "--no-progress"],
+        "log": str(log),
+        "limit": limit,
+        "copy": [str(copy), str(run)] if copy else None,
+    }
 
 
 # What the base run's files weigh (bytes), measured; config.json varies by a few bytes with the temporary paths

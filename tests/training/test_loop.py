@@ -56,7 +56,14 @@ def test_train_writes_the_run_folder(tmp_path: Path, corpus: Path) -> None:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 10, 20] and records == result.metrics
     # Step 0 scores the untrained model: no update yet, so no training loss, learning rate or speed.
-    assert sorted(records[0]) == ["elapsed_seconds", "step", "tokens", "val_bpb", "val_loss", "val_perplexity"]  # fmt: skip
+    assert sorted(records[0]) == [
+        "elapsed_seconds",
+        "step",
+        "tokens",
+        "val_bpb",
+        "val_loss",
+        "val_perplexity",
+    ]
     assert records[0]["tokens"] == 0 and records[0]["val_loss"] > records[-1]["val_loss"]
     data = octlm.data.cache.prepare_data(config.data, 300, progress=False)
     last = records[-1]
@@ -195,8 +202,9 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(
 
 
 def test_absurd_learning_rate_is_a_clear_error(tmp_path: Path, corpus: Path) -> None:
-    config = tiny_config(tmp_path, corpus, lr=1e30, min_lr=1e30, warmup_steps=0, grad_clip=0.0, weight_decay=0.0,
-                         steps=30)  # fmt: skip
+    config = tiny_config(
+        tmp_path, corpus, lr=1e30, min_lr=1e30, warmup_steps=0, grad_clip=0.0, weight_decay=0.0, steps=30
+    )
     with pytest.raises(UserError, match=r"the training loss is (nan|inf)|gradient norm (nan|inf)"):
         train(config, progress=False)
 
@@ -257,9 +265,15 @@ def test_compiled_training_matches_eager(tmp_path: Path, corpus: Path, position:
     runs = {}
     for compiled in (False, True):
         config = tiny_config(
-            tmp_path, corpus, steps=4, eval_interval=4, checkpoint_interval=4, compile=compiled,
-            run_name=f"{position}-{compiled}", model={"position": position},
-        )  # fmt: skip
+            tmp_path,
+            corpus,
+            steps=4,
+            eval_interval=4,
+            checkpoint_interval=4,
+            compile=compiled,
+            run_name=f"{position}-{compiled}",
+            model={"position": position},
+        )
         runs[compiled] = train(config, progress=False)
     eager, compiled = runs[False].train_losses, runs[True].train_losses
     assert len(eager) == len(compiled) == 4
@@ -308,11 +322,40 @@ def test_train_on_the_built_in_corpus_end_to_end(tmp_path: Path, capsys: pytest.
     from octlm.data.corpus import corpus_sha256, describe_source
     from octlm.data.sources import stdlib_documents
 
-    argv = ["train", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "runs" / "day1-learned"),
-            "--vocab-size", "300", "--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--d-ff", "64",
-            "--context-length", "16", "--steps", "6", "--batch-size", "4", "--eval-interval", "3",
-            "--checkpoint-interval", "6", "--warmup-steps", "2", "--report", "false", "--sample-tokens", "4",
-            "--no-progress"]  # fmt: skip
+    argv = [
+        "train",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "runs" / "day1-learned"),
+        "--vocab-size",
+        "300",
+        "--d-model",
+        "32",
+        "--n-layers",
+        "1",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "64",
+        "--context-length",
+        "16",
+        "--steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--eval-interval",
+        "3",
+        "--checkpoint-interval",
+        "6",
+        "--warmup-steps",
+        "2",
+        "--report",
+        "false",
+        "--sample-tokens",
+        "4",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     run_dir = tmp_path / "runs" / "day1-learned"

@@ -168,12 +168,29 @@ def _torchrun(script: Path, *args: str) -> subprocess.CompletedProcess:
 def test_ranks_draw_their_own_dropout_masks_and_resume_exactly(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "text")
     raw = {
-        "model": {"vocab_size": 300, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16,
-                  "dropout": 0.1},
+        "model": {
+            "vocab_size": 300,
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "context_length": 16,
+            "dropout": 0.1,
+        },
         "data": {"source": "text", "text": [str(corpus)], "data_dir": str(tmp_path / "data")},
-        "train": {"steps": 8, "batch_size": 4, "eval_interval": 2, "eval_batches": 1, "checkpoint_interval": 100,
-                  "warmup_steps": 2, "report": False, "sample_tokens": 0, "device": "cpu", "seed": 11},
-    }  # fmt: skip
+        "train": {
+            "steps": 8,
+            "batch_size": 4,
+            "eval_interval": 2,
+            "eval_batches": 1,
+            "checkpoint_interval": 100,
+            "warmup_steps": 2,
+            "report": False,
+            "sample_tokens": 0,
+            "device": "cpu",
+            "seed": 11,
+        },
+    }
     script = tmp_path / "worker.py"
     script.write_text(WORKER, encoding="utf-8")
     done = _torchrun(script, json.dumps(raw), str(tmp_path), "3", "5")
@@ -230,12 +247,29 @@ dist.destroy_process_group()
 def test_a_one_process_run_resumed_by_two_draws_two_dropout_streams(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "text")
     raw = {
-        "model": {"vocab_size": 300, "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16,
-                  "dropout": 0.1},
+        "model": {
+            "vocab_size": 300,
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "context_length": 16,
+            "dropout": 0.1,
+        },
         "data": {"source": "text", "text": [str(corpus)], "data_dir": str(tmp_path / "data")},
-        "train": {"steps": 6, "batch_size": 4, "eval_interval": 3, "eval_batches": 1, "checkpoint_interval": 100,
-                  "warmup_steps": 2, "report": False, "sample_tokens": 0, "device": "cpu", "seed": 11},
-    }  # fmt: skip
+        "train": {
+            "steps": 6,
+            "batch_size": 4,
+            "eval_interval": 3,
+            "eval_batches": 1,
+            "checkpoint_interval": 100,
+            "warmup_steps": 2,
+            "report": False,
+            "sample_tokens": 0,
+            "device": "cpu",
+            "seed": 11,
+        },
+    }
     stopped = train(config_from_dict(raw, name="ddp"), tmp_path / "run", progress=False, stop_after=3)
     assert stopped.interrupted and stopped.step == 3
     script = tmp_path / "worker.py"

@@ -75,8 +75,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         assert data["rc"] == 0  # the cache, made once
         snapshots = root / "snapshots"
         snapshots.mkdir()
-        reply = server.run(["train", *flags, "--name", "reference", "--no-progress"], root, root / "reference.log",
-                           hook={"point": "snapshot", "folder": str(snapshots)})  # fmt: skip
+        reply = server.run(
+            ["train", *flags, "--name", "reference", "--no-progress"],
+            root,
+            root / "reference.log",
+            hook={"point": "snapshot", "folder": str(snapshots)},
+        )
         assert reply["rc"] == 0, (root / "reference.log").read_text()
         yield Lab(root, flags, server, root / "runs" / "reference", snapshots, reply["seconds"])
     finally:
@@ -125,8 +129,15 @@ def _trials() -> list[Trial]:
     rng = random.Random(20240531)
     trials = [Trial(f"random-{i}", at=round(rng.uniform(0.02, 0.98), 3)) for i in range(6)]
     trials += [Trial(f"tmp-appears-{n}", tmp_nth=n) for n in (rng.randint(1, 4), rng.randint(5, 9))]
-    for point, nth in [("model_half", 1), ("after_model", 2), ("optimizer_half", 3), ("meta_half", 4),
-                       ("between_renames", 2), ("after_swap", 6), ("rmtree_old", 3)]:  # fmt: skip
+    for point, nth in [
+        ("model_half", 1),
+        ("after_model", 2),
+        ("optimizer_half", 3),
+        ("meta_half", 4),
+        ("between_renames", 2),
+        ("after_swap", 6),
+        ("rmtree_old", 3),
+    ]:
         trials.append(Trial(f"{point}-{nth}", hook=point, nth=nth))
     trials.append(
         Trial("random-twice", at=round(rng.uniform(0.1, 0.6), 3), again=round(rng.uniform(0.2, 0.8), 3))
@@ -204,8 +215,11 @@ def test_kill_and_resume(trial: Trial, lab: Lab) -> None:
         assert reply["rc"] in (0, -signal.SIGKILL), log.read_text()
         assert len(kills) <= 3
 
-    assert_same_weights(load_file(str(run_dir / "checkpoint" / "model.safetensors")),
-                        load_file(str(lab.reference / "checkpoint" / "model.safetensors")), name)  # fmt: skip
+    assert_same_weights(
+        load_file(str(run_dir / "checkpoint" / "model.safetensors")),
+        load_file(str(lab.reference / "checkpoint" / "model.safetensors")),
+        name,
+    )
     assert load_checkpoint(run_dir).step == load_checkpoint(lab.reference).step
     assert metrics(run_dir) == metrics(lab.reference)
     entries = sorted(os.listdir(run_dir))
@@ -255,8 +269,16 @@ def test_enough_kill_trials() -> None:
 @pytest.mark.slow
 def test_sigint_checkpoints_and_says_how_to_resume(lab: Lab, tmp_path: Path) -> None:
     run_dir = lab.root / "runs" / "sigint"
-    argv = [PYTHON, "-m", "octlm", "train", *tiny_flags(lab.root, lab.root / "text", steps=100000), "--name",
-            "sigint", "--no-progress"]  # fmt: skip
+    argv = [
+        PYTHON,
+        "-m",
+        "octlm",
+        "train",
+        *tiny_flags(lab.root, lab.root / "text", steps=100000),
+        "--name",
+        "sigint",
+        "--no-progress",
+    ]
     ready = (run_dir / "checkpoint" / "config.json").is_file
     code, out, err = signal_when(argv, tmp_path, ready, signal.SIGINT, "checkpoint")
     assert code == 130, (out, err)  # documented: "exits with status 130"
@@ -271,8 +293,9 @@ def test_sigint_checkpoints_and_says_how_to_resume(lab: Lab, tmp_path: Path) -> 
     assert sorted(os.listdir(run_dir)) == RUN_FILES
 
     log = tmp_path / "resume.log"
-    reply = lab.server.run(["train", "--resume", str(run_dir), "--steps", str(step + 2), "--no-progress"],
-                           lab.root, log)  # fmt: skip
+    reply = lab.server.run(
+        ["train", "--resume", str(run_dir), "--steps", str(step + 2), "--no-progress"], lab.root, log
+    )
     assert reply["rc"] == 0, log.read_text()
     assert load_checkpoint(run_dir).step == step + 2
 
@@ -282,8 +305,19 @@ def test_sigint_checkpoints_and_says_how_to_resume(lab: Lab, tmp_path: Path) -> 
 
 
 def _tiny_model() -> tuple[Any, Decoder, torch.optim.Optimizer]:
-    config = config_from_dict({"model": {"vocab_size": 260, "d_model": 16, "n_layers": 1, "n_heads": 2,
-                                         "d_ff": 32, "context_length": 8}}, name="disk")  # fmt: skip
+    config = config_from_dict(
+        {
+            "model": {
+                "vocab_size": 260,
+                "d_model": 16,
+                "n_layers": 1,
+                "n_heads": 2,
+                "d_ff": 32,
+                "context_length": 8,
+            }
+        },
+        name="disk",
+    )
     torch.manual_seed(0)
     model = Decoder(config.model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
@@ -395,8 +429,10 @@ def test_pickle_planted_as_weights_never_runs(
         torch.save({"token_embedding.weight": Planted(marker)}, path)
     if vouched:
         _set_hash(planted_run, "model.safetensors")
-    for argv in (["generate", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"],
-                 ["train", "--resume", str(planted_run), "--steps", "40", "--no-progress"]):  # fmt: skip
+    for argv in (
+        ["generate", str(planted_run), "--prompt", "def ", "--max-new-tokens", "2"],
+        ["train", "--resume", str(planted_run), "--steps", "40", "--no-progress"],
+    ):
         code, _out, err = run_cli(argv)
         assert code == 2 and len(err.splitlines()) == 1 and "model.safetensors" in err, err
         assert "Traceback" not in err

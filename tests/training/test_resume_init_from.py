@@ -34,8 +34,14 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def extended(base: dict, name: str, **model: object) -> Config:
     """The base config at context 32, started from the base run's weights, a few steps."""
-    overrides = {"model.context_length": 32, "train.init_from": str(base["dir"]), "train.run_name": name,
-                 "train.steps": 2, "train.eval_interval": 1, "train.checkpoint_interval": 2}  # fmt: skip
+    overrides = {
+        "model.context_length": 32,
+        "train.init_from": str(base["dir"]),
+        "train.run_name": name,
+        "train.steps": 2,
+        "train.eval_interval": 1,
+        "train.checkpoint_interval": 2,
+    }
     overrides |= {f"model.{k}": v for k, v in model.items()}
     return config_from_dict(base["config"].to_dict(), overrides=overrides)
 
@@ -91,16 +97,24 @@ def test_a_learned_table_cannot_grow(tmp_path: Path, base: dict) -> None:
         tmp_path, base["corpus"], steps=2, model={"position": "learned"}, run_name="learned"
     )
     train(learned, progress=False)
-    longer = config_from_dict(learned.to_dict(), overrides={"model.context_length": 32, "train.run_name": "long",
-                                                            "train.init_from": str(tmp_path / "runs" / "learned")})  # fmt: skip
+    longer = config_from_dict(
+        learned.to_dict(),
+        overrides={
+            "model.context_length": 32,
+            "train.run_name": "long",
+            "train.init_from": str(tmp_path / "runs" / "learned"),
+        },
+    )
     with pytest.raises(UserError, match=r"do not fit this model \(.*size mismatch"):
         train(longer, progress=False)
 
 
 def test_another_tokenizer_is_refused(tmp_path: Path, base: dict) -> None:
     other = write_corpus(tmp_path / "other", files=3, lines=40)
-    config = config_from_dict(extended(base, "tok").to_dict(),
-                              overrides={"data.text": [str(other)], "data.data_dir": str(tmp_path / "data")})  # fmt: skip
+    config = config_from_dict(
+        extended(base, "tok").to_dict(),
+        overrides={"data.text": [str(other)], "data.data_dir": str(tmp_path / "data")},
+    )
     with pytest.raises(UserError, match="was trained with another tokenizer than this run's data"):
         train(config, progress=False)
 
