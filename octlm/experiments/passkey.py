@@ -31,8 +31,8 @@ from octlm.errors import UserError
 # Where the needle sits in the filler: 0 first, 1 just before the question.
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 KEY_DIGITS = 5
-# The format's name, recorded in every extension cell's grid: cells scored on another passkey (the earlier one,
-# hidden in corpus text) are refused, not collected beside these.
+# The format's name, recorded in every extension cell's grid: cells scored on another passkey (the earlier
+# one, hidden in corpus text) are refused, not collected beside these.
 FORMAT = "mohtashami-jaggi"
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 NEEDLE = (" The pass key is", ". Remember it.", " is the pass key.")  # around the key, twice

@@ -213,9 +213,9 @@ class ReversedAddition(Addition):
 @register
 class HintedAddition(ReversedAddition):
     """Zhou et al.'s whole format: reversed digits, each digit after an index hint that names its place, the
-    same hint for the same place in both numbers and the sum (`h3 7 h4 2 + h3 5 h4 9 = h3 2 h4 2 h5 1`). The
-    hints of an example are a run of consecutive symbols from a random start among `HINTS`, as in the paper, so
-    training on short numbers still teaches every hint that a long one needs."""
+    same hint for the same place in both numbers and the sum (`h3 7 h4 2 + h3 5 h4 9 = h3 2 h4 2 h5 1`).
+    The hints of an example are a run of consecutive symbols from a random start among `HINTS`, as in the
+    paper, so training on short numbers still teaches every hint that a long one needs."""
 
     name = "addition-hints"
     HINTS: ClassVar[int] = 128
@@ -235,7 +235,10 @@ class HintedAddition(ReversedAddition):
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         a, b = (cls.number(rng, size) for _ in range(2))
         start = int(rng.integers(0, cls.HINTS - size))
-        hinted = lambda n: [s for i, d in enumerate(cls.digits(n)) for s in (f"h{start + i}", d)]  # noqa: E731
+
+        def hinted(n: int) -> list[str]:
+            return [s for i, d in enumerate(cls.digits(n)) for s in (f"h{start + i}", d)]
+
         return Example.of(cls.ids([*hinted(a), "+", *hinted(b), "="]), cls.ids(hinted(a + b)))
 
 
@@ -330,7 +333,8 @@ class Counting(Task):
 
     @classmethod
     def max_tokens(cls, size: int) -> int:
-        """`<bos>`, n statements of at most 4 tokens (`a = 0 ;`), `print`, the variable, its value, `<eos>`."""
+        """`<bos>`, n statements of at most 4 tokens (`a = 0 ;`), `print`, the variable, its value,
+        `<eos>`."""
         return 4 * size + 5
 
     @classmethod
