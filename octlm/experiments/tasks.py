@@ -21,8 +21,9 @@ characters), so that "2x" means twice the task, whatever that does to the token 
   five-digit N, at a chosen depth in n characters of their digit-free filler ("The grass is green. ..."
   repeated), then asked for; `example_at` places it.
 
-`DEFAULT_TASKS` is the battery's default: addition, in its three formats, stays registered but out of it
-until a battery model learns it at its training sizes. A task of your own is a `Task` subclass decorated
+`DEFAULT_TASKS` is the battery's default: addition, in its three formats, and MQAR stay registered but out of
+it until a battery model learns them at their training sizes (MQAR: no row of width 64 did in 3,000 steps of
+32 examples, about 1.5 % of the examples Zoology trains on; docs/LOG.md). A task of your own is a `Task` subclass decorated
 with `@register`, imported before the battery runs.
 """
 
@@ -43,7 +44,7 @@ from octlm.experiments.passkey import FILLER, NEEDLE
 SPECIALS = ("<pad>", "<bos>", "<sep>", "<eos>")
 PAD, BOS, SEP, EOS = range(len(SPECIALS))
 TASKS = Registry("task", __name__)  # this module registers the built-in tasks as it is imported
-DEFAULT_TASKS = ("copy", "reverse", "selective-copy", "passkey", "mqar", "counting")
+DEFAULT_TASKS = ("copy", "reverse", "selective-copy", "passkey", "counting")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from octlm.commands import experiment, experiment_extend, experiment_length, exp
 from octlm.commands.options import overrides_from_args
 
 COMMANDS = {"length": experiment_length, "tasks": experiment_tasks, "extend": experiment_extend}
-TASKS = "copy reverse selective-copy passkey mqar counting"
+TASKS = "copy reverse selective-copy passkey counting"
 ROWS = "learned sinusoidal rope alibi t5 fire cope nope rope+random fox path stick-breaking"
 LENGTH = "octlm experiment length"
 EXTEND = "octlm experiment extend"
