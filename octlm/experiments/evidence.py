@@ -188,7 +188,8 @@ def all_of(checks: Iterable[Check]) -> Check:
         verdict = Verdict.AGREE
     else:
         verdict = Verdict.INCONCLUSIVE
-    reasons = dict.fromkeys(c.reason for c in parts)  # parts that failed alike say it once
+    # Parts that failed alike say it once: a part's reason may itself join several.
+    reasons = dict.fromkeys(r for c in parts for r in c.reason.split("; "))
     return Check(verdict, "; ".join(reasons), tuple(e for c in parts for e in c.used))
 
 

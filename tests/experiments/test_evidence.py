@@ -17,6 +17,7 @@ from octlm.experiments.evidence import (
     PER_TOKEN,
     T975,
     Battery,
+    Check,
     Estimate,
     Extend,
     Inconclusive,
@@ -253,3 +254,11 @@ def test_extend_steps_count_from_each_rows_own_start_and_past_the_end_when_never
 def test_curve_records_from_cells() -> None:
     cell = SimpleNamespace(key=("yarn", 1337), facts={"info": {"curve": [{"step": 0, "val_bpb": 1.9}]}})
     assert curve_records([cell]) == [{"row": "yarn", "seed": 1337, "step": 0, "val_bpb": 1.9}]
+
+
+def test_all_of_says_each_reason_once_across_joined_parts() -> None:
+    parts = [
+        Check(Verdict.INCONCLUSIVE, "missing rows: a; not learned: b"),
+        Check(Verdict.AGREE, "not learned: b"),
+    ]
+    assert all_of(parts).reason == "missing rows: a; not learned: b"
