@@ -84,7 +84,8 @@ class HFStep:
 def hf_batch(
     ids: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """octlm's (inputs, targets, answer mask), each `[B, T]`, as HF's (input_ids, labels), each `[B, T + 1]`."""
+    """octlm's (inputs, targets, answer mask), each `[B, T]`, as HF's (input_ids, labels), each `[B, T + 1]`:
+    exact for a task whose inputs are its tokens (not MQAR's, whose withheld answers are read as `<pad>`)."""
     full = torch.cat([ids[:, :1], targets], dim=1)
     answer = torch.cat([torch.zeros_like(mask[:, :1]), mask], dim=1)
     return full, full.masked_fill(~answer, -100)

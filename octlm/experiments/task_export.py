@@ -129,15 +129,28 @@ def copy_case(seed: int, size: int) -> dict[str, Any]:
     return {"task": "copy", "items": items, "tokens": list(example.tokens), "answer": list(example.answer)}
 
 
+class SitePasskey(Passkey):
+    """The passkey the site's in-browser models were trained on (web/public/task-models/passkey/, 600 steps):
+    the battery's format before Mohtashami & Jaggi's needle, `" The pass key is N. "` cut into filler. The
+    page spells it (web/src/tasks.ts) until scripts/site-task-models trains those models on the battery's
+    passkey again; then the page takes `Passkey.needle` and this class goes. Not registered: no battery cell
+    trains on it."""
+
+    @staticmethod
+    def needle(key: str) -> str:
+        return f" The pass key is {key}. "
+
+
 def passkey_case(sample: str, seed: int, size: int, depth: float) -> dict[str, Any]:
-    """A passkey example drawn by `Passkey.example_at` from `default_rng(seed)` with `sample` as its filler
-    corpus, and what a page needs to draw the same one: where its filler starts in `sample`, and its key."""
+    """A passkey example of the site's models (`SitePasskey.example_at`) drawn from `default_rng(seed)` with
+    `sample` as its filler corpus, and what a page needs to draw the same one: where its filler starts in
+    `sample`, and its key."""
     # the page has a committed sample, not the running Python's standard library: the generator cuts
     # from it too
-    example = Passkey.example_at(np.random.default_rng(seed), size, depth, text=sample)
-    text = Passkey.text(example.tokens[1 : example.tokens.index(SEP)])
-    key = Passkey.text(example.answer_tokens[:-1])
-    needle = Passkey.needle(key)
+    example = SitePasskey.example_at(np.random.default_rng(seed), size, depth, text=sample)
+    text = SitePasskey.text(example.tokens[1 : example.tokens.index(SEP)])
+    key = SitePasskey.text(example.answer_tokens[:-1])
+    needle = SitePasskey.needle(key)
     cut = text.index(needle)
     filler = text[:cut] + text[cut + len(needle) :]
     return {

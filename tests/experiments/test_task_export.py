@@ -164,8 +164,20 @@ def test_passkey_case_rebuilds_from_its_fields(size, depth):
     filler = sample[case["start"] : case["start"] + size]
     cut = math.floor(depth * size + 0.5)  # round half up, as Passkey.example_at
     key = case["key"]
-    prompt = f"{filler[:cut]} The pass key is {key}. Remember it. {key} is the pass key. {filler[cut:]}"
+    prompt = (
+        f"{filler[:cut]} The pass key is {key}. {filler[cut:]}"  # the site's models' format (SitePasskey)
+    )
     assert case["tokens"] == [BOS, *Passkey.ids(prompt), SEP, *Passkey.ids(case["key"]), EOS]
     assert case["answer"] == [False] * (len(prompt) + 2) + [True] * 6
     assert len(case["key"]) == 5 and case["key"].isdigit()
     assert prompt_of(case) == case["tokens"][: len(prompt) + 2]
+
+
+def test_the_sites_passkey_is_not_a_battery_task():
+    """The site's format stays out of the battery: its task is the battery's passkey, which says more."""
+    from octlm.experiments.task_export import SitePasskey
+    from octlm.experiments.tasks import TASKS
+
+    assert TASKS["passkey"] is Passkey and SitePasskey not in TASKS.values()
+    assert SitePasskey.needle("12345") == " The pass key is 12345. "
+    assert Passkey.needle("12345") == " The pass key is 12345. Remember it. 12345 is the pass key. "
