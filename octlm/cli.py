@@ -31,7 +31,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from octlm.commands.options import NOTES
+from octlm.commands.options import NOTES, HelpFormatter
 from octlm.errors import STDOUT, UserError, describe_memory_error, describe_os_error
 from octlm.signals import Stopped, raising_signals
 
@@ -61,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export fixtures": (
         "octlm.commands.export_fixtures",
         "write the JSON fixtures the web site's math is tested against",
+    ),
+    "list": (
+        "octlm.commands.list",
+        "list the position schemes, tasks, data sources, configs and experiments",
     ),
     "experiment length": (
         "octlm.commands.experiment_length",
@@ -137,7 +141,7 @@ def _dispatch(command: str | None, rest: list[str], argv: list[str]) -> int:
 
     module_name, help_ = COMMANDS[command]
     module = importlib.import_module(module_name)
-    parser = _Parser(prog=f"octlm {command}", description=help_)
+    parser = _Parser(prog=f"octlm {command}", description=help_, formatter_class=HelpFormatter)
     module.add_arguments(parser)
     try:
         args = parser.parse_args(rest)

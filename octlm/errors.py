@@ -14,6 +14,7 @@ reports none), and `check_output` refuses an output path before any work is done
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import errno
 import os
@@ -85,11 +86,46 @@ def _size_limit() -> str:
     return f"`ulimit -f` is {soft} bytes here"
 
 
+# tempfile's words when its 4-byte test write failed in every candidate folder: it raises ENOENT naming no
+# file, and the write's own errno (EFBIG under `ulimit -f 0`, ENOSPC on a full disk) is lost. Importing torch
+# calls it (through dill), so every command meets it before doing anything.
+NO_TEMPORARY_FOLDER = "No usable temporary directory found in "
+
+
+def _temporary_folder_error(error: OSError) -> OSError | None:
+    """For tempfile's "no usable temporary directory", the error a test write in its first folder really
+    gives, naming that folder (None if that write now succeeds); for any other error, None."""
+    said = str(error.strerror or "")
+    if error.errno != errno.ENOENT or error.filename is not None or not said.startswith(NO_TEMPORARY_FOLDER):
+        return None
+    try:
+        folder = str(ast.literal_eval(said[len(NO_TEMPORARY_FOLDER) :])[0])  # it lists them as a Python list
+    except (ValueError, SyntaxError, IndexError, TypeError):
+        return None
+    probe = os.path.join(folder, f".octlm-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"blat")  # what tempfile writes
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as real:
+        real.filename = folder
+        return real
+    return None
+
+
 def describe_os_error(error: OSError, where: str | None = None) -> str | None:
     """The CLI's line for an expected OSError: the path, what happened, the fix; None for an unexpected errno.
 
     `where` names the target when the error carries no file name (a write to stdout reports none).
     """
+    real = _temporary_folder_error(error)
+    if real is not None:
+        cause = _cause(real)
+        if cause is not None:
+            return f"{real.filename!r}: cannot write a temporary file there: {cause[0]}; {cause[1]}"
     cause = _cause(error)
     if cause is None:
         return None

@@ -116,7 +116,7 @@ def test_hf_labels_score_exactly_the_answer_tokens_octlm_scores(benchmarks):
     express, so the benchmark times no MQAR cell."""
     import numpy as np
 
-    from octlm.experiments.battery import batch_of
+    from octlm.experiments.task_batches import batch_of
     from octlm.experiments.tasks import TASKS
 
     hf_batch = importlib.import_module("measure_tasks").hf_batch

@@ -106,11 +106,12 @@ def test_compare_writes_the_report_and_prints_the_table(runs: dict[str, Path], t
     )
     assert (code, err) == (0, "")
     numbers = json.loads((out / "compare.json").read_text(encoding="utf-8"))
-    assert [r["scheme"] for r in numbers["runs"]] == ["alibi", "learned"] and numbers["notes"] == []
+    assert [r["scheme"] for r in numbers["runs"]] == ["alibi", "learned"] and numbers["differences"] == []
     assert numbers["runs"][0]["attention"]["windows"] == 2
     lines = stdout.splitlines()
     alibi = numbers["runs"][0]
-    assert lines[1] == (
+    assert lines[0] == numbers["verdict"] == "comparable: only the scheme differs"
+    assert lines[2] == (
         f"  {'tiny-alibi-0':<24} {'alibi':<11} {0:>5} {10:>7,} {alibi['parameters']:>10,} "
         f"{alibi['val_loss']:>9.4f} {alibi['val_bpb']:>9.4f}"
     )

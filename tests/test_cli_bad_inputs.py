@@ -183,6 +183,10 @@ CASES: dict[str, Case] = {
     "override without =": Case(["model", "--set", "model.d_model"], "'model.d_model'"),
     "wrong type": Case(["model", "--d-model", "wide"], "'wide'"),
     "unknown position scheme": Case(["model", "--position", "sideways"], "'sideways'"),
+    "misspelt run folder": Case(  # issue 47: the nearest folder beside it
+        ["generate", "runs/tinny", "--prompt", "x"],
+        "error: run folder 'runs/tinny' does not exist; did you mean 'runs/tiny'?",
+    ),
     "width not divisible by heads": Case(["model", "--d-model", "30", "--n-heads", "4"], "d_model = 30"),
     "odd head size with rope": Case(
         ["model", "--position", "rope", "--d-model", "24", "--n-heads", "8"], "d_model / n_heads = 3"
@@ -212,7 +216,6 @@ CASES: dict[str, Case] = {
     "vocabulary too small for BPE": Case(
         ["tokenizer", "--text", "text", "--vocab-size", "100"], "vocab_size = 100"
     ),
-    "prompt encodes to nothing": Case(["generate", RUN, "--prompt", ""], "prompt encodes to no tokens"),
     "negative temperature": Case([*GEN, "--temperature", "-0.5"], "temperature = -0.5"),
     "nan temperature": Case([*GEN, "--temperature", "nan"], "temperature = nan"),
     "top-k zero": Case([*GEN, "--top-k", "0"], "top-k = 0"),
@@ -450,6 +453,7 @@ CASES.update(
         "tasks unknown task": Case(
             [*TASKS, "--tasks", "copy", "sorting"], "unknown task 'sorting'; choose one of copy,"
         ),
+        "tasks misspelt task": Case([*TASKS, "--tasks", "copyy"], "passkey; did you mean copy?"),
         "tasks unknown scheme": Case(
             [*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"
         ),
@@ -463,6 +467,7 @@ CASES.update(
         "tasks test size below training": Case(
             [*TASKS, "--factors", "0", "2"], "factors [0, 2] must be at least 1"
         ),
+        "tasks factor too large": Case([*TASKS, "--factors", "100000000000"], "use factors up to 524,288"),
         "tasks too few seeds": Case([*TASKS, "--seeds", "0"], "--seeds: 0 is outside [1, 1000]"),
         "tasks target past 1": Case([*TASKS, "--target", "1.5"], "--target 1.5 must be in (0, 1]: a share"),
         "tasks target not a number": Case([*TASKS, "--target", "nan"], "--target nan must be in (0, 1]"),
@@ -491,6 +496,12 @@ CASES.update(
         ),
         "model too large to allocate": Case(
             HUGE_MODEL, "out of memory: tried to allocate 14.6 GiB at once", limits=AS
+        ),
+        "score with a file-size limit of 0": Case(  # torch's import (tempfile's test write) meets it first
+            ["score", RUN, "--lengths", "8"],
+            "cannot write a temporary file there: file too large for the file-size limit or the file system: "
+            "`ulimit -f` is 0 bytes here (EFBIG)",
+            limits={resource.RLIMIT_FSIZE: 0},
         ),
     }
 )

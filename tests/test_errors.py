@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import subprocess
+from pathlib import Path
 
 import pytest
+from tiny import PYTHON, quiet_env
 
 from octlm.errors import OS_ERRORS, describe_os_error, whole_range_words
 
@@ -53,3 +57,40 @@ def test_a_range_up_to_a_machine_limit_is_said_in_words() -> None:
     )
     assert whole_range_words(-1, 0, 2**64 - 1) == "at least 0"
     assert whole_range_words(0, 1, 4096) == "between 1 and 4,096"  # a real bound stays a number
+
+
+def test_no_temporary_folder_names_the_folder_and_the_real_cause(tmp_path: Path) -> None:
+    """Under `ulimit -f 0`, importing torch (through dill) calls tempfile.gettempdir, whose 4-byte test write
+    fails with EFBIG in every folder; tempfile then raises ENOENT naming no file. The line names the first
+    folder and the write's real errno, and the probe that found it leaves nothing behind."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+
+    def no_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run(
+        [PYTHON, "-m", "octlm", "score", "runs/a", "--lengths", "8"],
+        env=dict(quiet_env(), TMPDIR=str(folder), PYTHONDONTWRITEBYTECODE="1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        preexec_fn=no_file_size,
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"octlm score: error: {str(folder)!r}: cannot write a temporary file there: file too large for the "
+        "file-size limit or the file system: `ulimit -f` is 0 bytes here (EFBIG); raise the limit "
+        "(`ulimit -f unlimited`) or write to another file system\n"
+    )
+    assert list(folder.iterdir()) == []
+
+
+def test_other_missing_files_keep_their_line() -> None:
+    """Only tempfile's own words are probed; an ENOENT naming no file and saying something else is not."""
+    line = describe_os_error(FileNotFoundError(errno.ENOENT, "No such file or directory"))
+    assert line == (
+        "an input/output operation: it does not exist (or a symbolic link on the way is broken) (ENOENT); "
+        "check the path"
+    )

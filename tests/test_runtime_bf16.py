@@ -90,7 +90,7 @@ def test_train_dtype_is_checked_and_auto_keeps_old_hashes() -> None:
         config_from_dict({"train": {"dtype": "fp16"}})
     assert str(caught.value) == (
         "config 'custom' has 1 problem(s): train.dtype = 'fp16' is unknown; choose one of auto, fp32, bf16, "
-        "bf16-autocast"
+        "bf16-autocast; did you mean bf16?"
     )
     # `auto`, the default, leaves the hash as it was before the field existed (checkpoints record it) ...
     auto = config_from_dict({})

@@ -443,6 +443,20 @@ if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
     serve()
 
 
+def tiny_rope_decoder(vocab_size: int = 260):
+    """A one-layer RoPE decoder of width 32 and 16 positions, its weights from seed 0: small enough to
+    memorise a sequence in a test."""
+    import torch
+
+    from octlm.config import config_from_dict
+    from octlm.model.decoder import Decoder
+
+    model = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "context_length": 16, "position": "rope"}
+    config = config_from_dict({"model": {"vocab_size": vocab_size, **model}})
+    torch.manual_seed(0)
+    return Decoder(config.model)
+
+
 def memorise(model, ids, steps: int = 40, lr: float = 3e-3) -> list[float]:
     """Train `model` on the fixed batch `ids` `[B, T + 1]` (next-token targets) with AdamW; the loss per step.
 

@@ -2,8 +2,10 @@
 
 Per run: scheme, seed, steps, parameters, the final validation loss and bits per byte (the run's last metrics
 record, which `octlm train` writes at its last evaluation), its learning curve, and how its attention spreads
-over distance (octlm/inspect/attention.py, on its own validation windows). Runs made with different tokenizers
-or data may be compared, but their bits per byte then come from different texts: the report flags it.
+over distance (octlm/inspect/attention.py, on its own validation windows). Above the table the report names
+every difference between the runs beyond their scheme, one line each (steps trained, tokens seen, each config
+field, tokenizer and corpus), or says they are comparable: only the scheme differs. Runs of other tokenizers or
+data may be compared, but their bits per byte then come from different texts.
 
     --out DIR (default reports/compare-<run>-<run>...):
         compare.md  compare.json  curves.png  attention-<i>-<run>.png (one per run)
@@ -19,12 +21,20 @@ from typing import Any
 import numpy as np
 
 from octlm.errors import UserError, writing
+from octlm.hashing import CONFIG_BOOKKEEPING
 from octlm.inspect.attention import DEFAULT_WINDOWS, inspect_attention
 from octlm.inspect.figures import plot_attention_distance, plot_learning_curves
 from octlm.inspect.render import Block, Heading, Image, Paragraph, Table, render_markdown
 from octlm.inspect.validation import validation_tokens
 from octlm.storage.jsonable import to_json
 from octlm.storage.run import Run
+
+# Config fields that are not differences between runs: the scheme (what is compared), the steps (a line of their
+# own, with the steps trained), and what changes nothing a run learns or is measured on (left out of its hash).
+NOT_COMPARED = frozenset(
+    {"model.position", "train.steps", "data.data_dir", *(f"train.{key}" for key in CONFIG_BOOKKEEPING)}
+)
+SAME_SCHEME_ONLY = "comparable: only the scheme differs"
 
 
 def run_facts(run_dir: Path, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
@@ -34,8 +44,11 @@ def run_facts(run_dir: Path, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
     model, config, tokenizer = load_model(run_dir)  # a one-line UserError for a folder that is not a run
     run = Run.of(run_dir)
     meta = read_meta(run.find_checkpoint())
-    metrics = [r for r in run.read_metrics() if "val_bpb" in r and "step" in r]
+    records = run.read_metrics()
+    metrics = [r for r in records if "val_bpb" in r and "step" in r]
     final = metrics[-1] if metrics else {}
+    # The tokens of the steps the checkpoint holds, as the training counted them (every process's batches).
+    seen = [r["tokens"] for r in records if r.get("step") == meta["step"] and "tokens" in r]
     try:
         attention = inspect_attention(model, validation_tokens(config, tokenizer), windows)
     except (UserError, OSError) as error:
@@ -46,6 +59,8 @@ def run_facts(run_dir: Path, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
         "scheme": config.model.position,
         "seed": config.train.seed,
         "steps": meta["step"],
+        "planned_steps": config.train.steps,
+        "tokens": seen[-1] if seen else None,
         "parameters": model.num_parameters(),
         "context_length": config.model.context_length,
         "val_loss": final.get("val_loss"),
@@ -54,23 +69,52 @@ def run_facts(run_dir: Path, windows: int = DEFAULT_WINDOWS) -> dict[str, Any]:
         "curve": {"step": [r["step"] for r in metrics], "val_bpb": [r["val_bpb"] for r in metrics]},
         "tokenizer_sha256": meta["sha256"].get("tokenizer"),
         "corpus_sha256": meta["sha256"].get("corpus"),
+        "config": config.flat(),
         "attention": attention,
     }
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
 def differences(runs: list[dict[str, Any]]) -> list[str]:
-    """The flags of a comparison across texts: tokenizers or corpora that differ between the runs."""
-    notes = []
-    for key, what in (("tokenizer_sha256", "tokenizers"), ("corpus_sha256", "data (corpora)")):
-        groups: dict[Any, list[str]] = {}
-        for r in runs:
-            groups.setdefault(r[key], []).append(r["label"])
-        if len(groups) > 1:
-            sets = "; ".join(f"{', '.join(labels)}: {str(h)[:12]}" for h, labels in groups.items())
-            notes.append(
-                f"different {what} ({sets}): their losses and bits per byte are not measured on the same text"
-            )
-    return notes
+    """Every way the runs differ beyond their scheme, one line each naming every run's value: the steps
+    trained (and planned, where a run stopped early), the tokens seen, each config field (NOT_COMPARED
+    aside), the tokenizer and the corpus."""
+    lines = []
+
+    def differ(what: str, values: list[str], why: str = "") -> None:
+        if len(set(values)) > 1:
+            named = ", ".join(f"{r['label']} {v}" for r, v in zip(runs, values, strict=True))
+            lines.append(f"{what}: {named}{why}")
+
+    differ(
+        "steps",
+        [
+            f"{r['steps']:,}"
+            + (f" (of {r['planned_steps']:,} planned)" if r["steps"] != r["planned_steps"] else "")
+            for r in runs
+        ],
+    )
+    differ("tokens seen", ["n/a" if r["tokens"] is None else f"{r['tokens']:,}" for r in runs])
+    for key in sorted({k for r in runs for k in r["config"]} - NOT_COMPARED):
+        differ(key, [_shown(r["config"].get(key)) for r in runs])
+    text = "; their losses and bits per byte are not measured on the same text"
+    differ("tokenizer", [str(r["tokenizer_sha256"])[:12] for r in runs], text)
+    differ("corpus", [str(r["corpus_sha256"])[:12] for r in runs], text)
+    return lines
+
+
+def verdict(runs: list[dict[str, Any]], lines: list[str]) -> str:
+    """Whether the runs compare the scheme alone (`lines`: their other differences)."""
+    if lines:
+        return f"not comparable on the scheme alone: {len(lines)} other difference(s)"
+    return SAME_SCHEME_ONLY if len({r["scheme"] for r in runs}) > 1 else "comparable: nothing differs"
 
 
 def attention_summary(attention: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,7 +147,8 @@ def compare_runs(run_dirs: Sequence[str | Path], windows: int = DEFAULT_WINDOWS)
     for r, path, name in zip(runs, paths, names, strict=True):
         r["label"] = name if names.count(name) == 1 else str(path)
         r["attention_summary"] = attention_summary(r["attention"])
-    return {"runs": runs, "notes": differences(runs)}
+    lines = differences(runs)
+    return {"runs": runs, "verdict": verdict(runs, lines), "differences": lines}
 
 
 def default_out(run_dirs: Sequence[str | Path]) -> Path:
@@ -132,6 +177,11 @@ def compare_blocks(result: dict[str, Any], figures: dict[str, Path]) -> list[Blo
     ]
     blocks: list[Block] = [
         Heading(f"Comparison of {len(runs)} runs", 1),
+        Paragraph(result["verdict"] + (":" if result["differences"] else ".")),
+    ]
+    if result["differences"]:
+        blocks.append(Paragraph("\n".join(f"- {line}" for line in result["differences"])))
+    blocks += [
         Paragraph(
             "Validation loss (nats per token) and bits per byte: each run's last evaluation in its metrics."
         ),
@@ -141,7 +191,6 @@ def compare_blocks(result: dict[str, Any], figures: dict[str, Path]) -> list[Blo
             "llrrrrrr",
         ),
     ]
-    blocks += [Paragraph(f"Note: {note}.") for note in result["notes"]]
     blocks += [
         Heading("Learning curves"),
         Image(figures["curves"], "Validation bits per byte against training step."),

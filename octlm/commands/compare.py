@@ -1,5 +1,6 @@
 """`octlm compare RUN RUN [RUN ...]`: trained runs side by side (octlm/analysis/compare.py): a Markdown
-report, its JSON and figures, and the runs' table printed."""
+report, its JSON and figures, and printed: whether only the scheme differs (else every other difference, one
+line each), then the runs' table."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     with options.threads(args.threads):
         result = compare_runs(args.run, args.windows)
     folder = write_compare(result, out)
+    print(result["verdict"] + (":" if result["differences"] else ""))
+    for line in result["differences"]:
+        print(f"  {line}")
     print(
         f"  {'run':<24} {'scheme':<11} {'seed':>5} {'steps':>7} {'params':>10} {'val loss':>9} "
         f"{'bits/byte':>9}"
@@ -43,7 +47,5 @@ def run(args: argparse.Namespace) -> int:
             f"  {r['label']:<24} {r['scheme']:<11} {r['seed']:>5} {r['steps']:>7,} {r['parameters']:>10,} "
             f"{loss:>9} {bpb:>9}"
         )
-    for note in result["notes"]:
-        print(f"note: {note}")
     print(f"report: {folder / 'compare.md'} (also compare.json, curves.png and one attention figure per run)")
     return 0

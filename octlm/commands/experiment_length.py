@@ -20,6 +20,7 @@ from octlm.errors import UserError
 from octlm.experiments import length, length_results
 from octlm.experiments.length import Settings
 
+QUICK = experiment.Quick(minutes=3, data_minutes=1.5)  # measured: see experiment.MEASURED_ON
 # Worker processes and seeds per scheme: past these a grid is a typo, not an experiment (each is a training).
 MAX_SEEDS = 1000
 
@@ -43,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fields = tuple(
         key for key in config_fields() if key not in SET_PER_CELL and key not in ROPE_SCALING_FIELDS
     )
-    add_config_arguments(parser, fields, refused=SET_PER_CELL, no_flag=("train.out_dir",))
+    add_config_arguments(
+        parser, fields, refused=SET_PER_CELL, no_flag=("train.out_dir",), defaults=length.FULL_DEFAULTS
+    )
     options.add_deprecated(
         parser,
         "--out-dir",
@@ -51,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "give the output folder itself: --out DIR/length-YYYY-MM-DD is where --out-dir DIR wrote",
         metavar="DIR",
     )
-    experiment.add_settings_arguments(parser, Settings)
+    experiment.add_settings_arguments(parser, Settings, QUICK)
     experiment.add_grid_arguments(
         parser,
         out_default="runs/length-<YYYY-MM-DD>",
@@ -71,21 +74,18 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(config.train.out_dir) / f"length-{datetime.date.today():%Y-%m-%d}")
     if settings.seeds > MAX_SEEDS:  # what can be refused before any training
         raise UserError(f"--seeds {settings.seeds} is more than {MAX_SEEDS} seeds per scheme; pass fewer")
+    if not args.collect and (problems := settings.problems()):  # before any output (a run's first line)
+        raise UserError("; ".join(problems))
     progress = not args.no_progress
     command = experiment.command_line("length", settings, args, overrides)
-    result = experiment.run_grid(
+    experiment.run_grid(
         args,
         "octlm experiment length",
         out,
-        length_results.WEB_FILE,
+        (length_results.MD_FILE, length_results.WEB_FILE),
+        length.AXES,
+        QUICK,
         lambda only: length.run_cells(config, settings, out, command, progress, only),
         length_results.collect,
     )
-    if result is None:
-        return 0
-    if args.export_web and progress:
-        print(f"copied {length_results.WEB_FILE} to {args.export_web}")
-    if progress:
-        print()
-        print(result.markdown)
     return 0

@@ -15,9 +15,11 @@ from octlm.commands import experiment
 from octlm.experiments import battery, battery_results
 from octlm.experiments.battery import Settings
 
+QUICK = experiment.Quick(minutes=4)  # measured: see experiment.MEASURED_ON
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    experiment.add_settings_arguments(parser, Settings)
+    experiment.add_settings_arguments(parser, Settings, QUICK)
     experiment.add_grid_arguments(
         parser,
         out_default="runs/tasks-<YYYY-MM-DD>",
@@ -33,15 +35,14 @@ def run(args: argparse.Namespace) -> int:
     rows = battery.check_settings(settings)  # before any output, and for --collect too
     out = Path(args.out or f"runs/tasks-{datetime.date.today():%Y-%m-%d}")
     command = experiment.command_line("tasks", settings, args, {})
-    result = experiment.run_grid(
+    experiment.run_grid(
         args,
         "octlm experiment tasks",
         out,
-        battery_results.WEB_FILE,
+        (battery_results.MD_FILE, battery_results.WEB_FILE),
+        battery.AXES,
+        QUICK,
         lambda only: battery.run_cells(settings, out, command, not args.no_progress, only, rows),
         battery_results.collect,
     )
-    if result is not None and not args.no_progress:
-        print()
-        print(result.markdown)
     return 0

@@ -14,8 +14,8 @@ SHAPES = (
     "heads allowed), or SmolLM3 when it also has nope_layers; GPT-NeoX (rope, half layout, any rope_fraction "
     "as rotary_pct, layernorm, gelu, bias); MPT (alibi, layernorm, gelu, no bias, d_ff = 4 x d_model, no "
     "nope_layers or grouped KV heads); Llama 4's text model (Llama4ForCausalLM) for a Llama-shaped rope or "
-    "nope run with attention_scaling llama4 (its temperature in the NoPE layers). Anything else is refused, "
-    "naming what differs. The exported tokenizer puts <|endoftext|> before the text, as octlm generate does, "
+    "nope run with attention_scaling llama4 (its temperature in the NoPE layers). Anything else is refused "
+    "with the flags to retrain it with for the nearest (one that keeps its scheme, if any). The exported tokenizer puts <|endoftext|> before the text, as octlm generate does, "
     "so transformers' generate continues a prompt as octlm does."
 )
 

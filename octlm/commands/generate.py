@@ -22,7 +22,9 @@ NUM_SAMPLES_RANGE = (1, 4096)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run(parser)
-    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument(
+        "--prompt", required=True, help='the text to continue ("" samples a document from its start)'
+    )
     parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens only")

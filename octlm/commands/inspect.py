@@ -4,13 +4,14 @@ report folder (Markdown, HTML, JSON, figures), with its headline numbers printed
 from __future__ import annotations
 
 import argparse
+import sys
 from functools import partial
 from pathlib import Path
 
 from octlm.commands import options
 from octlm.errors import UserError, check_output, check_text
 from octlm.inspect.analysis import DEFAULT_FREQUENT, DEFAULT_TOP
-from octlm.inspect.report import write_pretrained_report, write_report
+from octlm.inspect.report import Progress, write_pretrained_report, write_report
 from octlm.storage.run import Run
 
 
@@ -79,9 +80,17 @@ def run(args: argparse.Namespace) -> int:
         check_text(text, "--tokens")
     _check_outputs(args)
     write = partial(write_report, probe=not args.no_probe) if args.hf is None else write_pretrained_report
-    with options.threads(args.threads):
+    # The analysis takes a while (the probe most): its steps on stderr, on a terminal only.
+    with options.threads(args.threads), Progress(show=sys.stderr.isatty()) as progress:
         folder, numbers = write(
-            args.run or args.hf, args.tokens, args.ids, args.top, args.frequent, args.out, args.export_web
+            args.run or args.hf,
+            args.tokens,
+            args.ids,
+            args.top,
+            args.frequent,
+            args.out,
+            args.export_web,
+            progress=progress,
         )
     labels = numbers["labels"]
     what = f"trained; run {numbers['run']}" if args.hf is None else f"pretrained; model {numbers['run']}"

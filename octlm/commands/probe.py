@@ -54,5 +54,9 @@ def run(args: argparse.Namespace) -> int:
             f"{x['ridge_control']['r2']:7.3f} "
             f"{x['bucket']['accuracy']:6.3f} {x['bucket_control']['accuracy']:7.3f}  {x['chance']:.3f}"
         )
+    print(
+        "  R², MAE: the ridge probe's fit of the position; acc: the bucket probe's accuracy; ctl: the same "
+        "probe trained on shuffled positions (a layer knows position where it beats its ctl)"
+    )
     print(f"probe: {folder / PROBE_FILES['markdown']} (also {PROBE_FILES['json']}, {PROBE_FILES['figure']})")
     return 0

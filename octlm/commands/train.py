@@ -30,39 +30,52 @@ from octlm.training.resume import config_for_resume
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, no_flag=("train.run_name", "train.out_dir"))  # --name and --out give them
-    parser.add_argument(
+    run = parser.add_argument_group("run")
+    run.add_argument(
         "--resume",
         metavar="RUN_DIR",
         default=None,
         help="continue the run in RUN_DIR (e.g. runs/day1-learned) from its last checkpoint; "
         "its config is reused, and only bookkeeping such as --steps may change",
     )
-    parser.add_argument("--name", default=None, help="run name: the run lives in runs/<name>/ (see --out)")
-    parser.add_argument(
+    run.add_argument(
+        "--name",
+        action=options.Given,
+        what="train.run_name",
+        default=None,
+        help="run name: the run lives in runs/<name>/ (see --out)",
+    )
+    run.add_argument(
         "--out",
         metavar="RUN_DIR",
         default=None,
         help="the run folder to write, e.g. runs/my-run (default: runs/<name>, or "
         "runs/<config>-<position> without --name)",
     )
-    options.add_deprecated(parser, "--run-name", "name", "give the run name with --name NAME", metavar="NAME")
     options.add_deprecated(
-        parser,
+        run,
+        "--run-name",
+        "name",
+        "give the run name with --name NAME",
+        what="train.run_name",
+        metavar="NAME",
+    )
+    options.add_deprecated(
+        run,
         "--out-dir",
         "cfg__train__out_dir",
         "give the run folder: octlm train --out DIR/NAME",
         metavar="DIR",
     )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="start again in a run folder that holds a run"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    options.add_threads(parser)
+    run.add_argument("--overwrite", action="store_true", help="start again in a run folder that holds a run")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options.add_threads(run)
 
 
 def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
     """The config to train and its run folder: from the flags, or for `--resume` the run's own config."""
     folder: Run | None = None
+    own: dict[str, options.Spelt] = {}  # the fields --out gives, checked against --set's
     if args.out is not None:
         given = {"--name": args.name, "--out-dir": args.cfg__train__out_dir, "--resume": args.resume}
         for flag in (flag for flag, value in given.items() if value):
@@ -70,11 +83,12 @@ def config_and_run(args: argparse.Namespace) -> tuple[Config, Run]:
         folder = Run.of(args.out)
         if folder.name in ("", ".", ".."):
             raise UserError(f"--out {args.out!r} must end in the run's own folder name, e.g. runs/my-run")
-    overrides = overrides_from_args(args)
-    if folder:  # the run's config records where it lives, as it records --name
-        overrides["train.out_dir"] = str(folder.path.parent)
-    if folder or args.name:
-        overrides["train.run_name"] = folder.name if folder else args.name
+        # the run's config records where it lives, as it records --name
+        for key, value in (("train.out_dir", str(folder.path.parent)), ("train.run_name", folder.name)):
+            own[key] = options.Spelt("--out", value, f"--out {args.out}")
+    overrides = overrides_from_args(args, own)
+    if args.name:
+        overrides["train.run_name"] = args.name
     if args.resume:
         run = Run.of(args.resume)
         return config_for_resume(run, overrides, args.config), run

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config.fields import coerce, field_types, printable
+from octlm.config.registry import FIELD_REGISTRIES, did_you_mean, nearest
 from octlm.config.schema import Config, DataConfig, ModelConfig, TrainConfig
 from octlm.errors import UserError
 
@@ -34,6 +35,47 @@ def builtin_config_names() -> list[str]:
 
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+# Other libraries' names for our fields (Hugging Face transformers, nanoGPT, litgpt), suggested for an unknown
+# key that is one of them (difflib finds `dmodel`, not `learning_rate`).
+KEY_ALIASES: dict[str, str] = {
+    "learning_rate": "train.lr",
+    "max_steps": "train.steps",
+    "max_iters": "train.steps",
+    "warmup_iters": "train.warmup_steps",
+    "micro_batch_size": "train.batch_size",
+    "per_device_train_batch_size": "train.batch_size",
+    "max_grad_norm": "train.grad_clip",
+    "eval_iters": "train.eval_batches",
+    "save_steps": "train.checkpoint_interval",
+    "output_dir": "train.out_dir",
+    "torch_dtype": "train.dtype",
+    "n_embd": "model.d_model",
+    "hidden_size": "model.d_model",
+    "n_layer": "model.n_layers",
+    "num_hidden_layers": "model.n_layers",
+    "n_head": "model.n_heads",
+    "num_attention_heads": "model.n_heads",
+    "num_key_value_heads": "model.n_kv_heads",
+    "intermediate_size": "model.d_ff",
+    "block_size": "model.context_length",
+    "max_position_embeddings": "model.context_length",
+    "rope_theta": "model.rope_base",
+    "tie_word_embeddings": "model.tie_embeddings",
+}
+
+
+def nearest_key(key: str) -> str | None:
+    """The config key a misspelt or foreign `section.field` most likely means: `model.dmodel` ->
+    `model.d_model`, `train.learning_rate` -> `train.lr` (`KEY_ALIASES`), `model.lr` -> `train.lr`; or None."""
+    section, _, name = key.partition(".")
+    every = config_fields()
+    by_name = {k.partition(".")[2]: k for k in every}
+    return (
+        KEY_ALIASES.get(name.lower())
+        or by_name.get(name)
+        or nearest(key, every)
+        or (by_name[close] if (close := nearest(name, by_name)) else None)
+    )
 
 
 def config_from_dict(
@@ -52,7 +94,10 @@ def config_from_dict(
         )
     for section, table in raw.items():
         if section not in SECTIONS:
-            problems.append(f"unknown section [{printable(section)}]; sections are {', '.join(SECTIONS)}")
+            problems.append(
+                f"unknown section [{printable(section)}]; sections are {', '.join(SECTIONS)}"
+                + did_you_mean(str(section), SECTIONS)
+            )
             continue
         if not isinstance(table, dict):
             problems.append(f"[{section}] must be a table, got {table!r}")
@@ -61,8 +106,10 @@ def config_from_dict(
     for key, value in (overrides or {}).items():
         section, _, field_name = key.partition(".")
         if section not in SECTIONS or not field_name:
+            close = nearest_key(key) if field_name else None
             problems.append(
                 f"override {key!r} must look like section.field with section one of {', '.join(SECTIONS)}"
+                + (f"; did you mean {close}?" if close else "")
             )
             continue
         values[section][field_name] = value
@@ -74,11 +121,13 @@ def config_from_dict(
         kwargs: dict[str, Any] = {}
         for key, value in values[section].items():
             if key not in types_:
-                close = [k for k in types_ if k.startswith(key[:3])]
-                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                close = nearest_key(f"{section}.{key}")
+                hint = f"; did you mean {close}?" if close else ""
                 problems.append(f"unknown key {section}.{printable(key)}{hint}")
                 continue
             coerced = coerce(value, types_[key], f"{section}.{key}", problems, f"{section}.{key}" in from_cli)
+            if isinstance(coerced, str) and f"{section}.{key}" in FIELD_REGISTRIES:
+                coerced = FIELD_REGISTRIES[f"{section}.{key}"].canonical(coerced)  # `ROPE` is `rope`
             if coerced is not None:
                 kwargs[key] = coerced
         built[section] = cls(**kwargs)

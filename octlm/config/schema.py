@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from octlm.config.ranges import SPANS, show
-from octlm.config.registry import SCHEMES, SOURCES
+from octlm.config.registry import FIELD_REGISTRIES, SCHEMES, SOURCES, did_you_mean
 from octlm.hashing import config_sha256
 
 NORMS = ("layernorm", "rmsnorm")
@@ -33,6 +33,35 @@ LOGS = ("none", "tensorboard")  # train.log: where evaluation records go besides
 # train.dtype (octlm.training.precision): auto = bf16 autocast on CUDA, fp32 on CPU;
 # bf16 = bf16 weights, fp32 masters
 DTYPES = ("auto", "fp32", "bf16", "bf16-autocast")
+# The fields that take one of a few fixed names (a plug-in field asks its registry: `choices`).
+NAMES: dict[str, tuple[str, ...]] = {
+    "model.norm": NORMS,
+    "model.mlp": MLPS,
+    "model.rope_layout": ROPE_LAYOUTS,
+    "model.attention_scaling": ATTENTION_SCALINGS,
+    "model.rope_scaling": ROPE_SCALINGS,
+    "train.log": LOGS,
+    "train.dtype": DTYPES,
+}
+
+
+def choices(key: str) -> tuple[str, ...] | None:
+    """The names field `key` (`section.field`) takes, or None for a field that is not a choice."""
+    registry = FIELD_REGISTRIES.get(key)
+    return tuple(registry) if registry is not None else NAMES.get(key)
+
+
+def described(default: Any, meaning: str) -> Any:
+    """A config field of `default` (a type such as `list`: a fresh one of it each time) with its meaning, the
+    one line `--help` shows beside its flag (`description`)."""
+    if isinstance(default, type):
+        return field(default_factory=default, metadata={"help": meaning})
+    return field(default=default, metadata={"help": meaning})
+
+
+def description(cls: type, name: str) -> str:
+    """The meaning of field `name` of a section's dataclass (see `described`)."""
+    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
 
 
 def _span_problems(section: str, obj: Any) -> list[str]:
@@ -45,6 +74,12 @@ def _span_problems(section: str, obj: Any) -> list[str]:
     return found
 
 
+def _unknown(where: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """`model.norm = 'rmsnrom' is unknown; choose one of layernorm, rmsnorm; did you mean rmsnorm?`"""
+    close = did_you_mean(value, allowed) if isinstance(value, str) else ""
+    return f"{where} = {show(value)} is unknown; choose one of {', '.join(allowed)}{close}"
+
+
 def _path_problems(where: str, value: str) -> list[str]:
     """A path field must name something: an empty string would silently mean the current folder."""
     return [f"{where} is empty; give a folder or file path"] if not value.strip() else []
@@ -54,47 +89,44 @@ def _path_problems(where: str, value: str) -> list[str]:
 class ModelConfig:
     """The decoder's shape. Defaults are the seed's Day 1 model (V=1,024, C=128, T=128)."""
 
-    vocab_size: int = 1024
-    d_model: int = 128
-    context_length: int = 128  # rows of a learned table; the training block length for every scheme
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = 0  # 0 = same as n_heads; fewer gives grouped-query attention
-    d_ff: int = 512  # MLP hidden width
-    position: str = "learned"
-    norm: str = "layernorm"
-    mlp: str = "gelu"
-    bias: bool = True  # biases in linear layers and LayerNorm (GPT-2 has them, Llama does not)
-    tie_embeddings: bool = True
-    dropout: float = 0.0
-    norm_eps: float = 1e-5
-    rope_base: float = 10000.0
-    rope_layout: str = "half"
-    sinusoidal_base: float = 10000.0
-    sinusoidal_scale: float = 0.02  # the table's size relative to token rows (std 0.02); 1 = the seed's sum
-    t5_buckets: int = 32
-    t5_max_distance: int = 128
+    vocab_size: int = described(1024, "tokens in the BPE vocabulary")
+    d_model: int = described(128, "width of the residual stream: each token's vector")
+    context_length: int = described(128, "tokens per training block (a learned table's rows)")
+    n_layers: int = described(2, "decoder layers")
+    n_heads: int = described(4, "attention heads per layer")
+    n_kv_heads: int = described(0, "key/value heads (grouped-query attention); 0: all")
+    d_ff: int = described(512, "hidden width of each MLP")
+    position: str = described("learned", "how the model knows where a token is")
+    norm: str = described("layernorm", "the normalisation before attention and MLP")
+    mlp: str = described("gelu", "the MLP's activation")
+    bias: bool = described(True, "biases in linear layers and norms (GPT-2: yes, Llama: no)")
+    tie_embeddings: bool = described(True, "the output head is the token table")
+    dropout: float = described(0.0, "dropout probability")
+    norm_eps: float = described(1e-5, "the epsilon inside each norm")
+    rope_base: float = described(10000.0, "rope: frequencies base^(-2i/d), i a channel pair")
+    rope_layout: str = described("half", "rope: pairs of channels i and i + d/2 (half) or 2i and 2i+1")
+    sinusoidal_base: float = described(10000.0, "sinusoidal: frequencies base^(-2i/d)")
+    # The table's size relative to token rows (std 0.02); 1 = the seed's sum.
+    sinusoidal_scale: float = described(0.02, "sinusoidal: the table times this (1: the seed's sum)")
+    t5_buckets: int = described(32, "t5: distance buckets, each a learned bias per head")
+    t5_max_distance: int = described(128, "t5: the distance where the last bucket starts")
     # Options of the newer schemes (octlm/positions/); each scheme class names the fields it reads.
-    rope_fraction: float = 1.0  # rope: the share of each head's channels rotated (GPT-NeoX's rotary_pct)
-    prope_fraction: float = 0.75  # p-rope: the share of RoPE's frequencies kept, the highest ones
-    xpos_scale_base: float = 512.0  # xpos: positions per e-fold of the per-pair decay
-    fire_hidden: int = 32  # fire: hidden width of the MLP over the transformed distance
-    fire_threshold: float = 512.0  # fire: the learned threshold L's initial value (progressive interpolation)
-    cope_positions: int = (
-        64  # cope: interpolated position embeddings 0 .. cope_positions - 1 per layer, shared by its heads
+    rope_fraction: float = described(1.0, "rope: share of each head's channels rotated (rotary_pct)")
+    prope_fraction: float = described(0.75, "p-rope: share of RoPE's frequencies kept (the highest)")
+    xpos_scale_base: float = described(512.0, "xpos: positions per e-fold of the per-pair decay")
+    fire_hidden: int = described(32, "fire: hidden width of its MLP over distance")
+    fire_threshold: float = described(512.0, "fire: the learned threshold L's initial value")
+    cope_positions: int = described(64, "cope: position embeddings per layer (shared by heads)")
+    nope_layers: list[int] = described(list, "layers with no position signal (Llama 4, SmolLM3)")
+    attention_scaling: str = described(
+        "none", "queries scaled with length: ssmax (all layers), llama4 (NoPE)"
     )
-    nope_layers: list[int] = field(
-        default_factory=list
-    )  # layers that use no position signal (Llama 4, SmolLM3)
-    attention_scaling: str = (
-        "none"  # none, ssmax (every layer) or llama4 (the layers with no position signal)
-    )
-    ssmax_init: float = 0.43  # ssmax: each head's learned s starts here (logits times s log n)
-    attention_floor: int = 8192  # llama4: positions per step of the temperature (Llama 4's floor_scale)
-    attention_temperature: float = 0.1  # llama4: the temperature's slope (Llama 4's attn_scale)
-    rope_scaling: str = "none"  # rope: none, linear (PI), ntk or yarn, with the two fields below
-    rope_factor: float = 1.0  # rope_scaling: the extension factor s (new context / original)
-    rope_original_length: int = 0  # rope_scaling: the length the model was first trained at (YaRN's ramp)
+    ssmax_init: float = described(0.43, "ssmax: the learned s per head starts here (s log n)")
+    attention_floor: int = described(8192, "llama4: positions per temperature step (floor_scale)")
+    attention_temperature: float = described(0.1, "llama4: the temperature's slope (attn_scale)")
+    rope_scaling: str = described("none", "rope: frequencies rescaled for a longer context")
+    rope_factor: float = described(1.0, "rope_scaling: extension factor s (new / original length)")
+    rope_original_length: int = described(0, "rope_scaling: the length first trained at (YaRN's ramp)")
 
     @property
     def head_dim(self) -> int:
@@ -118,19 +150,9 @@ class ModelConfig:
                 f"model.d_model = {self.d_model} is not divisible by model.n_heads = {self.n_heads}; "
                 "pick a width that is a multiple of the head count"
             )
-        for name, allowed in (
-            ("position", tuple(SCHEMES)),
-            ("norm", NORMS),
-            ("mlp", MLPS),
-            ("rope_layout", ROPE_LAYOUTS),
-            ("attention_scaling", ATTENTION_SCALINGS),
-            ("rope_scaling", ROPE_SCALINGS),
-        ):
-            if getattr(self, name) not in allowed:
-                p.append(
-                    f"model.{name} = {show(getattr(self, name))} is unknown; "
-                    f"choose one of {', '.join(allowed)}"
-                )
+        for name in ("position", "norm", "mlp", "rope_layout", "attention_scaling", "rope_scaling"):
+            if getattr(self, name) not in (allowed := choices(f"model.{name}") or ()):
+                p.append(_unknown(f"model.{name}", getattr(self, name), allowed))
         if self.position in SCHEMES:
             p += SCHEMES[self.position].problems(self)
         return p + self._nope_layer_problems() + self._scaling_problems() + self._rope_scaling_problems()
@@ -186,21 +208,19 @@ class ModelConfig:
 class DataConfig:
     """Where the text comes from and how it is split and tokenized."""
 
-    source: str = (
-        "stdlib"  # a registered source (octlm.data.sources): stdlib, prose, text (the paths in `text`), hub
-    )
-    text: list[str] = field(default_factory=list)
-    hub_dataset: str = ""  # e.g. "roneneldan/TinyStories"; needs internet and the `datasets` package
-    hub_split: str = "train"
-    hub_text_field: str = "text"
-    hub_max_documents: int = 20000
-    val_fraction: float = 0.1
-    data_dir: str = "data"
+    source: str = described("stdlib", "where the documents come from")
+    text: list[str] = described(list, "text: the files and folders to train on")
+    hub_dataset: str = described("", "hub: a data set, e.g. roneneldan/TinyStories")
+    hub_split: str = described("train", "hub: the split read")
+    hub_text_field: str = described("text", "hub: the field holding each document")
+    hub_max_documents: int = described(20000, "hub: documents read at most")
+    val_fraction: float = described(0.1, "the share of documents held out for validation")
+    data_dir: str = described("data", "the folder of the corpus, tokenizer and token files")
 
     def problems(self) -> list[str]:
         p = _span_problems("data", self)
         if self.source not in SOURCES:
-            p.append(f"data.source = {show(self.source)} is unknown; choose one of {', '.join(SOURCES)}")
+            p.append(_unknown("data.source", self.source, choices("data.source") or ()))
         else:
             p += SOURCES[self.source].problems(self)
         for index, path in enumerate(self.text):
@@ -212,30 +232,28 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, evaluation and bookkeeping for one run."""
 
-    steps: int = 6000
-    batch_size: int = 16
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0
-    eval_interval: int = 250
-    eval_batches: int = 20
-    checkpoint_interval: int = 500
-    seed: int = 1337
-    device: str = "auto"
-    compile: bool = False
-    out_dir: str = "runs"
-    run_name: str = ""  # empty: derived from the config name and position scheme
-    sample_tokens: int = 120
-    report: bool = True
-    log: str = "none"  # "tensorboard": event files beside metrics.jsonl (octlm.training.tracking)
-    dtype: str = "auto"  # "bf16" and "bf16-autocast" on any device; checkpoints stay float32
-    # A run folder whose trained weights this run starts from (fine-tuning, e.g. at a longer context);
-    # "": none.
-    init_from: str = ""
+    steps: int = described(6000, "optimizer steps")
+    batch_size: int = described(16, "sequences per step")
+    lr: float = described(3e-3, "peak learning rate, after warm-up (AdamW)")
+    min_lr: float = described(3e-4, "learning rate at the end of the cosine decay")
+    warmup_steps: int = described(100, "steps of linear warm-up to lr")
+    weight_decay: float = described(0.1, "AdamW's weight decay, on weight matrices only")
+    beta1: float = described(0.9, "AdamW's beta1")
+    beta2: float = described(0.95, "AdamW's beta2")
+    grad_clip: float = described(1.0, "largest gradient norm; 0: no clipping")
+    eval_interval: int = described(250, "steps between validation losses")
+    eval_batches: int = described(20, "batches per validation loss")
+    checkpoint_interval: int = described(500, "steps between checkpoints")
+    seed: int = described(1337, "seed of the weights and the batches")
+    device: str = described("auto", "auto, cpu, cuda or cuda:N")
+    compile: bool = described(False, "torch.compile the model")
+    out_dir: str = described("runs", "the folder that holds the run folders")
+    run_name: str = described("", "the run folder's name; empty: <config>-<position>")
+    sample_tokens: int = described(120, "tokens of the sample printed after training")
+    report: bool = described(True, "write the embedding report after training")
+    log: str = described("none", "where evaluations go besides the run's metrics log")
+    dtype: str = described("auto", "precision (auto: bf16 autocast on CUDA); checkpoints stay float32")
+    init_from: str = described("", "a run whose weights this run starts from (fine-tuning)")
 
     def problems(self) -> list[str]:
         p = _span_problems("train", self)
@@ -255,12 +273,9 @@ class TrainConfig:
         p += _path_problems("train.out_dir", self.out_dir)
         if not re.fullmatch(r"auto|cpu|cuda(:\d{1,4})?", self.device):
             p.append(f"train.device = {show(self.device)} is unknown; choose auto, cpu, cuda or cuda:N")
-        for name, allowed in (("log", LOGS), ("dtype", DTYPES)):
-            if getattr(self, name) not in allowed:
-                p.append(
-                    f"train.{name} = {show(getattr(self, name))} is unknown; "
-                    f"choose one of {', '.join(allowed)}"
-                )
+        for name in ("log", "dtype"):
+            if getattr(self, name) not in (allowed := choices(f"train.{name}") or ()):
+                p.append(_unknown(f"train.{name}", getattr(self, name), allowed))
         return p
 
 

@@ -159,6 +159,14 @@ def _record_tokenizer(
     _write_meta(folder, meta)
 
 
+def cached_tokenizer(cfg: DataConfig, corpus: Corpus, vocab_size: int) -> Tokenizer | None:
+    """The tokenizer saved for this corpus and vocabulary size, when meta.json vouches for its bytes; None:
+    train one. Its inputs are in the folder's name (the corpus hash, which covers the split, the vocabulary
+    size, the tokenizer version), so the same inputs find it and different ones never do."""
+    folder = cache_folder(cfg, corpus, vocab_size)
+    return _cached_tokenizer(folder, _read_meta(folder, corpus.sha256))
+
+
 def _cached_tokenizer(folder: Path, meta: dict[str, Any] | None) -> Tokenizer | None:
     """The saved tokenizer, if meta.json vouches for exactly these bytes."""
     path = folder / TOKENIZER_FILE

@@ -18,6 +18,7 @@ is an example's marked tokens without the `<eos>` that ends them.
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def score(prediction: Sequence[int], answer: Sequence[int]) -> Score:
     match 1 or 0, and the fraction of positions right."""
     if len(prediction) != len(answer) or not answer:
         raise ValueError(f"a prediction of {len(prediction)} tokens for an answer of {len(answer)}")
-    right = sum(p == a for p, a in zip(prediction, answer, strict=True))
+    right = sum(map(operator.eq, prediction, answer))  # the lengths are equal: checked above
     return Score(float(right == len(answer)), right / len(answer))
 
 

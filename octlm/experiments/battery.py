@@ -11,12 +11,10 @@ loss on the answer tokens only (`answer_loss`), reading `Example.inputs` (an ans
 (`Settings.steps`, which also sets the learning-rate schedule, so a cell stopped early is the capped run up to
 that step): every `Settings.check_every` steps it scores a fixed held-out set drawn at its largest training
 size from its own stream, split over the depths as scoring splits them, and stops once exact match there
-reaches `Settings.target` (`learned_at`: that step; None at the cap). That is what the tables judge "learned"
-by (`octlm.experiments.evidence.LEARNED`, at the largest training size).
+reaches `Settings.target` (`learned_at`: that step; None at the cap).
 
-It then scores `Settings.examples` fresh examples at each test size, under the model's own argmax (greedy
-decoding would give the same verdicts, as a wrong token is wrong in both): exact match (`hits`: every answer
-token and the `<eos>` right, `exact_matches`) and per token (`token_hits` of `tokens`: the answer tokens, the
+It then scores `Settings.examples` fresh examples at each test size, under the model's own argmax: exact
+match (`hits`: every answer token and the `<eos>` right, `exact_matches`) and per token (`token_hits` of `tokens`: the answer tokens, the
 `<eos>` left out as `octlm.experiments.baselines` leaves it out; one per query for MQAR). A model whose
 learned table has no row for a size reads "no rows" there: no hits (None), its `examples` and `tokens`
 counted, so that `octlm.experiments.evidence` counts them wrong. Passkey is scored at each of its depths too,
@@ -34,26 +32,54 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from octlm.config import ModelConfig, TrainConfig
+from octlm.config.ranges import SPANS
 from octlm.errors import SEED_RANGE, UserError
 from octlm.experiments import cells
 from octlm.experiments.rows import Row
 from octlm.experiments.settings import Presets, flag
-from octlm.experiments.tasks import DEFAULT_TASKS, EOS, PAD, TASKS, Example, Task
+from octlm.experiments.task_batches import (
+    Counts,
+    answer_loss,
+    answer_tokens,
+    batch_of,
+    exact_matches,
+    random_positions,
+    token_counts,
+)
+from octlm.experiments.tasks import DEFAULT_TASKS, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
 from octlm.signals import StopRequest, stopping
 from octlm.training.loop import optimizer_step
 from octlm.training.optimizer import make_optimizer
 
+# The tasks whose cells cost most, run by default only on the rows a claim of `octlm.experiments.claims` reads:
+# passkey-rope reads RoPE, ALiBi and NoPE on passkey, ruoss-rope RoPE + random on every task. Passkey's other
+# rows were 56 % of the full 144-cell battery's cell time (docs/LOG.md) and change no verdict; --every-row
+# runs them.
+CLAIMED_ROWS: dict[str, tuple[str, ...]] = {"passkey": ("rope", "alibi", "nope", "rope+random")}
+
+
+def holds(grid: dict[str, Any], key: cells.Key) -> bool:
+    """Whether a battery grid holds the cell `key` (task, row, seed): every row of `schemes`, but on a task
+    of its `task_rows` only those rows."""
+    task, row, _ = key
+    return row in grid.get("task_rows", {}).get(task, [row])
+
+
+def rows_of(grid: dict[str, Any], task: str) -> list[str]:
+    """The rows a battery grid runs `task` on, in the grid's order."""
+    return [row for row in grid["schemes"] if holds(grid, (task, row, 0))]
+
 
 # What a cell file holds (octlm.experiments.cells reads it through these before collecting).
 class BatteryGrid(cells.Record):
     tasks: list[str]
     schemes: list[str]
+    task_rows: dict[str, list[str]] = {}  # tasks run on fewer rows than `schemes` (absent in older cells)
     seeds: cells.Seeds
     steps: cells.Positive
     target: float
@@ -97,6 +123,7 @@ AXES = cells.Axes(
     {
         "tasks": "--tasks",
         "schemes": "--schemes",
+        "task_rows": "rows per task (--every-row)",
         "seeds": "seeds (--seed, --seeds)",
         "steps": "--steps",
         "target": "--target",
@@ -109,8 +136,10 @@ AXES = cells.Axes(
     grid=BatteryGrid,
     record=BatteryRecord,
     facts=BatteryFacts,
+    keep=holds,
 )
 MAX_NOPE_LAYERS = 64
+LONGEST = int(SPANS["model.context_length"].high)  # the most tokens a test size may ask a model to hold
 # Past these a battery is a typo, not an experiment.
 MAX_SEEDS, MAX_STEPS, MAX_EXAMPLES = 1000, 10**7, 10**6
 QUICK = {
@@ -127,11 +156,9 @@ class Settings:
     """What the battery trains and scores: rows, tasks, seeds, the model's shape and the training budget.
 
     `target` is when training stops: held-out exact match at the largest training size (`held_out_set`). The
-    tables and claims call a row learned at `evidence.LEARNED` (95 %) on fresh examples of that same size, so
-    the default target (99 %) sits above it: a cell stopped at the target is learned by their rule too, up to
-    the sampling noise of the fresh examples. A target under `LEARNED` stops cells the tables call not
-    learned.
-    """
+    tables and claims call a seed learned at `evidence.LEARNED` (95 %) on fresh examples of that size, so the
+    default target (99 %) sits above it, up to the fresh examples' noise; a lower one stops cells they call
+    not learned."""
 
     presets: ClassVar[Presets] = {
         "quick": (QUICK, "a tiny model, a few steps, one seed: every task and row in a few minutes")
@@ -192,8 +219,27 @@ class Settings:
     model: dict[str, Any] = field(
         default_factory=lambda: {"d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256}
     )
+    every_row: bool = flag(
+        False,
+        "--every-row",
+        lambda: (
+            "run every task on every row; by default "
+            + "; ".join(
+                f"{t} runs only on the rows a claim reads ({' '.join(r)})" for t, r in CLAIMED_ROWS.items()
+            )
+            + ": its other cells change no verdict and cost most of the time"
+        ),
+        bool,
+        recorded="changed",
+    )
     jobs: int = 0  # worker processes (0: one per CPU core)
     threads: int = 1  # torch threads per worker
+
+    def task_rows(self, rows: Sequence[str]) -> dict[str, list[str]]:
+        """The tasks run on fewer than all of `rows` (the grid's `task_rows`), each with the rows it runs on."""
+        if self.every_row:
+            return {}
+        return {t: [r for r in rows if r in CLAIMED_ROWS[t]] for t in self.tasks if t in CLAIMED_ROWS}
 
 
 DEFAULT_ROWS = (
@@ -203,57 +249,9 @@ DEFAULT_ROWS = (
 
 
 def default_rows() -> list[str]:
-    """The rows the paper claims need (`octlm.experiments.claims`): the absolute, rotary and bias schemes,
-    CoPE, NoPE, RoPE with randomized positions (Ruoss et al.), and the 2025 schemes (FoX, PaTH,
-    stick-breaking); the others, `learned+random`, `+nopeK` and `+ssmax` rows are added with --schemes."""
+    """The rows the paper claims need (`octlm.experiments.claims`) but `learned+random` and `nope+ssmax`,
+    which --schemes adds: absolute, rotary, bias, CoPE, NoPE, RoPE + random and the 2025 schemes."""
     return list(DEFAULT_ROWS)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Batches, the answer-masked loss and the score
-
-
-def batch_of(examples: Sequence[Example]) -> tuple[Tensor, Tensor, Tensor]:
-    """Inputs `[B, T]`, next-token targets `[B, T]` and the answer mask `[B, T]` of padded examples: input t
-    is what the model reads at t (`Example.inputs`: the token, or `<pad>` where it is withheld), target t is
-    token t + 1, scored where that token answers. Padding (`<pad>`) comes after each example's `<eos>`, so a
-    causal model never reads it before an answer."""
-    length = max(len(e.tokens) for e in examples)
-    ids = torch.full((len(examples), length), PAD, dtype=torch.long)
-    inputs = ids.clone()
-    mask = torch.zeros(len(examples), length, dtype=torch.bool)
-    for row, example in enumerate(examples):
-        ids[row, : len(example.tokens)] = torch.tensor(example.tokens)
-        inputs[row, : len(example.tokens)] = torch.tensor(example.inputs)
-        mask[row, : len(example.answer)] = torch.tensor(example.answer)
-    return inputs[:, :-1], ids[:, 1:], mask[:, 1:]
-
-
-def answer_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """Mean cross-entropy of `logits` `[B, T, V]` against `targets` `[B, T]` over the answer tokens
-    (`mask`)."""
-    return F.cross_entropy(logits[mask].float(), targets[mask])
-
-
-def exact_matches(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-    """`[B]` bool: every answer token of the example is the model's argmax."""
-    wrong = (logits.argmax(-1) != targets) & mask
-    return ~wrong.any(dim=-1)
-
-
-def token_counts(logits: Tensor, targets: Tensor, mask: Tensor) -> tuple[int, int]:
-    """(answer tokens right, answer tokens) under the model's argmax, the `<eos>` that ends each answer left
-    out (per token as `octlm.experiments.baselines` scores it; per query for MQAR)."""
-    scored = mask & (targets != EOS)
-    return int(((logits.argmax(-1) == targets) & scored).sum()), int(scored.sum())
-
-
-def random_positions(length: int, limit: int, generator: torch.Generator) -> Tensor:
-    """A sorted random subset of 0 .. limit - 1 of `length` positions (Ruoss et al.'s randomized
-    positions)."""
-    if length > limit:
-        raise UserError(f"randomized positions: {length} positions do not fit in 0 .. {limit - 1}")
-    return torch.randperm(limit, generator=generator)[:length].sort().values
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -395,21 +393,6 @@ def held_out_exact(model: Decoder, cell: Cell, held_out: list[Example]) -> float
     return counts.hits / len(held_out)
 
 
-@dataclass(frozen=True)
-class Counts:
-    """What a model got right of some examples: `hits` exactly (every answer token and the `<eos>`),
-    `token_hits` of the `tokens` of their answers (`<eos>` left out)."""
-
-    hits: int
-    token_hits: int
-    tokens: int
-
-
-def answer_tokens(examples: Sequence[Example]) -> int:
-    """How many answer tokens `examples` have, the `<eos>` that ends each left out."""
-    return sum(len(e.answer_tokens) - 1 for e in examples)
-
-
 @torch.no_grad()
 def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.Generator) -> Counts | None:
     """What the model gets right of `examples`; None when its learned table has no row for them."""
@@ -491,9 +474,7 @@ def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def check_settings(settings: Settings) -> list[Row]:
     """The rows the settings name, or a UserError listing every problem (unknown task, scheme or row)."""
-    problems = [
-        f"unknown task {t!r}; choose one of {', '.join(TASKS)}" for t in settings.tasks if t not in TASKS
-    ]
+    problems = [TASKS.unknown(t) for t in settings.tasks if t not in TASKS]
     rows = []
     for spec in settings.schemes:
         try:
@@ -509,8 +490,15 @@ def check_settings(settings: Settings) -> list[Row]:
             f"test sizes below the training range: factors {list(settings.factors)} must be at least 1 "
             "(1 is the largest training size)"
         )
-    for task in (TASKS[t] for t in settings.tasks if t in TASKS):
-        largest = task.train_sizes[1] * max(settings.factors, default=1)
+    tasks, factor = [TASKS[t] for t in settings.tasks if t in TASKS], max(settings.factors, default=1)
+    # every unit of a size is a token at least: past LONGEST no model here holds the test
+    if too_long := [t for t in tasks if t.train_sizes[1] * factor > LONGEST]:
+        problems.append(
+            f"--factors {factor} asks {', '.join(t.name for t in too_long)} for more than the {LONGEST:,} "
+            f"tokens a model holds; use factors up to {min(LONGEST // t.train_sizes[1] for t in too_long):,}"
+        )
+    for task in (t for t in tasks if t not in too_long):
+        largest = task.train_sizes[1] * factor
         if task.max_size is not None and largest > task.max_size:
             problems.append(
                 f"{task.name} has sizes up to {task.max_size} {task.counts}; a factor of "
@@ -522,6 +510,13 @@ def check_settings(settings: Settings) -> list[Row]:
                 for row in rows
                 if (found := Cell(task, row, 0, settings).model_config().problems())
             ]
+    if not problems:
+        problems += [
+            f"{task} runs only on the rows a claim reads ({' '.join(CLAIMED_ROWS[task])}), none of them in "
+            f"--schemes: add --every-row to run it on {' '.join(settings.schemes)}"
+            for task, kept in settings.task_rows(settings.schemes).items()
+            if not kept
+        ]
     if problems:
         raise UserError("; ".join(problems))
     return rows
@@ -542,10 +537,10 @@ def run_cells(
     started, say = time.perf_counter(), cells.saying(progress)
     seeds = list(range(settings.seed, settings.seed + settings.seeds))
     values = [settings.tasks, list(rows), seeds]
-    jobs = cells.chosen(only, AXES, values)
     grid = {
         "tasks": settings.tasks,
         "schemes": list(rows),
+        "task_rows": settings.task_rows(list(rows)),
         "seeds": seeds,
         "steps": settings.steps,
         "target": settings.target,
@@ -555,11 +550,19 @@ def run_cells(
         "model": settings.model,
         "factors": list(settings.factors),
     }
+    # the longest training examples first (passkey's cells take several times copy's), so that a slow cell
+    # does not finish alone while the other workers wait
+    jobs = sorted(
+        cells.chosen(only, AXES, values, grid),
+        key=lambda k: -TASKS[k[0]].max_tokens(TASKS[k[0]].train_sizes[1]),
+    )
     workers = cells.workers_for(settings.jobs, len(jobs))
+    fewer = "".join(f", {t} on {len(r)} of them (--every-row: all)" for t, r in grid["task_rows"].items())
     say(
-        f"task battery: {len(jobs)} of {len(settings.tasks) * len(rows) * settings.seeds} cells "
-        f"({len(settings.tasks)} tasks x {len(rows)} rows x {settings.seeds} seeds), each trained until "
-        f"{settings.target:.0%} held out or {settings.steps} steps, {workers} worker process(es) -> {out_dir}"
+        f"task battery: {len(jobs)} of {len(AXES.cells(grid))} cells "
+        f"({len(settings.tasks)} tasks x {len(rows)} rows{fewer}, x {settings.seeds} seeds), each trained "
+        f"until {settings.target:.0%} held out or {settings.steps} steps, {workers} worker process(es) -> "
+        f"{out_dir}"
     )
     work = functools.partial(battery_cell, rows=rows, settings=settings)
     facts = {"command": command}
@@ -575,8 +578,7 @@ def battery_cell(key: cells.Key, rows: dict[str, Row], settings: Settings) -> tu
 
 
 def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> str:
-    """`task row seed k: learned at step n (or: not learned in n steps) in .. s (loss a -> b); accuracy per
-    test size`."""
+    """`task row seed k: learned at step n (or not learned in n steps) in .. s (loss a -> b); exact match`."""
     plain = [r for r in records if r["depth"] is None]
     shown = " ".join(
         f"{r['size']}:" + ("-" if r["accuracy"] is None else f"{r['accuracy']:.0%}") for r in plain

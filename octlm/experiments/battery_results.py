@@ -5,34 +5,41 @@ each task scored by depth (passkey.png: depth x size per row) and tasks.json for
 
 A table cell is the mean over seeds with the 95 % Wilson interval of all seeds' trials pooled (examples for
 exact match, `baselines.interval`; per token the tokens' proportion in as many trials as examples,
-`baselines.token_interval`); the best row of a column is bold. Under the rows,
+`baselines.token_interval`), widened to hold the seeds' spread (`evidence.across_seeds`, the claims' own
+interval); the best row of a column is bold. Under the rows,
 what guessing (chance) and the best constant answer (majority) score (`octlm.experiments.baselines`); a score
-whose interval does not clear the majority baseline is marked °. A row that did not learn the task at its
-largest training size (`octlm.experiments.evidence`'s rule and threshold, the claims' own) is marked "not
-learned" and its columns past the training sizes are bracketed: they say nothing about position. A row whose
+whose interval does not clear the majority baseline is marked °. A seed that did not learn the task at its
+largest training size (`octlm.experiments.evidence`'s rule and threshold, the claims' own) is left out of its
+row; a row none of whose seeds learned is marked "not learned", every seed shown, and its columns past the
+training sizes are bracketed: they say nothing about position. A row whose
 learned table has no row for a size reads "no rows" there.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from octlm.experiments import baselines, cells, claims
 from octlm.experiments.baselines import Baseline
-from octlm.experiments.battery import AXES
+from octlm.experiments.battery import AXES, rows_of
+from octlm.experiments.battery_figures import FLOORS, plot_accuracy, plot_heatmaps
 from octlm.experiments.cells import CellsRun
-from octlm.experiments.evidence import EXACT, LEARNED, PER_QUERY, PER_TOKEN, Battery, Inconclusive
-from octlm.experiments.figures import STYLE_KEY, row_style
+from octlm.experiments.evidence import (
+    EXACT,
+    LEARNED,
+    PER_QUERY,
+    PER_TOKEN,
+    Battery,
+    Inconclusive,
+    across_seeds,
+    learned_models,
+)
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
-from octlm.inspect.figures import figure, save
 from octlm.inspect.render import (
     Block,
     Code,
@@ -48,12 +55,6 @@ from octlm.storage.jsonable import to_json
 
 RECORDS_FILE, MD_FILE, FIGURE_FILE, WEB_FILE = "results.jsonl", "results.md", "tasks.png", "tasks.json"
 BELOW = "°"  # marks a score whose interval does not clear the majority baseline
-FLOORS = ("chance", "majority")  # the baselines, as `baselines.Baseline` names them
-# their reference lines in tasks.png (labels with "_": out of the per-panel legend, keyed once instead)
-FLOOR_STYLE = {
-    "chance": {"linestyle": "-.", "label": "_chance"},
-    "majority": {"linestyle": "--", "label": "_majority"},
-}
 
 
 def heatmap_file(task: str) -> str:
@@ -94,12 +95,15 @@ class Summary:
         return sum(values) / len(values) if values else None
 
     def interval_in(self, metric: str) -> tuple[float, float] | None:
-        """The pooled 95 % interval (per token: `baselines.token_interval`, n the examples); None: no rows."""
+        """The 95 % interval, pooled (per token: `baselines.token_interval`, n the examples) and widened to
+        the seeds' spread (`evidence.across_seeds`); None: no rows."""
         if not self.examples:
             return None
         if metric == EXACT:
-            return baselines.interval(self.hits, self.examples)
-        return baselines.token_interval(self.token_hits, self.tokens, self.examples)
+            pooled = baselines.interval(self.hits, self.examples)
+        else:
+            pooled = baselines.token_interval(self.token_hits, self.tokens, self.examples)
+        return across_seeds(pooled, self.seeds(metric))
 
     @property
     def mean(self) -> float | None:
@@ -126,6 +130,18 @@ def summarize(records: list[dict[str, Any]]) -> dict[tuple[str, str, int, float 
     return out
 
 
+def shown_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records the tables and figures show: of each row, the seeds that learned the task
+    (`evidence.learned_models`, the claims' own rule), or every seed where none did (the row "not learned")."""
+    models = learned_models(records)
+    rows = {(task, row) for task, row, _ in models}
+    return [
+        r
+        for r in records
+        if (r["task"], r["scheme"], r["seed"]) in models or (r["task"], r["scheme"]) not in rows
+    ]
+
+
 @dataclass(frozen=True)
 class Reading:
     """What a task's tables are read beside: its baselines by size, the rows that did not learn it (and
@@ -138,7 +154,7 @@ class Reading:
 
 
 def readings(
-    records: list[dict[str, Any]], tasks: list[str], rows: list[str], factors: list[int], cap: int
+    records: list[dict[str, Any]], tasks: list[str], rows: dict[str, list[str]], factors: list[int], cap: int
 ) -> dict[str, Reading]:
     """Each task's `Reading`: baselines from `octlm.experiments.baselines` at its test sizes, "not learned"
     by `evidence.Battery.learned` (the claims' rule, at `LEARNED`)."""
@@ -146,7 +162,7 @@ def readings(
     for task in tasks:
         floors = {b.size: b for b in baselines.baselines([task], factors=tuple(factors))}
         not_learned, learned_at = {}, {}
-        for row in rows:
+        for row in rows[task]:
             try:
                 battery.learned(task, row)
             except Inconclusive as why:
@@ -261,17 +277,20 @@ def head_blocks(facts: dict[str, Any], tasks: list[str], folder: Path) -> list[B
             f"Per task, exact match of every answer token, then per token (per query for MQAR), in % (mean "
             f"over {len(facts['seeds'])} seed(s); in brackets the 95 % Wilson interval of all seeds' "
             f"{facts['examples']} examples per size pooled, per token as many trials as examples, since an "
-            "example's tokens are not independent). The first column is "
+            "example's tokens are not independent, widened to hold the t-interval of the seeds' own scores "
+            "where they spread more than the examples do). The first column is "
             "the largest training size; the others lie past it. Best row per column in bold. Each cell "
             f"trained until {100 * facts['target']:g} % exact match on held-out examples at its largest "
             f"training size, checked every {facts['check_every']} steps, or {facts['steps']} steps."
         ),
         Paragraph(
             "Below the rows, the baselines: chance (every answer token guessed uniformly) and majority (the "
-            f"best constant answer). {BELOW}: the interval does not clear the majority baseline. A row "
-            f'"not learned" scores under {100 * LEARNED:g} % at the largest training size (exact match; per '
-            "query for MQAR): its columns past it, in parentheses, say nothing about position, and the "
-            "claims leave it out."
+            f"best constant answer). {BELOW}: the interval does not clear the majority baseline. A seed that "
+            f"scores under {100 * LEARNED:g} % at the largest training size (exact match; per query for "
+            "MQAR) did not learn the task: its numbers are left out of its row, which shows the seeds that "
+            'did (– in the learned-at column: not learned). A row none of whose seeds learned is "not '
+            'learned", every seed shown: its columns past the training size, in parentheses, say nothing '
+            "about position, and the claims leave it out."
         ),
         Paragraph(["Command: ", Code(facts["command"])]),
         Paragraph(facts["took"]),
@@ -287,7 +306,12 @@ def head_blocks(facts: dict[str, Any], tasks: list[str], folder: Path) -> list[B
 
 
 def task_blocks(
-    summary: dict, tasks: list[str], rows: list[str], facts: dict[str, Any], read: dict[str, Reading]
+    summary: dict,
+    tasks: list[str],
+    rows: dict[str, list[str]],
+    facts: dict[str, Any],
+    read: dict[str, Reading],
+    every: list[str] | None = None,
 ) -> list[Block]:
     """Per task what it asks, its exact-match table and its per-token (per-query) table."""
     blocks: list[Block] = []
@@ -297,29 +321,45 @@ def task_blocks(
         about = " ".join((cls.__doc__ or "").split())
         blocks += [
             Heading(task),
-            Paragraph(f"{about} Trained on {lo}-{hi} {cls.counts}."),
+            Paragraph(f"{about} Trained on {lo}-{hi} {cls.counts}.{_fewer(rows[task], every)}"),
             Paragraph(Strong("Exact match")),
-            task_table(task, rows, summary, facts["factors"], EXACT, read[task]),
+            task_table(task, rows[task], summary, facts["factors"], EXACT, read[task]),
             Paragraph(Strong(per_token_name(task).capitalize())),
-            task_table(task, rows, summary, facts["factors"], PER_TOKEN, read[task]),
+            task_table(task, rows[task], summary, facts["factors"], PER_TOKEN, read[task]),
         ]
-        split = split_seeds(task, rows, summary, facts["factors"])
+        split = split_seeds(task, rows[task], summary, facts["factors"])
         if split:
             blocks.append(Paragraph(f"Seeds disagree by 50 points or more: {'; '.join(split)}."))
     return blocks
 
 
+def _fewer(rows: list[str], every: list[str] | None) -> str:
+    """A sentence naming the rows a task was not run on, or nothing when it ran on all."""
+    left = [row for row in every or [] if row not in rows]
+    if not left:
+        return ""
+    return (
+        f" Run only on the rows a claim reads; not on {', '.join(left)} (`--every-row` runs them: they change no "
+        "verdict and cost most of a battery's time)."
+    )
+
+
 def write_results(
-    out_dir: Path, records: list[dict], tasks: list[str], rows: list[str], facts: dict[str, Any]
+    out_dir: Path,
+    records: list[dict],
+    tasks: list[str],
+    rows: dict[str, list[str]],
+    facts: dict[str, Any],
+    every: list[str] | None = None,
 ) -> str:
     """results.md, tasks.png, the depth heatmaps, claims.json and tasks.json into `out_dir`; returns the
-    Markdown."""
-    summary = summarize(records)
+    Markdown. `rows`: each task's rows; `every`: all the grid's rows (the tasks run on fewer name the rest)."""
+    summary = summarize(shown_records(records))
     read = readings(records, tasks, rows, facts["factors"], facts["steps"])
     found = claims.findings("tasks", records)
     sizes = {task: TASKS[task].test_sizes(tuple(facts["factors"])) for task in tasks}
     panels = {
-        task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows})
+        task: (sizes[task], {row: [_mean(summary, task, row, n) for n in sizes[task]] for row in rows[task]})
         for task in tasks
     }
     floors = {
@@ -330,7 +370,8 @@ def write_results(
     for task in _by_depth(tasks):
         depths = list(TASKS[task].depths)
         grids = {
-            row: [[_mean(summary, task, row, n, d) for n in sizes[task]] for d in depths] for row in rows
+            row: [[_mean(summary, task, row, n, d) for n in sizes[task]] for d in depths]
+            for row in rows[task]
         }
         top = max(b.majority.exact for b in read[task].floors.values())
         title = (
@@ -341,12 +382,12 @@ def write_results(
     blocks = [
         *head_blocks(facts, tasks, out_dir),
         *claims.claims_blocks(found),
-        *task_blocks(summary, tasks, rows, facts, read),
+        *task_blocks(summary, tasks, rows, facts, read, every),
     ]
     markdown = render_markdown(blocks, out_dir)
     write_atomic(out_dir / MD_FILE, markdown.encode())
     claims.write_claims(out_dir, "tasks", found)
-    web = web_json(summary, tasks, rows, facts, read, found)
+    web = web_json(summary, tasks, rows, facts, read, found, every)
     write_atomic(out_dir / WEB_FILE, (json.dumps(web, indent=1) + "\n").encode())
     return markdown
 
@@ -354,21 +395,22 @@ def write_results(
 def web_json(
     summary: dict,
     tasks: list[str],
-    rows: list[str],
+    rows: dict[str, list[str]],
     facts: dict[str, Any],
     read: dict[str, Reading],
     found: list[claims.Finding],
+    every: list[str] | None = None,
 ) -> dict[str, Any]:
-    """What the site reads: each task's sizes and training range, its baselines and the rows that did not
-    learn it, the rows, every summary with its seeds in both metrics, and the claims."""
+    """What the site reads: each task's sizes, training range and rows, its baselines and the rows that did
+    not learn it, all the rows, every summary with its seeds in both metrics, and the claims."""
     return to_json(
         {
             "schema": 1,
             "command": facts["command"],
             "seeds": facts["seeds"],
-            "rows": rows,
+            "rows": every or list(dict.fromkeys(r for t in tasks for r in rows[t])),
             "learned": LEARNED,
-            "tasks": {t: _task_json(t, facts["factors"], read[t]) for t in tasks},
+            "tasks": {t: _task_json(t, facts["factors"], read[t], rows[t]) for t in tasks},
             "depths": list(Passkey.depths),
             "results": [
                 {
@@ -393,8 +435,9 @@ def web_json(
     )
 
 
-def _task_json(task: str, factors: list[int], reading: Reading) -> dict[str, Any]:
+def _task_json(task: str, factors: list[int], reading: Reading, rows: list[str]) -> dict[str, Any]:
     return {
+        "rows": rows,
         "train_sizes": list(TASKS[task].train_sizes),
         "counts": TASKS[task].counts,
         "test_sizes": TASKS[task].test_sizes(tuple(factors)),
@@ -446,108 +489,11 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
         "missing": missing,
         "took": took,
     }
-    markdown = write_results(out_dir, records, tasks, grid["schemes"], facts)
+    rows = {task: rows_of(grid, task) for task in tasks}
+    markdown = write_results(out_dir, records, tasks, rows, facts, grid["schemes"])
     if progress:
         print(
             f"wrote {out_dir}/{MD_FILE}, {FIGURE_FILE}, {WEB_FILE} from {len(found)} cell(s) in "
             f"{wall / 60:.1f} min"
         )
     return BatteryResult(out_dir, records, markdown, wall, missing)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The figures (the drawing helpers are octlm.inspect.figures')
-
-
-def plot_accuracy(
-    panels: dict[str, tuple[list[int], dict[str, list[float | None]]]],
-    trained: dict[str, int],
-    path: Path,
-    floors: dict[str, dict[str, list[float]]] | None = None,
-) -> Path:
-    """Accuracy against size (log x), a panel per task: `panels` task -> (sizes, row -> accuracy per size,
-    None where the row cannot run). A row keeps its colour and line style in every panel, under one legend; a
-    dotted line marks the largest training size; a row's colour is its scheme's (`scheme_colour`), its line
-    style its options' (`row_style`). `floors` task -> baseline name ("chance", "majority") -> its value per
-    size, drawn as thin black reference lines (flat where the baseline is), keyed in the legend."""
-    from matplotlib.lines import Line2D
-
-    columns = min(4, len(panels))
-    n_rows = math.ceil(len(panels) / columns)
-    fig = figure(3.6 * columns + 2.2, 0.6 + 3.0 * n_rows)
-    fig.subplots_adjust(
-        left=0.06,
-        right=1 - 2.2 / (3.6 * columns + 2.2),
-        bottom=0.12 / n_rows,
-        top=1 - 0.2 / n_rows,
-        wspace=0.25,
-        hspace=0.45,
-    )
-    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
-    for ax, (task, (sizes, lines)) in zip(axes, panels.items(), strict=False):
-        for row, values in lines.items():
-            color, (style, marker) = row_style(row)
-            y = [np.nan if v is None else 100 * v for v in values]
-            ax.plot(sizes, y, linestyle=style, marker=marker, ms=3, color=color, label=row)
-        for name, values in (floors or {}).get(task, {}).items():
-            ax.plot(sizes, [100 * v for v in values], color="black", linewidth=0.8, **FLOOR_STYLE[name])
-        ax.axvline(trained[task], color="grey", linestyle=":", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(n) for n in sizes])
-        ax.set_ylim(-3, 103)
-        ax.set_title(task, fontsize=9)
-        ax.grid(alpha=0.3)
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    handles, labels = axes[0].get_legend_handles_labels()
-    if floors:
-        handles += [Line2D([], [], color="black", linewidth=0.8, **FLOOR_STYLE[name]) for name in FLOORS]
-        labels += [f"{name} baseline" for name in FLOORS]
-    fig.legend(
-        handles,
-        labels,
-        fontsize=7,
-        loc="upper right",
-        bbox_to_anchor=(0.995, 1 - 0.2 / n_rows),
-        title=STYLE_KEY,
-        title_fontsize=7,
-    )
-    fig.suptitle(
-        "Exact match (%) against size: mean over seeds; dotted grey: the largest training size; black: the "
-        "baselines",
-        fontsize=10,
-    )
-    return save(fig, path)
-
-
-def plot_heatmaps(
-    grids: dict[str, list[list[float | None]]], depths: list[float], sizes: list[int], title: str, path: Path
-) -> Path:
-    """One depth x size heatmap of accuracy per row (passkey retrieval), all on one 0-100 % scale with its
-    key; grey where the row cannot run at that size; `title` names the rows and columns."""
-    from matplotlib import colormaps
-
-    columns = min(5, len(grids))
-    n_rows = math.ceil(len(grids) / columns)
-    fig = figure(2.6 * columns + 1.0, 0.7 + 2.4 * n_rows)
-    fig.subplots_adjust(
-        left=0.07, right=0.9, bottom=0.1 / n_rows, top=1 - 0.22 / n_rows, wspace=0.35, hspace=0.5
-    )
-    axes = fig.subplots(n_rows, columns, squeeze=False).ravel()
-    cmap = colormaps["viridis"].with_extremes(bad="#cccccc")
-    image = None
-    for ax, (row, grid) in zip(axes, grids.items(), strict=False):
-        values = np.array([[np.nan if v is None else 100 * v for v in line] for line in grid])
-        image = ax.imshow(values, cmap=cmap, vmin=0, vmax=100, aspect="auto", origin="upper")
-        ax.set_xticks(range(len(sizes)), [str(n) for n in sizes], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
-        ax.set_title(row, fontsize=8)
-    for ax in axes[len(grids) :]:
-        ax.set_visible(False)
-    if image is not None:
-        fig.colorbar(image, cax=fig.add_axes((0.92, 0.15, 0.015, 0.7)), label="exact match (%)")
-    fig.suptitle(
-        f"{title}; grey: the row cannot run there (no rows)",
-        fontsize=10,
-    )
-    return save(fig, path)

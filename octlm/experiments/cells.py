@@ -20,6 +20,7 @@ import functools
 import itertools
 import json
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tqdm import tqdm
 
 from octlm.errors import UserError
 from octlm.files import write_atomic
@@ -35,6 +37,7 @@ from octlm.runtime import in_processes
 CELLS_DIR = "cells"
 SCHEMA = 1
 Key = tuple[Any, ...]  # a cell's value on each axis, in the axes' order (the seed last)
+Keep = Callable[[dict[str, Any], Key], bool]  # whether a grid holds a cell of its axes' product
 
 
 class Record(BaseModel):
@@ -68,14 +71,24 @@ class Axes:
     grid: type[Record] = Record  # what `settings` hold (every cell's `grid`)
     record: type[Record] = Record  # one of a cell's records
     facts: type[Record] = Facts  # a cell's `facts`
+    keep: Keep | None = None  # a grid that holds less than its axes' product says which cells (None: all)
 
     def values(self, grid: dict[str, Any]) -> list[list[Any]]:
         """The values along each axis, from a grid (its entries "schemes", "seeds", ...)."""
         return [list(grid[f"{name}s"]) for name in self.names]
 
+    def cells(self, grid: dict[str, Any]) -> list[Key]:
+        """Every cell `grid` holds, in the experiment's order."""
+        return held(self, grid, grid_cells(self.values(grid)))
+
     @property
     def spelled(self) -> str:
         return ":".join(name.upper() for name in self.names)
+
+
+def held(axes: Axes, grid: dict[str, Any], keys: list[Key]) -> list[Key]:
+    """Those of `keys` that `grid` holds (`Axes.keep`)."""
+    return keys if axes.keep is None else [key for key in keys if axes.keep(grid, key)]
 
 
 @dataclass
@@ -105,9 +118,12 @@ def grid_cells(values: Sequence[Sequence[Any]]) -> list[Key]:
     return [(*rest, seed) for seed in seeds for rest in itertools.product(*outer)]
 
 
-def parse_only(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]]) -> list[Key]:
-    """The cells `--only A:B:SEED ...` names, each checked against the grid, in grid order."""
-    grid = grid_cells(values)
+def parse_only(
+    only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]], grid: Sequence[Key] | None = None
+) -> list[Key]:
+    """The cells `--only A:B:SEED ...` names, each checked against the grid's cells (`grid`; default: every
+    cell of `values`), in grid order."""
+    grid = grid_cells(values) if grid is None else grid
     chosen = set()
     for value in only:
         *parts, seed = value.split(":")
@@ -120,7 +136,7 @@ def parse_only(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]])
             )
             raise UserError(
                 f"--only {value} is not a cell of this grid ({listed}: --seed sets the first, "
-                "--seeds how many)"
+                "--seeds how many)" + (" and not every cell of their product is run" if axes.keep else "")
             )
         chosen.add((*parts, int(seed)))
     return [cell for cell in grid if cell in chosen]
@@ -156,6 +172,11 @@ def read_cells(out_dir: Path, axes: Axes, names: Sequence[str] | None = None) ->
     return [_read_cell(path, axes) for path in paths]
 
 
+def optional(record: type[Record]) -> set[str]:
+    """The entries of `record` that may be absent (a setting added later, which older cells lack)."""
+    return {name for name, field in record.model_fields.items() if not field.is_required()}
+
+
 def _read_cell(path: Path, axes: Axes) -> Cell:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -165,7 +186,7 @@ def _read_cell(path: Path, axes: Axes) -> Cell:
             raw["schema"] != SCHEMA
             or not isinstance(cell.grid, dict)
             or not isinstance(cell.records, list)
-            or set(axes.settings) - set(cell.grid)
+            or set(axes.settings) - set(cell.grid) - optional(axes.grid)
             or path.stem != cell_name(key)
         ):
             raise ValueError("not a cell of this version, or renamed")
@@ -194,6 +215,8 @@ def _check(path: Path, model: type[Record], value: Any, where: str) -> None:
 def _show(key: str, value: Any) -> str:
     if key.endswith("sha256") and isinstance(value, str):
         return value[:12]
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_show(k, v)}" for k, v in value.items()) or "none"
     return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
@@ -204,17 +227,19 @@ def agreed_grid(cells: Sequence[Cell], axes: Axes) -> dict[str, Any]:
     first = next(c for c in cells if json.dumps(c.grid, sort_keys=True) == shared)
     for cell in cells:
         for key, label in axes.settings.items():
-            if cell.grid[key] != first.grid[key]:
+            if cell.grid.get(key) != first.grid.get(
+                key
+            ):  # .get: a setting added later is absent in old cells
                 raise UserError(
-                    f"cell {cell.path.name} was made with a different {label} ({_show(key, cell.grid[key])}) "
-                    f"from {first.path.name} ({_show(key, first.grid[key])}); the cells collected together "
+                    f"cell {cell.path.name} was made with a different {label} ({_show(key, cell.grid.get(key))}) "
+                    f"from {first.path.name} ({_show(key, first.grid.get(key))}); the cells collected together "
                     "must share their settings: remove one or run it again with the other's options"
                 )
     return first.grid
 
 
 def in_grid_order(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[Cell]:
-    order = {key: i for i, key in enumerate(grid_cells(axes.values(grid)))}
+    order = {key: i for i, key in enumerate(axes.cells(grid))}
     return sorted(cells, key=lambda c: order.get(c.key, len(order)))
 
 
@@ -231,7 +256,7 @@ def gathered(
 def missing(grid: dict[str, Any], cells: Sequence[Cell], axes: Axes) -> list[str]:
     """The grid's cells that have no file, as `scheme:seed` (one value per axis)."""
     have = {c.key for c in cells}
-    return [":".join(map(str, key)) for key in grid_cells(axes.values(grid)) if key not in have]
+    return [":".join(map(str, key)) for key in axes.cells(grid) if key not in have]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -250,20 +275,59 @@ class CellsRun:
 Work = Callable[[Key], tuple[list[dict], dict[str, Any]]]  # one cell: (records, info)
 
 
-def saying(progress: bool) -> Callable[..., None]:
-    """`print`, flushed (redirected to a file or a pipe, stdout is block-buffered and the lines would all come
-    at the end), or nothing."""
-    return functools.partial(print, flush=True) if progress else (lambda *a, **k: None)
+@dataclass(frozen=True)
+class Saying:
+    """Progress lines on stdout, each flushed (redirected to a file or a pipe, stdout is block-buffered and the
+    lines would all come at the end); nothing when not `on` (`--no-progress`)."""
+
+    on: bool
+
+    def __call__(self, *parts: Any) -> None:
+        if self.on:
+            print(*parts, flush=True)
 
 
-def chosen(only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]]) -> list[Key]:
-    """The cells to run: `--only`'s, or the whole grid."""
-    return parse_only(only, axes, values) if only else grid_cells(values)
+def saying(progress: bool) -> Saying:
+    return Saying(progress)
+
+
+def chosen(
+    only: Sequence[str], axes: Axes, values: Sequence[Sequence[Any]], grid: dict[str, Any] | None = None
+) -> list[Key]:
+    """The cells to run: `--only`'s, or the whole grid (those of `values`' product that `grid` holds, where
+    the axes keep fewer)."""
+    every = grid_cells(values) if grid is None else held(axes, grid, grid_cells(values))
+    return parse_only(only, axes, values, every) if only else every
 
 
 def workers_for(jobs: int, cells: int) -> int:
     """Worker processes for `cells` cells: `--jobs`, or one per CPU core (0), never more than the cells."""
     return max(1, min(jobs or os.cpu_count() or 1, cells))
+
+
+def finished(out_dir: Path, axes: Axes) -> int:
+    """How many cells `out_dir` holds when they are every cell of the grid they share (a finished run); 0 when
+    it holds none or some are missing. Cells that disagree on their settings are a UserError."""
+    if not any((out_dir / CELLS_DIR).glob("*.json")):
+        return 0
+    found, _, absent = gathered(out_dir, axes)
+    return 0 if absent else len(found)
+
+
+def check_folder(out_dir: Path, axes: Axes, grid: dict[str, Any]) -> None:
+    """Refuse, before any cell runs, an `out_dir` whose cells were made with other settings than `grid`:
+    collected together they would be refused, and rewriting some of them would leave a folder of two grids."""
+    folder = out_dir / CELLS_DIR
+    here = json.loads(json.dumps(grid))  # as a cell file holds it: tuples as lists
+    for path in sorted(folder.glob("*.json")):
+        cell = _read_cell(path, axes)
+        for key, label in axes.settings.items():
+            if cell.grid.get(key) != here.get(key):
+                raise UserError(
+                    f"{out_dir} holds cells made with a different {label} ({_show(key, cell.grid.get(key))}, "
+                    f"here {_show(key, here[key])}; {path.name} among them): choose another --out, or remove "
+                    f"{folder} to start again"
+                )
 
 
 def run(
@@ -276,19 +340,26 @@ def run(
     *,
     workers: int,
     started: float,
-    say: Callable[..., None],
+    say: Saying,
     line: Callable[[Key, list[dict], dict[str, Any]], str],
 ) -> CellsRun:
     """Run `work` on every cell of `todo` (in `workers` processes when more than one), each written to
-    `out_dir/cells/` as it finishes, with a progress line `[i/n] <line(key, records, info)>`.
+    `out_dir/cells/` as it finishes. Progress, as `octlm train` and the token cache show it: a bar on stderr
+    when stderr is a terminal, else one line per finished cell, `[i/n] <line(key, records, info)>`.
 
-    `work` must pickle (a module-level function, or a `functools.partial` of one) to reach a worker.
+    `work` must pickle (a module-level function, or a `functools.partial` of one) to reach a worker. A folder
+    holding cells of other settings is refused first (`check_folder`).
     """
+    check_folder(out_dir, axes, grid)
     keyed = functools.partial(_keyed, work)
     results = map(keyed, todo) if workers == 1 else in_processes(keyed, todo, workers)
-    for done, (key, (records, info)) in enumerate(results, 1):
-        write_cell(out_dir, axes, key, grid, {**facts, "info": info}, records)
-        say(f"[{done}/{len(todo)}] {line(key, records, info)}")
+    interactive = say.on and sys.stderr.isatty()
+    with tqdm(total=len(todo), unit="cell", dynamic_ncols=True, disable=not interactive) as bar:
+        for done, (key, (records, info)) in enumerate(results, 1):
+            write_cell(out_dir, axes, key, grid, {**facts, "info": info}, records)
+            bar.update()
+            if not interactive:
+                say(f"[{done}/{len(todo)}] {line(key, records, info)}")
     return CellsRun([cell_name(key) for key in todo], workers, started)
 
 

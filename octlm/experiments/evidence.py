@@ -5,7 +5,8 @@ claims on them).
 Intervals, one kind per experiment:
 - the battery: proportions (exact match, or per token) pooled over seeds, hits and trials summed, with the
   Wilson interval (`baselines.interval`; per token `baselines.token_interval`, n the examples, not the
-  tokens, which are not independent);
+  tokens, which are not independent), widened to hold the t-interval of the seeds' own scores
+  (`across_seeds`): pooling alone counts the examples' noise, not the seeds';
 - the length experiment and the extension: a number per seed (bits per byte, fine-tuning steps), with the
   t-interval over seeds, mean ± t(0.975, n − 1) · s / √n (one seed: no interval, -inf to inf); the passkey's
   accuracy is a proportion again, windows pooled over seeds.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import wraps
@@ -118,6 +119,20 @@ def over_seeds(label: str, by_seed: dict[int, float]) -> Estimate:
     return Estimate(label, statistics.fmean(values), *t_interval(values), len(values), tuple(sorted(by_seed)))
 
 
+def across_seeds(pooled: tuple[float, float], per_seed: Sequence[float]) -> tuple[float, float]:
+    """A battery score's 95 % interval: `pooled`, the interval of every seed's trials pooled, widened to hold
+    the t-interval of the seeds' own scores (`per_seed`, two or more), within [0, 1].
+
+    Pooling treats the seeds' examples as one sample: a seed that learned to generalise beside one that did
+    not reads as one model at their average, its interval as narrow as the examples allow. The t-interval
+    counts the seeds' spread, and with seeds that agree it is narrower than the examples' noise: the wider of
+    the two holds both."""
+    if len(per_seed) < 2:
+        return pooled
+    lo, hi = t_interval(per_seed)
+    return max(0.0, min(pooled[0], lo)), min(1.0, max(pooled[1], hi))
+
+
 def proportion(label: str, hits: int, n: int, seeds: Iterable[int]) -> Estimate:
     """`hits` of `n` trials pooled over `seeds`, with the Wilson interval."""
     return Estimate(label, hits / n if n else 0.0, *interval(hits, n), n, tuple(sorted(set(seeds))))
@@ -203,19 +218,44 @@ LEARNED = 0.95
 PER_QUERY = ("mqar",)  # learned on its per-query accuracy where recorded (an answer token is one query)
 
 
+def learned_models(records: Iterable[dict[str, Any]], target: float = LEARNED) -> set[tuple[str, str, int]]:
+    """The models that learned their task, as (task, row, seed): exact match at the task's largest training
+    size (per query for MQAR, where recorded) at least `target`. A seed under it did not learn the task in
+    range, so its scores past the training size say nothing about position: every table and claim leaves it
+    out."""
+    return {
+        (r["task"], r["scheme"], r["seed"])
+        for r in records
+        if r.get("depth") is None
+        and r["task"] in TASKS
+        and r["size"] == TASKS[r["task"]].train_sizes[1]
+        and r["hits"] is not None
+        and _score(r) >= target
+    }
+
+
+def _score(record: dict[str, Any]) -> float:
+    """A record's exact match, or per query for MQAR where recorded."""
+    if record["task"] in PER_QUERY and "tokens" in record:
+        return record["token_hits"] / record["tokens"] if record["tokens"] else 0.0
+    return record["hits"] / record["examples"]
+
+
 class Battery:
     """The battery's records (`battery.score_cell`: one per task, row, seed, size and depth; `hits` of
     `examples` right in exact match and, where recorded, `token_hits` of `tokens` per token) read as estimates
-    pooled over seeds. A size a learned table has no row for ("no rows", hits None) counts every answer wrong.
+    pooled over seeds, their intervals `across_seeds`. A size a learned table has no row for ("no rows", hits
+    None) counts every answer wrong.
 
-    A row learned a task when its pooled exact match (per query for MQAR) at the largest training size reaches
-    `target`, the point value, not its interval; a row that did not is left out of every claim about
-    generalisation."""
+    A seed learned a task when its exact match (per query for MQAR) at the largest training size reaches
+    `target` (`learned_models`); a row's estimates for a claim pool the seeds that learned, and a row none of
+    whose seeds learned is left out of every claim about generalisation."""
 
     def __init__(self, records: Iterable[dict[str, Any]], target: float = LEARNED) -> None:
         self.records = [r for r in records if r.get("depth") is None]  # the depth records split these
         self.tasks = list(dict.fromkeys(r["task"] for r in self.records))
         self.target = target
+        self.models = learned_models(self.records, target)
 
     def trained(self, task: str) -> int:
         """The largest training size of `task`."""
@@ -223,43 +263,68 @@ class Battery:
             raise Inconclusive(f"missing rows: no task {task}")
         return TASKS[task].train_sizes[1]
 
-    def at(self, task: str, row: str, size: int, metric: str) -> Estimate:
-        """`row` on `task` at `size` in `metric`, every seed's trials pooled."""
-        found = [r for r in self.records if (r["task"], r["scheme"], r["size"]) == (task, row, size)]
+    def at(
+        self, task: str, row: str, size: int, metric: str, seeds: Collection[int] | None = None
+    ) -> Estimate:
+        """`row` on `task` at `size` in `metric`, the trials of every seed (or of `seeds`) pooled."""
+        found = [
+            r
+            for r in self.records
+            if (r["task"], r["scheme"], r["size"]) == (task, row, size)
+            and (seeds is None or r["seed"] in seeds)
+        ]
         if not found:
             raise Inconclusive(f"missing rows: {row} {task} at {size}")
         if metric != EXACT and any("tokens" not in r for r in found):
             raise Inconclusive(f"not recorded: {metric} accuracy of {row} {task}")
         none = " (no rows)" if any(r["hits"] is None for r in found) else ""
-        label, seeds = f"{row} {task} {metric} at {size}{none}", [r["seed"] for r in found]
+        label, used = f"{row} {task} {metric} at {size}{none}", tuple(sorted({r["seed"] for r in found}))
         examples = sum(r["examples"] for r in found)
         if metric == EXACT:
-            return proportion(label, sum(r["hits"] or 0 for r in found), examples, seeds)
-        hits, tokens = sum(r["token_hits"] or 0 for r in found), sum(r["tokens"] for r in found)
-        bounds = token_interval(hits, tokens, examples)  # n: the examples, as the tables count them
-        return Estimate(label, hits / tokens if tokens else 0.0, *bounds, examples, tuple(sorted(set(seeds))))
+            hits, trials = [r["hits"] or 0 for r in found], [r["examples"] for r in found]
+            pooled = interval(sum(hits), examples)
+        else:  # per token, n the examples, as the tables count them
+            hits, trials = [r["token_hits"] or 0 for r in found], [r["tokens"] for r in found]
+            pooled = token_interval(sum(hits), sum(trials), examples)
+        per_seed = [h / t for h, t in zip(hits, trials, strict=True) if t]
+        value = sum(hits) / sum(trials) if sum(trials) else 0.0
+        return Estimate(label, value, *across_seeds(pooled, per_seed), examples, used)
 
-    def past(self, task: str, row: str, metric: str) -> Estimate:
-        """`row` on `task` past its training sizes: the mean over the test sizes there."""
+    def past(self, task: str, row: str, metric: str, seeds: Collection[int] | None = None) -> Estimate:
+        """`row` on `task` past its training sizes (of every seed, or of `seeds`): the mean over the test
+        sizes there."""
         trained = self.trained(task)
         sizes = sorted({r["size"] for r in self.records if r["task"] == task and r["size"] > trained})
         if not sizes:
             raise Inconclusive(f"missing rows: {task} past {trained}")
-        estimates = [self.at(task, row, size, metric) for size in sizes]
+        estimates = [self.at(task, row, size, metric, seeds) for size in sizes]
         return mean_of(f"{row} {task} {metric} past {trained}", estimates)
 
+    def seeds_learned(self, task: str, row: str) -> tuple[int, ...]:
+        """The seeds of `row` that learned `task` (`learned_models`)."""
+        return tuple(sorted(s for t, r, s in self.models if (t, r) == (task, row)))
+
     def learned(self, task: str, row: str) -> Estimate:
-        """`row`'s score on `task` at its largest training size; raises "not learned" below the target."""
+        """`row`'s score on `task` at its largest training size, pooled over the seeds that learned it;
+        raises "not learned" when none did."""
+        size = self.trained(task)
         metric = EXACT
         if task in PER_QUERY and all("tokens" in r for r in self.records if r["task"] == task):
             metric = PER_TOKEN
-        score = self.at(task, row, self.trained(task), metric)
-        if score.value < self.target:
-            raise Inconclusive(
-                f"not learned: {row} {task} {100 * score.value:.0f} % {metric} at {self.trained(task)}"
-                f" (target {100 * self.target:.0f} %)"
-            )
-        return score
+        if seeds := self.seeds_learned(task, row):
+            return self.at(task, row, size, metric, seeds)
+        found = sorted(
+            (r["seed"], _score(r))
+            for r in self.records
+            if (r["task"], r["scheme"], r["size"]) == (task, row, size) and r["hits"] is not None
+        )
+        if not found:
+            raise Inconclusive(f"missing rows: {row} {task} at {size}")
+        scores = ", ".join(f"{100 * score:.0f} %" for _, score in found)
+        raise Inconclusive(
+            f"not learned: {row} {task}, no seed at {100 * self.target:.0f} % {metric} at {size} "
+            f"(seeds: {scores})"
+        )
 
     @checked
     def above(self, row: str, other: str, tasks: Sequence[str] | None, metric: str) -> Check:
@@ -275,7 +340,10 @@ class Battery:
         if not kept:
             raise Inconclusive("; ".join(left_out) or "missing rows: no task recorded")
         named = f"{metric} past training, mean of {', '.join(kept)}"
-        a, b = (mean_of(f"{r} {named}", [self.past(t, r, metric) for t in kept]) for r in (row, other))
+        a, b = (
+            mean_of(f"{r} {named}", [self.past(t, r, metric, self.seeds_learned(t, r)) for t in kept])
+            for r in (row, other)
+        )
         check = higher(a, b)
         return Check(
             check.verdict, "; ".join([check.reason, *(f"left out: {w}" for w in left_out)]), check.used
@@ -284,8 +352,10 @@ class Battery:
     @checked
     def drops(self, row: str, task: str, metric: str) -> Check:
         """`row`'s score on `task` falls from its largest training size to past it (the mean there)."""
-        self.learned(task, row)
-        return higher(self.at(task, row, self.trained(task), metric), self.past(task, row, metric))
+        seeds = self.learned(task, row).seeds
+        return higher(
+            self.at(task, row, self.trained(task), metric, seeds), self.past(task, row, metric, seeds)
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import torch
 from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells, length, passkey
-from octlm.experiments.length import finished_run, run_config, trained_model
+from octlm.experiments.length import finished_run, run_config, trained_model, unfinished
 from octlm.experiments.lengths_scorer import EvalText, make_eval_text, score
 from octlm.experiments.settings import Presets, flag, sorted_unique
 from octlm.positions import scheme_names
@@ -149,7 +150,7 @@ class Settings:
     presets: ClassVar[Presets] = {
         "quick": (
             QUICK,
-            "a tiny model, a few steps, 2 seeds, lengths 16 -> 32: the pipeline in about a minute",
+            "a tiny model, a few steps, 2 seeds, lengths 16 -> 32",
         )
     }
     train_length: int = flag(64, "--train-length", "base training length L (default 64)")
@@ -186,11 +187,12 @@ class Settings:
     base: Path | None = flag(  # a length experiment's output folder whose base runs are reused
         None,
         "--base",
-        "a length experiment's output folder: its runs of the same config are the base models",
+        "a length experiment's output folder (it holds runs/): its runs of the same config are the base "
+        "models, the others are trained here",
         str,
         "DIR",
         parse=lambda text: Path(text) if text else None,
-        recorded="never",
+        recorded="changed",
     )
     batch_tokens: int = 8192
     retrain: bool = flag(False, "--retrain", "train again even where a run is reused", bool, recorded="never")
@@ -230,12 +232,34 @@ class Settings:
                 f"--jobs {self.jobs} must be 0 (one per core) or more, --threads {self.threads} at least 1",
             ),
         ]
-        return [message for failed, message in checks if failed]
+        return [message for failed, message in checks if failed] + [p for p in [base_problem(self.base)] if p]
 
     @property
     def factor(self) -> float:
         """The extension factor s = L' / L every RoPE method uses."""
         return self.extend_length / self.train_length
+
+
+def base_problem(base: Path | None) -> str | None:
+    """Why `--base` is no length experiment's folder (a file, a missing folder, one without runs/<run>/), else
+    None: such a folder is refused, not silently replaced by training every base model here (an hour)."""
+    if base is None:
+        return None
+    fix = (
+        "give the folder `octlm experiment length --out DIR` wrote, or leave --base out to train the base "
+        "models here"
+    )
+    runs = base / "runs"
+    try:
+        if not base.exists():
+            return f"--base {base}: no such folder; {fix}"
+        if not base.is_dir():
+            return f"--base {base} is a file, not a length experiment's folder of base models; {fix}"
+        if not runs.is_dir() or not any(p.is_dir() for p in runs.iterdir()):
+            return f"--base {base} holds no length experiment (no runs in {runs}/) to take base models from; {fix}"
+    except OSError as error:
+        return f"--base {base} cannot be read ({error.strerror}); {fix}"
+    return None
 
 
 def scheme_of(row: str) -> str:
@@ -461,6 +485,8 @@ def run_cells(
     seeds = [config.train.seed + i for i in range(settings.seeds)]
     rows = [r for r in ROWS if r in settings.rows]
     jobs = cells.chosen(only, AXES, [rows, seeds])
+    if note := base_note(config, settings, jobs, out_dir / "runs"):
+        sys.stderr.write(f"{AXES.command}: note: {note}\n")
     with cells.locked(out_dir):  # cells started together: the first builds the token cache
         data = prepare_data(
             config.data, config.model.vocab_size, progress=progress, block=settings.extend_length
@@ -489,6 +515,31 @@ def run_cells(
     workers = cells.workers_for(settings.jobs, len(jobs))
     return cells.run(
         out_dir, AXES, jobs, job, grid, facts, workers=workers, started=started, say=say, line=progress_line
+    )
+
+
+def base_note(config: Config, settings: Settings, jobs: list[cells.Key], runs: Path) -> str | None:
+    """One line naming the base models `--base` does not hold a finished run of (trained here instead), each
+    with why; None when it holds them all (or there is no --base, or --retrain trains them all anyway)."""
+    if settings.base is None or settings.retrain:
+        return None
+    why: dict[str, str | None] = {}
+    for row, seed in jobs:
+        base = base_config(config, row, seed, settings, runs)
+        name = base.train.run_name
+        if name not in why:
+            why[name] = unfinished(settings.base / "runs" / name, base)
+    grouped: dict[str, list[str]] = {}
+    for name, reason in why.items():
+        if reason is not None:
+            grouped.setdefault(reason, []).append(name)
+    if not grouped:
+        return None
+    count = sum(map(len, grouped.values()))
+    reasons = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in grouped.items())
+    return (
+        f"--base {settings.base}: {count} of {len(why)} base models trained here, as its runs/ holds no "
+        f"finished run of their config ({reasons})"
     )
 
 

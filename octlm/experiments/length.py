@@ -41,8 +41,9 @@ from octlm.config import Config, config_from_dict
 from octlm.errors import UserError
 from octlm.experiments import cells
 from octlm.experiments.lengths_scorer import MODES, EvalText, make_eval_text, score
-from octlm.experiments.rows import Row
+from octlm.experiments.rows import Row, spelt
 from octlm.experiments.settings import Presets, flag, sorted_unique
+from octlm.hashing import CONFIG_BOOKKEEPING
 from octlm.inspect import probe
 from octlm.positions import scheme_names, table_order
 from octlm.positions.formulas import rope_frequencies
@@ -60,7 +61,8 @@ FULL_DEFAULTS: dict[str, Any] = {
     "train.warmup_steps": 60,
     "train.eval_batches": 4,
 }
-# --quick: the whole pipeline in about a minute (tests); every scheme and RoPE row, two seeds.
+# --quick: a smoke test of the whole pipeline (commands/experiment_length.QUICK: its time); every scheme and
+# RoPE row, two seeds.
 QUICK_DEFAULTS: dict[str, Any] = {
     "model.d_model": 32,
     "model.n_layers": 1,
@@ -150,7 +152,7 @@ class Settings:
     presets: ClassVar[Presets] = {
         "quick": (
             QUICK,
-            "a tiny model, a few steps, 2 seeds, lengths 16 32 64: the pipeline in about a minute",
+            "a tiny model, a few steps, 2 seeds, lengths 16 32 64",
         ),
         "long": (LONG, "evaluation lengths 64 128 ... 16384 and 2 windows (with --quick: the tiny model)"),
     }
@@ -173,6 +175,7 @@ class Settings:
         ),
         str,
         "SCHEME",
+        parse=lambda rows: [spelt(row) for row in rows],  # `ROPE` is `rope`
         recorded="changed",
         factory=lambda: default_rows(),
     )
@@ -338,21 +341,47 @@ def run_config(base: Config, scheme: str, seed: int, settings: Settings, runs_di
     return config_from_dict(base.to_dict(), name=base.name, overrides=overrides)
 
 
-def finished_run(run_dir: Path, config: Config) -> torch.nn.Module | None:
-    """The model of a run in `run_dir` that finished training `config` (same hash and steps, and its last
-    checkpoint is of the last step: a run stopped early with the same config is not finished), else None."""
-    from octlm.storage.checkpoint import load_model, read_meta
+def unfinished(run_dir: Path, config: Config) -> str | None:
+    """Why `run_dir` holds no finished training of `config` (None: it does): no run there, a run of another
+    config (the fields that differ named), or one stopped before its last step (its last checkpoint is not of
+    `train.steps`). Only the checkpoint's description is read."""
+    from octlm.storage.checkpoint import read_meta, validate_meta
 
     run = Run.of(run_dir)
-    if not run.checkpoint_dir.is_dir():
+    if not run.has_checkpoint():
+        return "no run there" if not run_dir.exists() else "no checkpoint there"
+    try:
+        folder = run.find_checkpoint()
+        meta = read_meta(folder)
+        old = validate_meta(meta, folder)
+    except UserError as error:
+        return f"not readable ({error})"
+    if old.hash() != config.hash() or old.train.steps != config.train.steps:
+        theirs, mine = old.flat(), config.flat()
+        differ = [
+            f"{key} {theirs.get(key)} there, {mine.get(key)} here"
+            for key in sorted(set(theirs) | set(mine))
+            if theirs.get(key) != mine.get(key) and key.removeprefix("train.") not in CONFIG_BOOKKEEPING
+        ]
+        shown = "; ".join(differ[:3]) + ("; ..." if len(differ) > 3 else "")
+        return f"trained with another config ({shown})" if shown else "trained with another config"
+    if meta["step"] != config.train.steps:
+        return f"stopped at step {meta['step']} of {config.train.steps}"
+    return None
+
+
+def finished_run(run_dir: Path, config: Config) -> torch.nn.Module | None:
+    """The model of a run in `run_dir` that finished training `config` (`unfinished` says why not), else
+    None."""
+    from octlm.storage.checkpoint import load_model
+
+    if unfinished(run_dir, config) is not None:
         return None
     try:
-        step = read_meta(run.find_checkpoint())["step"]
-        model, old, _ = load_model(run_dir)
+        model, _, _ = load_model(run_dir)
     except UserError:
         return None
-    same = old.hash() == config.hash() and old.train.steps == config.train.steps
-    return model if same and step == config.train.steps else None
+    return model
 
 
 def trained_model(

@@ -15,6 +15,12 @@ from octlm.errors import UserError
 from octlm.positions import SCHEMES
 
 
+def spelt(spec: str) -> str:
+    """A row with its scheme as registered, given in any case: `ROPE+ssmax` -> `rope+ssmax`."""
+    scheme, plus, extras = spec.partition("+")
+    return SCHEMES.canonical(scheme) + plus + extras
+
+
 @dataclass(frozen=True)
 class Row:
     """A row of an experiment's tables: a scheme, whether its positions are randomized, which layers use none,
@@ -30,12 +36,9 @@ class Row:
     def parse(cls, spec: str, n_layers: int | None = None) -> Row:
         """The row `spec` names (its NoPE layers below `n_layers` when given), or a UserError listing every
         problem."""
+        spec = spelt(spec)
         scheme, *extras = spec.split("+")
-        problems = (
-            []
-            if scheme in SCHEMES
-            else [f"unknown position scheme {scheme!r} in row {spec!r}; choose one of {', '.join(SCHEMES)}"]
-        )
+        problems = [] if scheme in SCHEMES else [SCHEMES.unknown(scheme, f" in row {spec!r}")]
         layers = [int(e[4:]) for e in extras if e.startswith("nope") and e[4:].isdigit()]
         unknown = [
             e

@@ -39,11 +39,46 @@ INITIAL_NEW_TOKENS = 256
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
-    """EOT then the prompt's tokens: training streams put EOT before every document, so this marks a start."""
-    ids = tokenizer.encode(text)
-    if not ids:
-        raise UserError('the prompt encodes to no tokens; pass some text, e.g. --prompt "class"')
-    return [tokenizer.eot_id, *ids]
+    """EOT then the prompt's tokens: training streams put EOT before every document, so this marks a start.
+    An empty prompt is EOT alone: the model writes a document from its start (an unconditional sample)."""
+    return [tokenizer.eot_id, *tokenizer.encode(text)]
+
+
+# A notice names at most this many characters, then how many more.
+SHOWN_CHARACTERS = 10
+
+
+def _shown(chars: list[str]) -> str:
+    """`日, 本, U+200B and 3 more`: printable characters as themselves, the others as code points."""
+    names = [c if c.isprintable() and not c.isspace() else f"U+{ord(c):04X}" for c in chars]
+    more = len(names) - SHOWN_CHARACTERS
+    return ", ".join(names[:SHOWN_CHARACTERS]) + (f" and {more} more" if more > 0 else "")
+
+
+def prompt_notice(tokenizer: Any, text: str) -> str | None:
+    """One line naming the prompt's characters the tokenizer cannot represent (lost in its round trip), or
+    else those it has no token for (a multi-byte character spelled byte by byte: rare or absent in its
+    training text, so the model has barely seen those bytes and tends to answer with stray bytes, printed
+    as U+FFFD); None when every character has a token."""
+    lost, spelled = [], []
+    for char in dict.fromkeys(text):
+        ids = tokenizer.encode(char)
+        if tokenizer.decode(ids) != char:
+            lost.append(char)
+        elif len(ids) > 1 and len(ids) == len(char.encode("utf-8")):
+            spelled.append(char)
+    if lost:
+        return (
+            f"note: the tokenizer cannot represent {_shown(lost)} in the prompt: the model reads the prompt "
+            "without them"
+        )
+    if spelled:
+        return (
+            f"note: the tokenizer has no token for {_shown(spelled)} in the prompt (rare or absent in its "
+            "training text): the model reads them byte by byte and may answer with stray bytes, shown as "
+            "\ufffd"
+        )
+    return None
 
 
 def _stderr(message: str) -> None:
@@ -289,6 +324,13 @@ def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: i
     return prompt + tokenizer.decode(ids)
 
 
+def _note_prompt(tokenizer: Any, prompt: str, notice: Callable[[str], None] | None) -> None:
+    """Say (`prompt_notice`) which of the prompt's characters the tokenizer cannot represent or lacks."""
+    line = prompt_notice(tokenizer, prompt)
+    if line is not None:
+        (notice or _silent)(line)
+
+
 def stream_text(
     model: nn.Module,
     tokenizer: Any,
@@ -305,6 +347,7 @@ def stream_text(
     Returns the number of tokens made (a final EOT counts, and is not printed). A notice (the window sliding
     past a learned table) goes to `notice`, never to `out`.
     """
+    _note_prompt(tokenizer, prompt, notice)
     out.write(prompt)
     out.flush()
     stream, count = StreamDecoder(tokenizer), 0
@@ -347,6 +390,7 @@ def print_samples(
 ) -> int:
     """`octlm generate --num-samples N`: N continuations decoded as one batch, printed whole when done, each
     as `prompt` + text after a `--- sample i ---` line. Returns the number of tokens made, all samples."""
+    _note_prompt(tokenizer, prompt, notice)
     samples = generate_batch(
         model,
         tokenizer,

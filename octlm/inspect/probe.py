@@ -23,6 +23,7 @@ them. Ridge is solved in closed form in float64; the classifier is fitted with t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,19 +232,25 @@ def split_windows(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def probe_model(
-    model: Decoder, tokens: np.ndarray, windows: int = DEFAULT_WINDOWS, buckets: int = BUCKETS, seed: int = 0
+    model: Decoder,
+    tokens: np.ndarray,
+    windows: int = DEFAULT_WINDOWS,
+    buckets: int = BUCKETS,
+    seed: int = 0,
+    on_layer: Callable[[str], object] | None = None,
 ) -> dict[str, Any]:
-    """Probe every layer of `model` on a token stream `[N]`: the numbers of probe.json (without run names)."""
+    """Probe every layer of `model` on a token stream `[N]`: the numbers of probe.json (without run names).
+    `on_layer(name)` is called as each layer's probes start (they take the time: `octlm inspect`'s progress)."""
     length = model.config.context_length
     buckets = min(buckets, length)
     chosen = windows_of(tokens, length, windows)
     vectors = features(model, chosen)  # [L + 1, W, T, C]
     train, test = split_windows(len(chosen), seed)
-    names = layer_names(model.config.n_layers)
-    layers = [
-        {"layer": name, **probe_layer(v, length, train, test, buckets, seed)}
-        for name, v in zip(names, vectors, strict=True)
-    ]
+    layers = []
+    for name, v in zip(layer_names(model.config.n_layers), vectors, strict=True):
+        if on_layer is not None:
+            on_layer(name)
+        layers.append({"layer": name, **probe_layer(v, length, train, test, buckets, seed)})
     return {
         "position": model.config.position,
         "context_length": length,
@@ -283,10 +290,12 @@ def probe_run(
     return {"run": Path(run_dir).name, "source": source, **result}
 
 
-def inspect_probe(model: Decoder, config: Config, tokenizer: Tokenizer) -> dict[str, Any]:
+def inspect_probe(
+    model: Decoder, config: Config, tokenizer: Tokenizer, on_layer: Callable[[str], object] | None = None
+) -> dict[str, Any]:
     """For `octlm inspect`: the probe on the validation stream, or {"skipped": why} when it cannot run."""
     try:
-        result = probe_model(model, validation_tokens(config, tokenizer))
+        result = probe_model(model, validation_tokens(config, tokenizer), on_layer=on_layer)
     except (UserError, OSError) as error:
         return {"skipped": str(error)}
     return {"source": f"the run's validation stream (data cache in {config.data.data_dir})", **result}

@@ -27,12 +27,14 @@ module writes the report's text, the files (`write_report`, `write_pretrained_re
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from octlm.errors import UserError, writing
 from octlm.files import write_atomic
@@ -251,6 +253,40 @@ def _unseen_blocks(unseen: dict[str, Any], m: dict[str, Any]) -> list[Block]:
 # Putting it together
 
 
+class Progress:
+    """The steps of a report as they start (`start`), in `steps`; with `show`, also one tqdm line on stderr
+    ("inspect: probing layer 1 (4/9 done, 00:07)") that is gone when the report is done. `octlm inspect` shows
+    it on a terminal only: a pipe or a file gets nothing, as with the data cache's encoding bar."""
+
+    def __init__(self, show: bool = False, file: TextIO | None = None) -> None:
+        self.steps: list[str] = []
+        self._bar = tqdm(
+            disable=not show,
+            file=file or sys.stderr,
+            leave=False,
+            dynamic_ncols=True,
+            bar_format="inspect: {desc} ({n_fmt}/{total_fmt} done, {elapsed})",
+        )
+
+    def plan(self, total: int) -> None:
+        """The number of steps, once the model is known (its layers are probed one by one)."""
+        self._bar.total = total
+        self._bar.refresh()
+
+    def start(self, name: str) -> None:
+        """Step `name` starts; the one before it is done."""
+        if self.steps:
+            self._bar.update()
+        self.steps.append(name)
+        self._bar.set_description_str(name)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+
+
 def untrained_like(config: Config) -> Decoder:
     """The model a run started from: same config, initialised under the run's seed."""
     from octlm.model.decoder import Decoder
@@ -314,24 +350,35 @@ def run_report(
     top: int = DEFAULT_TOP,
     frequent: int = DEFAULT_FREQUENT,
     probe: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The numbers of a trained run's report: `analyze`'s, the step, and the probe, attention and gates.
 
     `tokens` (texts, each one token) and `ids` choose the tokens whose neighbours are listed (default: token 0
-    and the `frequent` most frequent).
+    and the `frequent` most frequent). `progress` hears of each step as it starts.
     """
     model, config, tokenizer = trained.model, trained.config, trained.tokenizer
+    progress = progress or Progress()
+    # Then: counts, tables, a probe per layer (the token table and each block's output), attention, files.
+    progress.plan(len(progress.steps) + 4 + (config.model.n_layers + 1 if probe else 0))
     chosen = resolve_tokens(tokenizer, tokens or []) + list(ids or []) if tokens or ids else None
     counts, notes = trained.counts, []
+    progress.start("counting the training tokens")
     if counts is None:
         counts, why = training_counts(config, tokenizer, trained.sha256)
         notes += [f"No training token counts: {why}."] if why else []
+    progress.start("comparing the tables with an untrained model")
     with torch.no_grad():
         report = analyze(
             model, untrained_like(config), tokenizer, counts, chosen, top, frequent, trained.run.name, notes
         )
     report["step"] = trained.step
-    report["probe"] = inspect_probe(model, config, tokenizer) if probe else None  # octlm/inspect/probe.py
+
+    def probing(layer: str) -> None:
+        progress.start(f"position probe: {layer}")
+
+    report["probe"] = inspect_probe(model, config, tokenizer, probing) if probe else None  # inspect/probe.py
+    progress.start("attention by distance")
     report["attention"] = report_attention(model, config, tokenizer)  # octlm/inspect/attention.py
     report["gates"] = report_gates(model, config, tokenizer)  # octlm/inspect/gates.py: FoX's, else None
     return report
@@ -346,14 +393,19 @@ def write_report(
     out: str | Path | None = None,
     export_web: str | Path | None = None,
     probe: bool = False,
+    progress: Progress | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Write the report of a trained run (a folder, or a `Trained`) into `out` (default `<run>/report/`):
     that folder and report.json's numbers. `export_web` also copies embeddings.json there (e.g.
-    web/public/data/embeddings.json)."""
-    trained = run if isinstance(run, Trained) else Trained.load(run)
-    report = run_report(trained, tokens, ids, top, frequent, probe)
-    folder = Path(out) if out is not None else trained.run.report_dir
-    return write_files(report, trained.model, trained.tokenizer, folder, export_web)
+    web/public/data/embeddings.json). `progress` hears of each step as it starts."""
+    progress = progress or Progress()
+    if not isinstance(run, Trained):
+        progress.start("loading the run")
+        run = Trained.load(run)
+    report = run_report(run, tokens, ids, top, frequent, probe, progress)
+    folder = Path(out) if out is not None else run.run.report_dir
+    progress.start("drawing the figures, writing the report")
+    return write_files(report, run.model, run.tokenizer, folder, export_web)
 
 
 def write_pretrained_report(
@@ -364,6 +416,7 @@ def write_pretrained_report(
     frequent: int = DEFAULT_FREQUENT,
     out: str | Path | None = None,
     export_web: str | Path | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """The report of a pretrained Hugging Face model (`octlm inspect --hf`) in `out` (default
     reports/<name>/).
@@ -372,13 +425,18 @@ def write_pretrained_report(
     """
     from octlm.inspect.pretrained import default_out, load_pretrained
 
+    progress = progress or Progress()
+    progress.plan(3)
+    progress.start("loading the model")
     loaded = load_pretrained(name)
     chosen = resolve_tokens(loaded.tokenizer, tokens or []) + list(ids or []) if tokens or ids else None
+    progress.start("comparing the tables with an untrained model")
     report = analyze(
         loaded.trained, loaded.initial, loaded.tokenizer, None, chosen, top, frequent, name, loaded.notes
     )
     report["step"] = None
     folder = Path(out) if out is not None else default_out(name)
+    progress.start("drawing the figures, writing the report")
     return write_files(report, loaded.trained, loaded.tokenizer, folder, export_web)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -80,77 +81,117 @@ CLASSES = {
 }
 
 
-def _differences(config: ModelConfig, needs: tuple[tuple[str, Any], ...]) -> list[str]:
+@dataclass(frozen=True)
+class Difference:
+    """One field of an octlm config that a target architecture needs otherwise."""
+
+    field: str
+    have: Any
+    want: Any  # the value to retrain with
+    why: str = ""  # what the target needs, when more than "needs {want!r}"
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.have!r} ({self.why or f'needs {self.want!r}'})"
+
+    @property
+    def flag(self) -> str:
+        """The `octlm train` flag that sets the needed value."""
+        value = str(self.want).lower() if isinstance(self.want, bool) else str(self.want).replace(" ", "")
+        return f"--set model.{self.field}={value}"
+
+
+# How the refusal names each target, in the order it lists them.
+LABELS = {"gpt2": "GPT-2", "llama": "Llama", "gpt_neox": "GPT-NeoX", "mpt": "MPT", "llama4_text": "Llama 4"}
+
+
+def _differences(config: ModelConfig, needs: tuple[tuple[str, Any], ...]) -> list[Difference]:
     return [
-        f"{name}={getattr(config, name)!r} (needs {want!r})"
-        for name, want in needs
-        if getattr(config, name) != want
+        Difference(name, getattr(config, name), want) for name, want in needs if getattr(config, name) != want
     ]
 
 
-def _mpt_differences(config: ModelConfig, full_heads: bool) -> list[str]:
+def _mpt_differences(config: ModelConfig, full_heads: bool) -> list[Difference]:
     """What keeps `config` from MPT's shape: its MLP is 4 x d_model wide, every layer has ALiBi, no GQA."""
     mpt = _differences(config, _MPT_NEEDS)
     if config.d_ff != 4 * config.d_model:
-        mpt.append(f"d_ff={config.d_ff} (MPT's MLP is 4 x d_model; needs {4 * config.d_model})")
+        wide = 4 * config.d_model
+        mpt.append(Difference("d_ff", config.d_ff, wide, f"MPT's MLP is 4 x d_model; needs {wide}"))
     if not full_heads:
-        mpt.append(f"n_kv_heads={config.n_kv_heads} (MPT has no grouped-query attention; needs 0)")
+        mpt.append(
+            Difference("n_kv_heads", config.n_kv_heads, 0, "MPT has no grouped-query attention; needs 0")
+        )
     if config.nope_layers:
-        mpt.append(f"nope_layers={config.nope_layers} (MPT has ALiBi in every layer; needs [])")
+        mpt.append(
+            Difference("nope_layers", config.nope_layers, [], "MPT has ALiBi in every layer; needs []")
+        )
     return mpt
 
 
-def _llama4_differences(config: ModelConfig) -> list[str]:
+def _llama4_differences(config: ModelConfig) -> list[Difference]:
     """What keeps `config` from Llama 4's text model: the Llama stack with the "llama4" attention temperature,
     RoPE on every channel in either layout (the export reorders a `half` model's rows), or no positions at
     all."""
     llama4 = _differences(config, _LLAMA4_NEEDS)
     if config.position not in ("rope", "nope"):
-        llama4.insert(0, f"position={config.position!r} (needs 'rope' or 'nope')")
+        llama4.insert(0, Difference("position", config.position, "rope", "needs 'rope' or 'nope'"))
     elif config.position == "rope" and config.rope_fraction != 1.0:
-        llama4.insert(0, f"rope_fraction={config.rope_fraction!r} (needs 1.0)")
+        llama4.insert(0, Difference("rope_fraction", config.rope_fraction, 1.0))
     return llama4
+
+
+def target_differences(config: ModelConfig) -> dict[str, list[Difference]]:
+    """Each target architecture (LABELS' order) -> what keeps `config` from it (empty: it fits)."""
+    full_heads = config.kv_heads == config.n_heads
+    gpt2 = _differences(config, _GPT2_NEEDS)
+    neox = _differences(config, _NEOX_NEEDS)
+    if not full_heads:
+        gpt2.append(
+            Difference("n_kv_heads", config.n_kv_heads, 0, "GPT-2 has no grouped-query attention; needs 0")
+        )
+        neox.append(
+            Difference("n_kv_heads", config.n_kv_heads, 0, "GPT-NeoX has no grouped-query attention; needs 0")
+        )
+    if config.nope_layers:
+        neox.append(
+            Difference("nope_layers", config.nope_layers, [], "GPT-NeoX has no NoPE layers; needs []")
+        )
+    return {
+        "gpt2": gpt2,
+        "llama": _differences(config, _LLAMA_NEEDS),
+        "gpt_neox": neox,
+        "mpt": _mpt_differences(config, full_heads),
+        "llama4_text": _llama4_differences(config),
+    }
 
 
 def hf_architecture(config: ModelConfig) -> str:
     """The `transformers` architecture that holds this config exactly: "gpt2", "llama", "smollm3" (Llama with
     `nope_layers`), "llama4_text" (Llama with Llama 4's attention temperature), "gpt_neox" or "mpt" (ALiBi).
 
-    Raises UserError "not representable in transformers: ..." naming what differs from each target.
+    Raises UserError (`refusal`): the flags to retrain with for the nearest target, then what differs.
     """
-    full_heads = config.kv_heads == config.n_heads
-    gpt2 = _differences(config, _GPT2_NEEDS)
-    if not full_heads:
-        gpt2.append(f"n_kv_heads={config.n_kv_heads} (GPT-2 has no grouped-query attention; needs 0)")
-    neox = _differences(config, _NEOX_NEEDS)
-    if not full_heads:
-        neox.append(f"n_kv_heads={config.n_kv_heads} (GPT-NeoX has no grouped-query attention; needs 0)")
-    if config.nope_layers:
-        neox.append(f"nope_layers={config.nope_layers} (GPT-NeoX has no NoPE layers; needs [])")
-    llama = _differences(config, _LLAMA_NEEDS)
-    if not gpt2:
-        return "gpt2"
-    if not llama:
-        return "smollm3" if config.nope_layers else "llama"
-    llama4 = _llama4_differences(config)
-    if not llama4:
-        return "llama4_text"
-    if not neox:
-        return "gpt_neox"
-    mpt = _mpt_differences(config, full_heads)
-    if not mpt:
-        return "mpt"
-    raise UserError(
-        "not representable in transformers: as GPT-2 (GPT2LMHeadModel) it differs in "
-        + ", ".join(gpt2)
-        + "; as Llama (LlamaForCausalLM, or SmolLM3ForCausalLM with nope_layers) it differs in "
-        + ", ".join(llama)
-        + "; as GPT-NeoX (GPTNeoXForCausalLM, any rope_fraction) it differs in "
-        + ", ".join(neox)
-        + "; as MPT (MptForCausalLM, ALiBi) it differs in "
-        + ", ".join(mpt)
-        + "; as Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) "
-        "it differs in " + ", ".join(llama4)
+    targets = target_differences(config)
+    for name in ("gpt2", "llama", "llama4_text", "gpt_neox", "mpt"):  # the first that fits
+        if not targets[name]:
+            return "smollm3" if name == "llama" and config.nope_layers else name
+    raise UserError(refusal(config, targets))
+
+
+def refusal(config: ModelConfig, targets: dict[str, list[Difference]]) -> str:
+    """One line, the fix first: retrain with these flags to export as the nearest target (one that keeps the
+    run's position scheme if any can, else the fewest differences), then its differences and the others'
+    fields."""
+    nearest = min(targets, key=lambda n: (any(d.field == "position" for d in targets[n]), len(targets[n])))
+    smollm3 = nearest == "llama" and config.nope_layers  # Llama with NoPE layers is SmolLM3
+    label, cls = ("SmolLM3", CLASSES["smollm3"]) if smollm3 else (LABELS[nearest], CLASSES[nearest])
+    others = "; ".join(
+        f"{LABELS[n]} in {', '.join(d.field for d in found)}" for n, found in targets.items() if n != nearest
+    )
+    flags = " ".join(d.flag for d in targets[nearest])
+    return (
+        f"retrain with {flags} to export as {label} ({cls}): as trained, the run is not representable in "
+        f"transformers. {label} differs in {', '.join(map(str, targets[nearest]))}; the others: {others} "
+        "(`octlm export hf --help` says what each needs)"
     )
 
 

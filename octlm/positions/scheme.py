@@ -172,7 +172,7 @@ class PositionScheme(nn.Module):
         return type(self).attend is not PositionScheme.attend
 
     # How the scheme's cost grows with the length T, when it grows faster than softmax attention's T²
-    # (`octlm model --dry-run` and the README's scheme table say so); empty for the usual T².
+    # (`octlm model --dry-run` and docs/RESULTS.md's scheme table say so); empty for the usual T².
     cost: ClassVar[str] = ""
     # Why `octlm export onnx` cannot write the scheme, when it cannot (empty: it can).
     onnx_refusal: ClassVar[str] = ""

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from octlm.config import Config
+from octlm.config.registry import nearest
 from octlm.errors import UserError
 from octlm.files import FILE_MODE, fsync_dir
 
@@ -146,7 +147,7 @@ class Run:
         """The folder of the last complete checkpoint, or a UserError saying why there is none."""
         run_dir = self.path
         if not run_dir.exists():
-            raise UserError(f"run folder {str(run_dir)!r} does not exist; train one with `octlm train`")
+            raise UserError(f"run folder {str(run_dir)!r} does not exist; {_instead(run_dir)}")
         if not run_dir.is_dir():
             raise UserError(f"{str(run_dir)!r} is a file, not a run folder (runs/<name>/)")
         for folder in (self.checkpoint_dir, self.old_checkpoint_dir):
@@ -377,6 +378,17 @@ class Run:
                 entry.rename(self.path / entry.name)
             self.replacing_dir.rmdir()
             fsync_dir(self.path)
+
+
+def _instead(run_dir: Path) -> str:
+    """For a run folder that does not exist: the sibling folder closest to its name (a typo), else how to make
+    one."""
+    try:
+        siblings = [p.name for p in run_dir.parent.iterdir() if p.is_dir()]
+    except OSError:  # no parent folder either, or one that cannot be read
+        siblings = []
+    close = nearest(run_dir.name, siblings)
+    return f"did you mean {str(run_dir.parent / close)!r}?" if close else "train one with `octlm train`"
 
 
 def _open_inside(path: Path, mode: int) -> Any:

@@ -1,16 +1,24 @@
 """The command recorded in every cell, per experiment and flags: pinned to what the hand-written command lines
 gave before the settings declared their flags (now settings_from_args and command_line of
-octlm.commands.experiment)."""
+octlm.commands.experiment); what a run prints (a quick run's first line, a bar on a terminal, the summary), and
+a second run into a folder that holds a finished one."""
 
 import argparse
+import fcntl
+import os
+import struct
+import subprocess
+import termios
+from pathlib import Path
 
 import pytest
+import tiny
 
 from octlm.commands import experiment, experiment_extend, experiment_length, experiment_tasks
 from octlm.commands.options import overrides_from_args
 
 COMMANDS = {"length": experiment_length, "tasks": experiment_tasks, "extend": experiment_extend}
-TASKS = "copy reverse selective-copy passkey counting"
+TASKS = "copy reverse selective-copy passkey"
 ROWS = "learned sinusoidal rope alibi t5 fire cope nope rope+random fox path stick-breaking"
 LENGTH = "octlm experiment length"
 EXTEND = "octlm experiment extend"
@@ -132,7 +140,11 @@ CASES = [
     ("extend", [], f"{EXTEND} {FULL_EXTEND}"),
     ("extend", ["--quick"], f"{EXTEND} --quick {QUICK_EXTEND}"),
     ("extend", ["--rows", "pi", "yarn"], f"{EXTEND} {FULL_EXTEND} --rows pi yarn"),
-    ("extend", ["--base", "runs/length-x", "--quick"], f"{EXTEND} --quick {QUICK_EXTEND}"),
+    (
+        "extend",
+        ["--base", "runs/length-x", "--quick"],
+        f"{EXTEND} --quick {QUICK_EXTEND} --base runs/length-x",
+    ),
     (
         "extend",
         [
@@ -177,3 +189,115 @@ def test_the_recorded_command_line(name: str, argv: list[str], expected: str) ->
     settings = experiment.settings_from_args(command.Settings, args)
     overrides = overrides_from_args(args) if name != "tasks" else {}
     assert experiment.command_line(name, settings, args, overrides) == expected
+
+
+# What a run prints, and a second run into the same folder (a tiny battery: one cell, 3 steps)
+
+TINY = [
+    "experiment",
+    "tasks",
+    "--quick",
+    "--tasks",
+    "copy",
+    "--steps",
+    "3",
+    "--examples",
+    "4",
+    "--factors",
+    "1",
+]
+SMOKE = "A smoke test of the pipeline: its numbers mean nothing"
+
+
+BUSY = "measured on 2 CPU cores busy with another experiment"
+FIRST = "1.5 min more the first time, to prepare the data"
+
+
+@pytest.mark.parametrize(
+    ("name", "time"),
+    [
+        ("tasks", f"About 4 min ({BUSY})"),
+        ("length", f"About 3 min ({FIRST}; {BUSY})"),
+        ("extend", f"About 3 min ({FIRST}; {BUSY})"),
+    ],
+)
+def test_help_gives_quicks_purpose_and_its_measured_time(name: str, time: str) -> None:
+    code, stdout, _ = tiny.run_cli(["experiment", name, "--help"])
+    said = f"{SMOKE}. {time}"
+    assert code == 0 and said in " ".join(stdout.split())
+
+
+def test_a_quick_run_says_what_it_is_for_first_and_where_its_results_are_last(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, err = tiny.run_cli([*TINY, "--schemes", "rope", "--out", str(out)])
+    lines = stdout.splitlines()
+    assert code == 0 and err == "" and len(lines) == 6, stdout
+    assert lines[0] == (
+        "octlm experiment tasks --quick: a smoke test of the pipeline on tiny models, about 4 min; its numbers "
+        "mean nothing"
+    )
+    assert lines[1].startswith("task battery: 1 of 1 cells") and lines[2].startswith(
+        "[1/1] copy rope seed 0: "
+    )
+    assert lines[3].startswith(f"wrote {out}/results.md, tasks.png, tasks.json from 1 cell(s)")
+    summary = lines[4].split(" min with ")
+    assert summary[0].startswith("1 cells in ") and float(summary[0].removeprefix("1 cells in ")) >= 0
+    assert (
+        summary[1] == "1 worker process(es); --quick: a smoke test of the pipeline, its numbers mean nothing"
+    )
+    assert lines[5] == f"results: {out}/results.md"
+
+
+def test_a_terminal_sees_a_bar_and_no_line_per_cell(tmp_path: Path) -> None:
+    """As `octlm train` and the token cache: a bar on stderr where it is a terminal (here a pseudo-terminal)."""
+    out = tmp_path / "out"
+    terminal, child_end = os.openpty()
+    fcntl.ioctl(child_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 24 x 100 characters
+    argv = [tiny.PYTHON, "-m", "octlm", *TINY, "--schemes", "rope", "alibi", "--jobs", "1", "--out", str(out)]
+    proc = subprocess.Popen(argv, env=tiny.quiet_env(), stdout=subprocess.PIPE, stderr=child_end, text=True)
+    os.close(child_end)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(terminal, 4096)
+        except OSError:  # the child's end closed (Linux: EIO)
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(terminal)
+    stdout = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, shown
+    assert "| 2/2 [" in shown.decode() and "cell" in shown.decode(), shown
+    assert not [line for line in stdout.splitlines() if line.startswith("[")]
+    assert stdout.splitlines()[-1] == f"results: {out}/results.md"
+
+
+def test_a_finished_folder_is_refused_unless_overwrite_and_an_unfinished_one_runs_on(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    grid = [*TINY, "--schemes", "rope", "alibi", "--jobs", "1", "--out", str(out), "--no-progress"]
+    assert tiny.run_cli([*grid, "--only", "copy:rope:0"])[0] == 0
+    assert tiny.run_cli(grid)[0] == 0  # unfinished, same settings: the grid runs (every cell of it)
+    cells = {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")}
+    assert sorted(cells) == ["copy-alibi-seed0.json", "copy-rope-seed0.json"]
+    for again in (grid, [*grid, "--only", "copy:alibi:0"]):
+        code, stdout, err = tiny.run_cli(again)
+        tiny.check_one_line(
+            code,
+            err,
+            f"{str(out)!r} already holds a finished run (2 cell(s)); collect it again with "
+            f"`octlm experiment tasks --collect --out {out}`, choose another --out, or pass --overwrite to run "
+            "it again",
+        )
+        assert stdout == "" and {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")} == cells
+    code, _, err = tiny.run_cli([*grid, "--steps", "4", "--overwrite"])
+    tiny.check_one_line(
+        code,
+        err,
+        f"{out} holds cells made with a different --steps (3, here 4; copy-alibi-seed0.json among them)",
+    )
+    assert f"choose another --out, or remove {out / 'cells'} to start again" in err
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    assert tiny.run_cli([*grid, "--overwrite"])[0] == 0
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    assert all(after[name] > before[name] for name in before)  # both run again

@@ -13,6 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import bad_inputs
 import pytest
@@ -22,6 +23,9 @@ from tiny import run_cli
 from octlm.commands import experiment_length, options
 from octlm.commands import train as train_command
 from octlm.commands.options import int_in_range, overrides_from_args
+from octlm.config import config_fields
+from octlm.config.load import SECTIONS
+from octlm.config.schema import description
 from octlm.errors import UserError
 from octlm.positions import scheme_names
 
@@ -163,7 +167,9 @@ def test_a_command_that_reads_a_run_takes_it_first(command: str) -> None:
 
 def test_position_help_lists_every_registered_scheme() -> None:
     text = " ".join(help_text("model").split())  # argparse wraps the help over lines
-    listed = re.search(r"--position POSITION override model\.position \(one of: ([^)]*)\)", text)
+    listed = re.search(
+        r"--position NAME how the model knows where a token is; one of ([^(]*) \(default: learned\)", text
+    )
     assert listed is not None, text
     assert listed.group(1).split(", ") == list(scheme_names())
     assert {"learned", "rope", "alibi", "nope"} <= set(scheme_names())
@@ -410,3 +416,142 @@ def test_a_command_gets_flags_for_its_fields_and_refuses_the_rest() -> None:
         UserError, match=r"^--set train\.lr=1: this command does not read train\.lr; it reads \[model\]$"
     ):
         overrides_from_args(parser.parse_args(["--set", "train.lr=1"]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Two spellings of one field: refused when they disagree, never one silently ignored
+
+
+def _parsed(argv: list[str], **kwargs: Any) -> argparse.Namespace:
+    from octlm.commands.options import add_config_arguments
+
+    parser = argparse.ArgumentParser(prog="octlm x")
+    add_config_arguments(parser, **kwargs)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--position", "alibi", "--set", "model.position=rope"],
+            "--position alibi and --set model.position=rope both set model.position; give only one",
+        ),
+        (
+            ["--set", "train.steps=5", "--steps", "7"],
+            "--steps 7 and --set train.steps=5 both set train.steps; give only one",
+        ),
+        (
+            ["--nope-layers", "0", "1", "--set", "model.nope_layers=[0]"],
+            "--nope-layers 0 1 and --set model.nope_layers=[0] both set model.nope_layers; give only one",
+        ),
+        (
+            ["--compile", "--set", "train.compile=false"],
+            "--compile true and --set train.compile=false both set train.compile; give only one",
+        ),
+    ],
+)
+def test_a_field_flag_and_set_that_disagree_are_refused(argv: list[str], line: str) -> None:
+    with pytest.raises(UserError) as error:
+        overrides_from_args(_parsed(argv))
+    assert str(error.value) == line
+
+
+def test_spellings_that_agree_and_a_flag_given_twice_are_accepted() -> None:
+    agree = _parsed(["--position", "rope", "--set", "model.position=rope"])
+    assert overrides_from_args(agree) == {"model.position": "rope"}
+    twice = _parsed(
+        ["--position", "alibi", "--position", "rope", "--set", "train.lr=1", "--set", "train.lr=2"]
+    )
+    assert overrides_from_args(twice) == {"model.position": "rope", "train.lr": "2"}  # the last of each
+    assert options.spelt(twice, "model.position") == options.Spelt("--position", "rope", "--position rope")
+    assert options.spelt(twice, "model.norm") is None
+
+
+def test_length_old_out_dir_and_set_that_disagree_are_refused() -> None:
+    parser = argparse.ArgumentParser(prog="octlm experiment length")
+    experiment_length.add_arguments(parser)
+    with pytest.raises(UserError) as error:
+        overrides_from_args(parser.parse_args(["--out-dir", "a", "--set", "train.out_dir=b"]))
+    assert str(error.value) == "--out-dir a and --set train.out_dir=b both set train.out_dir; give only one"
+
+
+def test_a_refused_field_names_the_spelling_given() -> None:
+    """The refusal quotes the flag as typed (the old `--out-dir` too), and its value, not another's."""
+    parser = argparse.ArgumentParser(prog="octlm experiment length")
+    experiment_length.add_arguments(parser)
+    with pytest.raises(UserError) as error:
+        overrides_from_args(parser.parse_args(["--set", "model.position=ROPE"]))
+    assert str(error.value) == (
+        "--set model.position=ROPE: octlm experiment length trains every scheme of --schemes; "
+        "use --schemes ROPE"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --help: the config's flags grouped by section, each with its meaning and default, within 100 columns
+
+
+def help_entries(command: str) -> dict[str, str]:
+    """Each option of the command's --help (`--d-model N`) -> its help text on one line."""
+    entries: dict[str, str] = {}
+    current = None
+    for line in help_text(command).split("\noptions:\n", 1)[1].splitlines():
+        if line.startswith("  -"):  # an option, and the start of its help
+            current, _, rest = line[2:].partition("  ")
+            entries[current] = rest.strip()
+        elif current is not None and line.startswith(" " * 10):  # its help, continued
+            entries[current] = f"{entries[current]} {line.strip()}".strip()
+        else:  # a blank line, a group's title or description
+            current = None
+    return entries
+
+
+def test_help_groups_the_config_flags_with_meaning_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    lines = help_text("model").splitlines()
+    assert lines[:2] == [
+        "usage: octlm model [-h] [--config CONFIG] [--set SECTION.FIELD=VALUE] [--<field> VALUE ...]",
+        "                   [--dry-run] [--threads N]",
+    ]
+    assert [line for line in lines if line and not line.startswith(" ")][2:] == [
+        "options:",
+        "config:",
+        "model:",
+    ]
+    entries = help_entries("model")
+    assert (
+        entries["--config CONFIG"] == "a TOML config file, or a built-in config: day1, modern (default: day1)"
+    )
+    assert entries["--d-model N"] == "width of the residual stream: each token's vector (default: 128)"
+    assert entries["--dropout X"] == "dropout probability (default: 0)"
+    assert entries["--tie-embeddings [BOOL]"] == "the output head is the token table (default: true)"
+    assert (
+        entries["--nope-layers K [K ...]"]
+        == "layers with no position signal (Llama 4, SmolLM3) (default: none)"
+    )
+    assert entries["--mlp NAME"] == "the MLP's activation; one of gelu, swiglu (default: gelu)"
+    assert max(map(len, lines)) <= 98
+
+
+@pytest.mark.parametrize("columns", ["60", "100", "250"])
+def test_help_is_at_most_100_columns_and_never_cuts_a_name(
+    columns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    for command in ("train", "experiment length", "experiment extend"):
+        lines = help_text(command).splitlines()
+        if columns != "60":  # narrower than its options' column: argparse wraps as it can
+            assert max(map(len, lines)) <= min(int(columns), 100) - 2, command
+        assert not any(line.rstrip().endswith(("stick-", "bf16-", "p-")) for line in lines), command
+
+
+def test_every_config_flag_in_help_shows_its_meaning_and_default() -> None:
+    entries = {head.split()[0]: text for head, text in help_entries("train").items()}
+    for key in config_fields():
+        section, _, name = key.partition(".")
+        if key in ("train.run_name", "train.out_dir"):  # train's --name and --out give them
+            continue
+        text = entries["--" + name.replace("_", "-")]
+        assert text.startswith(description(SECTIONS[section], name)), key
+        assert re.search(r"\(default: [^)]+\)$", text), key

@@ -10,7 +10,7 @@ import pytest
 from configs import problems_of
 
 from octlm.cli import main
-from octlm.config import config_from_dict, load_config
+from octlm.config import config_fields, config_from_dict, load_config
 from octlm.errors import UserError
 
 # ------------------------------------------------------------------------------------------------------------
@@ -119,6 +119,53 @@ def test_rope_odd_head_size_is_listed_with_the_others() -> None:
 
 def test_unknown_key_suggests_a_close_name() -> None:
     assert "position" in problems_of({"model": {"positon": "rope"}})
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("model.dmodel", "unknown key model.dmodel; did you mean model.d_model?"),
+        ("train.learning_rate", "unknown key train.learning_rate; did you mean train.lr?"),  # KEY_ALIASES
+        ("model.n_embd", "unknown key model.n_embd; did you mean model.d_model?"),
+        ("model.lr", "unknown key model.lr; did you mean train.lr?"),  # the field of another section
+        ("model.D_MODEL", "unknown key model.D_MODEL; did you mean model.d_model?"),
+        ("model.zzzzzz", "unknown key model.zzzzzz"),  # nothing close: nothing suggested
+        (
+            "training.lr",
+            "override 'training.lr' must look like section.field with section one of model, data, train; "
+            "did you mean train.lr?",
+        ),
+    ],
+)
+def test_an_unknown_key_ends_with_the_nearest_field(key: str, problem: str) -> None:
+    assert problems_of({}, overrides={key: "3"}) == f"config 'custom' has 1 problem(s): {problem}"
+
+
+def test_an_unknown_section_ends_with_the_nearest_section() -> None:
+    assert problems_of({"trian": {"lr": 1.0}}) == (
+        "config 'custom' has 1 problem(s): unknown section [trian]; sections are model, data, train; "
+        "did you mean train?"
+    )
+
+
+def test_every_other_librarys_key_name_names_one_of_ours() -> None:
+    from octlm.config.load import KEY_ALIASES
+
+    assert set(KEY_ALIASES.values()) <= set(config_fields())
+    assert not set(KEY_ALIASES) & {key.partition(".")[2] for key in config_fields()}  # none is ours
+
+
+def test_scheme_and_source_names_are_read_in_any_case() -> None:
+    """`--position ROPE` is `--position rope`: the same config, hash included (a TOML file's value too)."""
+    rope = load_config("day1", {"model.position": "rope"})
+    shouted = load_config("day1", {"model.position": "ROPE", "data.source": "StdLib"})
+    assert (shouted.model.position, shouted.data.source) == ("rope", "stdlib")
+    assert shouted == rope and shouted.hash() == rope.hash()
+    assert config_from_dict({"model": {"position": "ALiBi"}}).model.position == "alibi"
+    assert problems_of({"model": {"norm": "RMSNorm"}}) == (  # only the registries' names: not every choice
+        "config 'custom' has 1 problem(s): model.norm = 'RMSNorm' is unknown; choose one of layernorm, rmsnorm; "
+        "did you mean rmsnorm?"
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------

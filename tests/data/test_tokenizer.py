@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,39 @@ def test_cli_trains_on_train_split_and_data_reuses_it(
     prepared = prepare_data(DataConfig(source="text", text=[str(texts)], data_dir=str(data_dir)), 300, False)
     assert prepared.tokenizer_path == saved
     assert prepared.tokenizer_sha256 == hashlib.sha256(saved.read_bytes()).hexdigest()
+
+
+def test_cli_reuses_the_tokenizer_of_the_same_inputs_and_retrains_for_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for doc in small_docs():
+        (texts / doc.name).write_text(doc.text)
+    args = ["--text", str(texts), "--data-dir", str(tmp_path / "data"), "--vocab-size", "300"]
+    assert main(["tokenizer", *args]) == 0
+    first = capsys.readouterr().out.splitlines()
+    (saved,) = (tmp_path / "data").glob("*/tokenizer.json")
+    before = (saved.read_bytes(), saved.stat().st_mtime_ns)
+    assert first[2].startswith("training         ") and first[2].endswith(" s")
+    assert main(["tokenizer", *args]) == 0  # the same inputs: reused, said so, the file untouched
+    again = capsys.readouterr().out.splitlines()
+    reused = (
+        "training         none: reused the tokenizer trained before on this same text with these settings"
+    )
+    assert again == [*first[:2], reused, *first[3:]]
+    assert (saved.read_bytes(), saved.stat().st_mtime_ns) == before
+    edited = json.loads(saved.read_text())
+    edited["model"]["merges"].pop()  # a merge fewer: meta.json no longer vouches for it, so it is retrained
+    saved.write_text(json.dumps(edited))
+    assert main(["tokenizer", *args]) == 0
+    assert capsys.readouterr().out.splitlines()[2] != reused and saved.read_bytes() == before[0]
+    assert main(["tokenizer", *args[:-1], "299"]) == 0  # another vocabulary size: trained, in its own folder
+    assert capsys.readouterr().out.splitlines()[2] != reused
+    (texts / "more.txt").write_text("more text for the training split\n" * 20)  # another corpus: trained
+    assert main(["tokenizer", *args]) == 0
+    assert capsys.readouterr().out.splitlines()[2] != reused
+    assert len(list((tmp_path / "data").glob("*/tokenizer.json"))) == 3
 
 
 def test_cli_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -69,10 +69,34 @@ def test_majority_weighs_each_answer_by_its_length_and_scores_on_fresh_draws() -
     assert majority(picked, [(1, 2), (2,), (3, 3)]) == Score(0.0, (1 + 0 + 0) / 3)
 
 
+def test_majority_breaks_ties_by_the_smallest_ids_and_guesses_past_every_picked_answer() -> None:
+    assert majority([(2,), (1,)], [(1,), (2,)]) == Score(0.5, 0.5)  # a tie: (1,) and token 1
+    assert majority([(2,), (2,), (1,)], [(2,), (1,)]) == Score(0.5, 0.5)  # the most common, not the smallest
+    assert majority([(1, 5), (2, 3), (2, 3)], [(2, 3)]) == Score(1.0, 1.0)
+    # position 1 is past every picked answer: guessed as the first answer's first token (3)
+    assert majority([(3,)], [(3, 3), (3, 4)]) == Score(0.0, (1.0 + 0.5) / 2)
+
+
 def test_baselines_draw_what_the_generator_draws() -> None:
     first = answers(TASKS["counting"], 16, 50)
     assert first == answers(TASKS["counting"], 16, 50) and first[:10] == answers(TASKS["counting"], 16, 10)
     assert chance(TASKS["copy"], [(4,) * 2, (4,) * 3]) == Score((16**-2 + 16**-3) / 2, 1 / 16)
+    assert (
+        answers(TASKS["copy"], 4, 5)
+        == answers(TASKS["copy"], 4, 5, seed=0)
+        != answers(TASKS["copy"], 4, 5, 1)
+    )
+    rows = baselines(["counting"], n=20, seed=3, factors=(1, 2))
+    drawn = answers(TASKS["counting"], 16, 40, seed=3)
+    assert rows[0].majority == majority(drawn[:20], drawn[20:]) and rows[0].examples == 20
+    assert [r.examples for r in baselines(["counting"], factors=(1,))] == [2000]  # the default n
+    table = markdown([rows[0]])
+    assert table == (
+        "| task | size | chance, exact | chance, per token | majority, exact | majority, per token |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        f"| counting | 16 | {100 * rows[0].chance.exact:.3g} % | {100 * rows[0].chance.per_token:.3g} % | "
+        f"{100 * rows[0].majority.exact:.3g} % | {100 * rows[0].majority.per_token:.3g} % |\n"
+    )
     table = markdown(baselines(["counting"], n=20, factors=(1, 2)))
     assert table.count("\n") == 4 and "| counting | 32 |" in table
 
@@ -121,7 +145,7 @@ def test_wilson_interval_inverts_the_score_test(hits: int, n: int) -> None:
 
 def test_interval_edges_and_what_clears() -> None:
     assert interval(0, 0) == (0.0, 1.0) and interval(0, 10)[0] == 0.0 and interval(10, 10)[1] == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^11 hits in 10 trials$"):
         interval(11, 10)
     assert interval(0, 10)[1] == pytest.approx(0.2775328, abs=1e-7)  # the textbook value
     assert clears(interval(60, 100), 0.45) and not clears(interval(60, 100), 0.55)  # (0.502, 0.691)

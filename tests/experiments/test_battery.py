@@ -19,10 +19,8 @@ from tiny import PYTHON
 
 from octlm.errors import UserError
 from octlm.experiments import battery
-from octlm.experiments.battery import (
-    Cell,
-    Row,
-    Settings,
+from octlm.experiments.battery import Cell, Row, Settings
+from octlm.experiments.task_batches import (
     answer_loss,
     batch_of,
     exact_matches,
@@ -349,3 +347,16 @@ def test_a_signal_stops_each_cell_after_its_step_and_writes_no_cell(
     last = dict(mark.split() for mark in marks.read_text().splitlines())  # pid -> its last mark
     assert len(last) == jobs and set(last.values()) == {"end"}  # every cell finished the step it was in
     assert not [p.name for p in out.glob("cells/*") if not p.name.endswith(".lock")]  # no cell, no temporary
+
+
+def test_factors_past_any_model_are_refused_before_anything_is_built() -> None:
+    # the default max_tokens draws an example of the size: at 8e11 items it would allocate terabytes
+    settings = battery.Settings(tasks=["copy", "passkey"], factors=(1, 10**11))
+    with pytest.raises(UserError) as refused:
+        battery.check_settings(settings)
+    assert str(refused.value) == (
+        "--factors 100000000000 asks copy, passkey for more than the 16,777,216 tokens a model holds; use "
+        "factors up to 524,288"
+    )
+    # the largest factor that fits passkey's 32 characters is accepted by this check
+    assert battery.LONGEST // 32 == 524_288 and 524_288 * 32 <= battery.LONGEST < 524_289 * 32

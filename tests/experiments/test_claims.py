@@ -9,8 +9,9 @@ import math
 
 import pytest
 
+from octlm.experiments import battery
 from octlm.experiments.claims import CLAIMS, Claim, Finding, claims_json, claims_markdown, findings
-from octlm.experiments.evidence import Estimate, Verdict
+from octlm.experiments.evidence import Check, Estimate, Verdict
 from octlm.experiments.tasks import TASKS
 
 SEEDS = (0, 1, 2)
@@ -157,7 +158,7 @@ def test_a_row_that_did_not_learn_is_left_out_and_named() -> None:
     ]
     [path] = [f for f in findings("tasks", records) if f.claim.key == "path-copy"]
     assert path.verdict is Verdict.INCONCLUSIVE  # copy cannot say, though reverse agrees
-    assert "not learned: path copy 6 % exact match at 8 (target 95 %)" in path.reason
+    assert "not learned: path copy, no seed at 95 % exact match at 8 (seeds: 6 %" in path.reason
     assert "path reverse exact match past 8 above rope reverse exact match past 8" in path.reason
     assert all("copy" not in e.label for e in path.estimates)
     # averaged over tasks (Ruoss), the task PaTH did not learn is left out and the others decide
@@ -167,7 +168,10 @@ def test_a_row_that_did_not_learn_is_left_out_and_named() -> None:
         r | {"hits": 50} if (r["task"], r["scheme"], r["size"]) == ("copy", "rope", 8) else r for r in records
     ]
     [ruoss] = [f for f in findings("tasks", records) if f.claim.key == "ruoss-rope"]
-    assert ruoss.verdict is Verdict.AGREE and "left out: not learned: rope copy 50 %" in ruoss.reason
+    assert (
+        ruoss.verdict is Verdict.AGREE
+        and "left out: not learned: rope copy, no seed at 95 % exact match at 8" in ruoss.reason
+    )
     assert [e.label for e in ruoss.estimates] == [
         "rope+random counting per token past 16",
         "rope counting per token past 16",
@@ -217,3 +221,40 @@ def test_markdown_and_json_carry_the_numbers_used() -> None:
         "seeds": [1, 2, 3],
     }
     json.dumps(row, allow_nan=False)
+
+
+class Reads:
+    """A stand-in for `evidence.Battery` that notes the (task, row) pairs a claim reads."""
+
+    def __init__(self, tasks: list[str]) -> None:
+        self.tasks, self.read = tasks, set()
+
+    def above(self, row: str, other: str, tasks: list[str] | None, metric: str) -> Check:
+        self.read |= {(t, r) for t in (self.tasks if tasks is None else tasks) for r in (row, other)}
+        return Check(Verdict.INCONCLUSIVE, "")
+
+    def drops(self, row: str, task: str, metric: str) -> Check:
+        self.read.add((task, row))
+        return Check(Verdict.INCONCLUSIVE, "")
+
+
+def test_the_default_battery_runs_every_cell_a_claim_reads_and_passkey_only_those() -> None:
+    """The rows a task runs on by default (`battery.CLAIMED_ROWS`) are the rows the claims read: dropping one
+    would leave a claim unread, keeping another would only cost time. A claim whose rows are not all default
+    rows (learned + random, NoPE + SSMax) is not run by default."""
+    settings = battery.Settings()
+    grid = {"schemes": settings.schemes, "task_rows": settings.task_rows(settings.schemes)}
+    read = set()
+    for claim in (c for c in CLAIMS if c.experiment == "tasks"):
+        reads = Reads(list(settings.tasks))
+        claim.check(reads)
+        if {r for _, r in reads.read} <= set(settings.schemes):
+            read |= {(t, r) for t, r in reads.read if t in settings.tasks}
+    ran = {(t, r) for t in settings.tasks for r in battery.rows_of(grid, t)}
+    assert read <= ran
+    assert {r for t, r in read if t == "passkey"} == set(battery.CLAIMED_ROWS["passkey"])
+    assert battery.rows_of(grid, "passkey") == ["rope", "alibi", "nope", "rope+random"]
+    cheap = ("copy", "reverse", "selective-copy")
+    assert ran == {(t, r) for t in cheap for r in settings.schemes} | {
+        (t, r) for t, r in read if t == "passkey"
+    }

@@ -23,6 +23,7 @@ from octlm.experiments.evidence import (
     Inconclusive,
     Length,
     Verdict,
+    across_seeds,
     all_of,
     curve_records,
     exceeds,
@@ -121,18 +122,39 @@ def test_battery_pools_seeds_counts_no_rows_wrong_and_averages_past_sizes() -> N
     ]
     b = Battery(records)
     at8 = b.at("copy", "rope", 8, EXACT)
-    assert (at8.value, (at8.lo, at8.hi), at8.n, at8.seeds) == (0.95, interval(19, 20), 20, (0, 1))
+    # seeds 1.0 and 0.9: the t-interval, 0.95 -+ t(1) s / sqrt(2) with s = 0.1 / sqrt(2), is wider than
+    # Wilson's on the 20 pooled examples, and is cut at 1
+    assert (at8.value, at8.n, at8.seeds) == (0.95, 20, (0, 1))
+    assert (at8.lo, at8.hi) == pytest.approx((0.95 - 12.7062047 * 0.05, 1.0), abs=1e-12)
+    assert at8.lo < interval(19, 20)[0]
+    # 16: seeds 0.4, 0.2; 32: 0.0, 0.2 -> t half-widths of 1.27, each size's interval [0, 1]
     past = b.past("copy", "rope", EXACT)
-    assert past.value == pytest.approx(0.2) and past.lo == pytest.approx(
-        (interval(6, 20)[0] + interval(2, 20)[0]) / 2
-    )
-    assert b.learned("copy", "rope") == at8
+    assert (past.value, past.lo, past.hi) == pytest.approx((0.2, 0.0, 1.0), abs=1e-12)
+    # seed 0 learned (100 % at 8), seed 1 did not (90 %): the row is learned, on seed 0 alone
+    assert b.seeds_learned("copy", "rope") == (0,)
+    assert b.learned("copy", "rope") == b.at("copy", "rope", 8, EXACT, (0,))
+    assert (b.learned("copy", "rope").value, b.learned("copy", "rope").seeds) == (1.0, (0,))
+    only = b.past("copy", "rope", EXACT, (0,))  # seed 0 past 8: 4 of 10 at 16, 0 of 10 at 32
+    assert (only.value, only.seeds) == (pytest.approx(0.2), (0,))
+    assert only.lo == pytest.approx((interval(4, 10)[0] + interval(0, 10)[0]) / 2)
     none = b.at("copy", "learned", 16, EXACT)
     assert none.value == 0 and none.n == 10 and "(no rows)" in none.label
     with pytest.raises(Inconclusive, match="not recorded: per token accuracy of rope copy"):
         b.at("copy", "rope", 8, PER_TOKEN)
     with pytest.raises(Inconclusive, match="missing rows: nope copy at 8"):
         b.at("copy", "nope", 8, EXACT)
+
+
+def test_across_seeds_widens_the_pooled_interval_to_the_seeds_spread() -> None:
+    pooled = interval(150, 200)
+    assert across_seeds(pooled, [0.75]) == pooled  # one seed: no spread to read
+    assert across_seeds(pooled, [0.75, 0.75]) == pooled  # seeds that agree: the examples' noise is wider
+    lo, hi = across_seeds(pooled, [0.5, 1.0])  # 0.75 -+ 12.7062047 * 0.25
+    assert (lo, hi) == (0.0, 1.0)
+    lo, hi = across_seeds(pooled, [0.7, 0.8, 0.75])  # 0.75 -+ 4.3026527 * 0.05 / sqrt(3)
+    half = 4.3026527 * 0.05 / math.sqrt(3)
+    assert (lo, hi) == pytest.approx((min(pooled[0], 0.75 - half), max(pooled[1], 0.75 + half)), abs=1e-12)
+    assert lo == pytest.approx(0.75 - half) and hi == pytest.approx(0.75 + half)
 
 
 def test_battery_per_token_and_not_learned() -> None:
@@ -147,7 +169,9 @@ def test_battery_per_token_and_not_learned() -> None:
     assert (per_query.lo, per_query.hi) == pytest.approx((0.6877901172181629, 0.9985537229120924), abs=1e-12)
     assert per_query.n == 10 and per_query.lo < interval(78, 80)[0] - 0.2
     assert b.learned("mqar", "rope").value == 78 / 80  # MQAR learned per query, where recorded
-    with pytest.raises(Inconclusive, match=r"not learned: path copy 60 % exact match at 8 \(target 95 %\)"):
+    with pytest.raises(
+        Inconclusive, match=r"not learned: path copy, no seed at 95 % exact match at 8 \(seeds: 60 %\)"
+    ):
         b.learned("copy", "path")
     assert Battery(records, target=0.5).learned("copy", "path").value == 0.6
 

@@ -195,6 +195,7 @@ def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: di
         "--quick",
         "--rows",
         "ntk",
+        "alibi",
         "--seeds",
         "1",
         "--base",
@@ -207,10 +208,17 @@ def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: di
         str(out),
         "--no-progress",
     ]
-    assert main(argv) == 0
+    code, _, err = tiny.run_cli(argv)
+    assert code == 0 and err == (  # the length experiment trained no alibi: said, and trained here
+        f"octlm experiment extend: note: --base {length_out}: 1 of 2 base models trained here, as its runs/ "
+        "holds no finished run of their config (alibi-seed1337: no run there)\n"
+    )
     cell = json.loads((out / "cells" / "ntk-seed1337.json").read_text())
     assert cell["facts"]["info"]["base_run"] == str(length_out / "runs" / "rope-seed1337")
     assert not cell["facts"]["info"]["base_trained"] and not (out / "runs" / "rope-seed1337").exists()
+    assert f" --rows ntk alibi --base {length_out} --set " in cell["facts"]["command"]
+    alibi = json.loads((out / "cells" / "alibi-seed1337.json").read_text())["facts"]["info"]
+    assert alibi["base_trained"] and alibi["base_run"] == str(out / "runs" / "alibi-seed1337")
     assert tiny.snapshot(length_out / "runs") == before  # the other experiment's runs untouched
     tuned = load_checkpoint(out / "runs" / "ntk-seed1337-extended", load_optimizer=False).config
     assert tuned.train.init_from == str(length_out / "runs" / "rope-seed1337")
@@ -229,6 +237,32 @@ def test_bad_options_are_one_line(tmp_path: Path, flags: list[str], needle: str)
     code, _, err = tiny.run_cli(["experiment", "extend", "--quick", "--out", str(tmp_path / "o"), *flags])
     tiny.check_one_line(code, err, needle)
     assert not (tmp_path / "o" / "runs").exists()
+
+
+@pytest.mark.parametrize("given", ["a file", "a missing folder", "an empty folder", "a folder without runs"])
+def test_a_base_that_is_no_length_experiment_is_refused_in_one_line(tmp_path: Path, given: str) -> None:
+    """Not silently replaced by training every base model here (an hour at full size): refused, nothing
+    written."""
+    base = tmp_path / "base"
+    if given == "a file":
+        base.write_text("runs\n")
+    elif given != "a missing folder":
+        (base / ("runs" if given == "an empty folder" else "cells")).mkdir(parents=True)
+    said = {
+        "a file": f"--base {base} is a file, not a length experiment's folder of base models",
+        "a missing folder": f"--base {base}: no such folder",
+        "an empty folder": f"--base {base} holds no length experiment (no runs in {base}/runs/)",
+        "a folder without runs": f"--base {base} holds no length experiment (no runs in {base}/runs/)",
+    }[given]
+    fix = "give the folder `octlm experiment length --out DIR` wrote, or leave --base out to train the base models"
+    out = tmp_path / "out"
+    code, stdout, err = tiny.run_cli(
+        ["experiment", "extend", "--quick", "--base", str(base), "--out", str(out)]
+    )
+    tiny.check_one_line(
+        code, err, f"{said} to take base models from; {fix} here" if "holds" in said else said
+    )
+    assert fix in err and stdout == "" and not out.exists()
 
 
 def test_fine_tune_config_keeps_the_tokens_per_step(tmp_path: Path) -> None:

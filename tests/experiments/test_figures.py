@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from drawn import TAB10, keeping, lines_by_label
 
-from octlm.experiments import battery_results, length_results
+from octlm.experiments import battery_figures, length_results
 from octlm.experiments.battery import default_rows
 from octlm.experiments.figures import STYLE_KEY, VARIANT_STYLES, row_style
 from octlm.experiments.length import Settings
@@ -22,7 +22,19 @@ from octlm.positions import scheme_names
 
 @pytest.fixture
 def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    return keeping(monkeypatch, length_results, battery_results)
+    return keeping(monkeypatch, length_results, battery_figures)
+
+
+def test_the_legend_keys_every_panels_rows_when_the_first_panel_has_fewer(
+    drawn: dict[str, Any], tmp_path: Path
+) -> None:
+    panels = {
+        "passkey": ([32, 64], {"rope": [1.0, 0.5], "nope": [1.0, 0.9]}),
+        "copy": ([8, 16], {"learned": [1.0, None], "rope": [1.0, 0.0], "nope": [0.9, 0.1]}),
+    }
+    battery_figures.plot_accuracy(panels, {"passkey": 32, "copy": 8}, tmp_path / "tasks.png")
+    keyed = [t.get_text() for t in drawn["tasks.png"].legends[0].get_texts()]
+    assert keyed == ["rope", "nope", "learned"]
 
 
 def test_a_row_takes_its_schemes_colour_and_its_options_style() -> None:
@@ -51,7 +63,7 @@ def test_a_scheme_has_one_colour_in_every_panel_and_figure(tmp_path: Path, drawn
     assert plot(summary, settings, tmp_path / "length.png") is not None
     rows = default_rows()
     panels = {task: ([1, 2, 4], {row: [0.5, 0.4, None] for row in rows}) for task in ("copy", "sort")}
-    battery_results.plot_accuracy(panels, {"copy": 2, "sort": 2}, tmp_path / "tasks.png")
+    battery_figures.plot_accuracy(panels, {"copy": 2, "sort": 2}, tmp_path / "tasks.png")
     length_fig, tasks_fig = drawn["length.png"], drawn["tasks.png"]
     assert len(length_fig.axes) == 4  # every scheme, and RoPE's variants; two window modes each
 

@@ -19,7 +19,7 @@ from processes import stopped_in_training
 from octlm.cli import main
 from octlm.experiments.claims import CLAIMS
 from octlm.experiments.evidence import Length, Verdict
-from octlm.experiments.length import AXES, Settings, default_rows, finished_run
+from octlm.experiments.length import AXES, Settings, default_rows, finished_run, unfinished
 from octlm.experiments.lengths_scorer import MODES
 from octlm.positions.rope_scaling import VARIANTS
 
@@ -175,16 +175,26 @@ def test_a_second_run_reuses_the_trained_models(quick: dict[str, Any], capsys: p
 
 
 def test_only_a_run_trained_to_its_last_step_is_reused(tmp_path: Path) -> None:
-    """A run stopped at step 10 of 20 has the same config as a finished one: it is trained again, not scored."""
+    """A run stopped at step 10 of 20 has the same config as a finished one: it is trained again, not scored;
+    `unfinished` says why a run is not reused (what `experiment extend --base` reports)."""
     from octlm.training.loop import train
 
-    config = tiny.tiny_config(tmp_path, tiny.write_train_corpus(tmp_path / "text"), steps=20)
+    corpus = tiny.write_train_corpus(tmp_path / "text")
+    config = tiny.tiny_config(tmp_path, corpus, steps=20)
     run_dir = tmp_path / "runs" / "stopped"
     assert train(config, run_dir, progress=False, stop_after=10).interrupted
-    assert finished_run(run_dir, config) is None
+    assert finished_run(run_dir, config) is None and unfinished(run_dir, config) == "stopped at step 10 of 20"
     train(config, run_dir, progress=False, resume=True)
-    assert finished_run(run_dir, config) is not None
+    assert finished_run(run_dir, config) is not None and unfinished(run_dir, config) is None
     assert finished_run(tmp_path / "runs" / "absent", config) is None
+    assert unfinished(tmp_path / "runs" / "absent", config) == "no run there"
+    (tmp_path / "runs" / "empty").mkdir()
+    assert unfinished(tmp_path / "runs" / "empty", config) == "no checkpoint there"
+    longer = tiny.tiny_config(tmp_path, corpus, steps=30, lr=0.002, run_name="elsewhere", out_dir="x")
+    assert unfinished(run_dir, longer) == (
+        f"trained with another config (train.lr {config.train.lr} there, 0.002 here; train.steps 20 there, "
+        "30 here)"
+    )
 
 
 def bpb_tables(out: Path) -> list[str]:
@@ -288,12 +298,31 @@ def collect_error(out: Path) -> str:
     return err
 
 
-def test_collect_refuses_a_cell_made_with_other_settings(quick: dict[str, Any], tmp_path: Path) -> None:
+def test_a_cell_of_other_settings_is_refused_by_a_run_and_by_collect(
+    quick: dict[str, Any], tmp_path: Path
+) -> None:
     shutil.copytree(quick["out"] / "cells", tmp_path / "cells")
-    (tmp_path / "runs").symlink_to(quick["out"] / "runs")  # the trained models are reused: only scoring runs
     argv = [a for a in quick["argv"] if a != "--export-web" and a != str(quick["web"])]
     argv[argv.index("--out") + 1] = str(tmp_path)
-    assert main(argv + ["--only", "alibi:1337", "--eval-windows", "2"]) == 0
+    other = argv + ["--only", "alibi:1337", "--eval-windows", "2"]
+    code, _, err = tiny.run_cli(other)
+    tiny.check_one_line(code, err, f"{str(tmp_path)!r} already holds a finished run (30 cell(s)); collect it")
+    code, _, err = tiny.run_cli([*other, "--overwrite"])
+    tiny.check_one_line(
+        code, err, f"{tmp_path} holds cells made with a different --eval-windows (4, here 2; "
+    )
+    cells_in = {
+        folder: {p.name: p.read_bytes() for p in (folder / "cells").glob("*.json")}
+        for folder in [tmp_path, quick["out"]]
+    }
+    assert cells_in[tmp_path] == cells_in[quick["out"]]  # nothing rewritten
+    # The cell made elsewhere and copied in: collect refuses it.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "runs").symlink_to(quick["out"] / "runs")  # the trained models are reused: only scoring runs
+    other[other.index("--out") + 1] = str(elsewhere)
+    assert main(other) == 0
+    shutil.copy(elsewhere / "cells" / "alibi-seed1337.json", tmp_path / "cells")
     err = collect_error(tmp_path)
     assert "alibi-seed1337.json was made with a different --eval-windows (2) from" in err
 

@@ -250,7 +250,7 @@ def test_counting_answers_every_value_the_test_sizes_ask_for() -> None:
 
 
 def test_default_tasks_leave_addition_and_mqar_out() -> None:
-    assert DEFAULT_TASKS == ("copy", "reverse", "selective-copy", "passkey", "counting")
+    assert DEFAULT_TASKS == ("copy", "reverse", "selective-copy", "passkey")
     assert set(DEFAULT_TASKS) < set(TASKS) and not [t for t in DEFAULT_TASKS if t.startswith("addition")]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny import tiny_rope_decoder
 
 from octlm.config import config_from_dict
 from octlm.data.sources import Document
@@ -249,21 +250,7 @@ def test_usable_with_nothing_to_cut_writes_nothing() -> None:
 
 
 def rope_model() -> Decoder:
-    config = config_from_dict(
-        {
-            "model": {
-                "vocab_size": 260,
-                "d_model": 32,
-                "n_layers": 1,
-                "n_heads": 2,
-                "d_ff": 64,
-                "context_length": 16,
-                "position": "rope",
-            }
-        }
-    )
-    torch.manual_seed(0)
-    return Decoder(config.model)
+    return tiny_rope_decoder(260)
 
 
 def test_huge_max_new_tokens_starts_with_a_modest_cache() -> None:

@@ -173,6 +173,12 @@ def test_probe_command_writes_table_figure_and_json(run_dir: Path, tmp_path: Pat
     assert main(["probe", str(run_dir), "--out", str(tmp_path / "out"), "--buckets", "4"]) == 0
     printed = capsys.readouterr().out
     assert "embedding" in printed and "block 1" in printed and "probe.md" in printed
+    lines = printed.splitlines()
+    assert lines[1] == "  layer          R²    MAE  R² ctl    acc acc ctl  chance"
+    assert lines[4] == (  # under the table, what its columns are
+        "  R², MAE: the ridge probe's fit of the position; acc: the bucket probe's accuracy; ctl: the same "
+        "probe trained on shuffled positions (a layer knows position where it beats its ctl)"
+    )
     numbers = json.loads((tmp_path / "out" / "probe.json").read_text(encoding="utf-8"))
     assert [x["layer"] for x in numbers["layers"]] == ["embedding", "block 1"]
     assert (
@@ -190,9 +196,22 @@ def test_probe_command_writes_table_figure_and_json(run_dir: Path, tmp_path: Pat
 
 
 def test_inspect_report_holds_the_probe_section(run_dir: Path, tmp_path: Path) -> None:
-    from octlm.inspect.report import write_report
+    from octlm.inspect.report import Progress, write_report
 
-    folder, _ = write_report(run_dir, out=tmp_path / "report", probe=True)
+    progress = Progress()
+    folder, _ = write_report(run_dir, out=tmp_path / "report", probe=True, progress=progress)
+    assert (
+        progress.steps
+        == [  # what `octlm inspect` shows on a terminal as it goes: the probe one layer a step
+            "loading the run",
+            "counting the training tokens",
+            "comparing the tables with an untrained model",
+            "position probe: embedding",
+            "position probe: block 1",
+            "attention by distance",
+            "drawing the figures, writing the report",
+        ]
+    )
     assert "## What each layer knows of position" in (folder / "report.md").read_text(encoding="utf-8")
     assert (folder / "probe" / "probe.png").is_file()
     assert (

@@ -387,8 +387,9 @@ def test_inspect_cli(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
         str(web),
     ]
     assert main(args) == 0
-    printed = capsys.readouterr().out
+    printed, err = capsys.readouterr()
     assert "' x'" in printed and "report:" in printed
+    assert err == ""  # stderr is no terminal here: no progress
     numbers = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert len(numbers["tokens"]) == 3 and numbers["tokens"][2] == 0
     assert all(len(nb) == 3 for nb in numbers["trained"]["neighbours"].values())
@@ -414,3 +415,62 @@ def test_rope_report_files(tmp_path: Path, tiny_tokenizer) -> None:
     assert_png(folder / "position_scheme.png")
     data = json.loads((folder / "embeddings.json").read_text(encoding="utf-8"))
     assert data["position"] == "rope" and data["position_similarity"] is None
+
+
+def test_progress_is_one_line_redrawn_per_step() -> None:
+    import io
+    import re
+
+    drawn = io.StringIO()
+    with report.Progress(show=True, file=drawn) as progress:
+        progress.plan(2)
+        progress.start("loading the run")
+        progress.start("attention by distance")
+    frames = [re.sub(r"\d\d:\d\d\)", "mm:ss)", f) for f in drawn.getvalue().split("\r")]
+    assert frames == [
+        "",
+        "inspect:  (0/? done, mm:ss)",
+        "inspect:  (0/2 done, mm:ss)",
+        "inspect: loading the run (0/2 done, mm:ss)",
+        "inspect: attention by distance (1/2 done, mm:ss)",
+        " " * len("inspect: attention by distance (1/2 done, mm:ss)"),  # cleared when done
+        "",
+    ]
+    assert progress.steps == ["loading the run", "attention by distance"]
+
+
+def test_inspect_shows_its_steps_on_a_terminal(run_dir: Path, tmp_path: Path) -> None:
+    """`octlm inspect` with stderr on a real terminal (a pseudo-terminal of 100 columns) draws its steps."""
+    import fcntl
+    import os
+    import struct
+    import subprocess
+    import termios
+
+    from tiny import PYTHON, quiet_env
+
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    argv = [PYTHON, "-m", "octlm", "inspect", str(run_dir), "--no-probe", "--out", str(tmp_path / "r")]
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=follower, env=quiet_env())
+    os.close(follower)
+    drawn = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            drawn += chunk
+    except OSError:  # EIO: the terminal's last writer has gone (a pseudo-terminal's end of file)
+        pass
+    finally:
+        os.close(leader)
+    assert child.wait(timeout=300) == 0
+    frames = drawn.decode().split("\r")
+    steps = [f.split(" (")[0] for f in frames if f.startswith("inspect: ") and " done, " in f]
+    assert list(dict.fromkeys(steps)) == [
+        "inspect: ",
+        "inspect: loading the run",
+        "inspect: counting the training tokens",
+        "inspect: comparing the tables with an untrained model",
+        "inspect: attention by distance",
+        "inspect: drawing the figures, writing the report",
+    ]
+    assert "(4/5 done, " in drawn.decode() and frames[-1].strip() == ""

@@ -30,6 +30,7 @@ from octlm.config import ModelConfig  # noqa: E402
 from octlm.data.tokenizer import Tokenizer  # noqa: E402
 from octlm.errors import UserError  # noqa: E402
 from octlm.interop.hf import export_hf_model, from_hf, hf_architecture, to_hf  # noqa: E402
+from octlm.interop.hf_arch import target_differences  # noqa: E402
 from octlm.model.decoder import Decoder  # noqa: E402
 
 # Largest |logit difference| measured on this machine (float32, sdpa and eager): 3.6e-6 (the half layout, its
@@ -257,17 +258,21 @@ def test_export_model_folder(tokenizer: Tokenizer, tmp_path: Path) -> None:  # n
 
 def test_scalable_softmax_is_refused_by_every_target() -> None:
     ssmax = dataclasses.replace(LLAMA4, attention_scaling="ssmax")
-    with pytest.raises(UserError, match=r"^not representable in transformers: as GPT-2") as error:
+    with pytest.raises(UserError) as error:
         hf_architecture(ssmax)
-    message = str(error.value)
-    assert "\n" not in message
-    parts = message.split("; as ")
-    assert len(parts) == 5
-    assert all("attention_scaling='ssmax' (needs 'none')" in part for part in parts[:4]), parts
-    assert parts[4].startswith(
-        "Llama 4 (Llama4ForCausalLM, Llama with attention_scaling='llama4', rope or nope) "
-        "it differs in attention_scaling='ssmax' (needs 'llama4')"
+    # Llama (SmolLM3, for its NoPE layer) and Llama 4 tie at one difference: the first listed leads.
+    assert str(error.value) == (
+        "retrain with --set model.attention_scaling=none to export as SmolLM3 (SmolLM3ForCausalLM): as "
+        "trained, the run is not representable in transformers. SmolLM3 differs in attention_scaling='ssmax' "
+        "(needs 'none'); the others: GPT-2 in position, norm, mlp, bias, attention_scaling; GPT-NeoX in "
+        "norm, mlp, bias, attention_scaling, nope_layers; MPT in position, norm, mlp, attention_scaling, "
+        "d_ff, nope_layers; Llama 4 in attention_scaling (`octlm export hf --help` says what each needs)"
     )
+    found = {name: [str(d) for d in ds] for name, ds in target_differences(ssmax).items()}
+    assert all(
+        "attention_scaling='ssmax' (needs 'none')" in found[n] for n in ("gpt2", "llama", "gpt_neox", "mpt")
+    )
+    assert found["llama4_text"] == ["attention_scaling='ssmax' (needs 'llama4')"]
     with pytest.raises(UserError, match="attention_scaling='ssmax'"):
         to_hf(Decoder(ssmax))
 
@@ -283,9 +288,21 @@ def test_scalable_softmax_is_refused_by_every_target() -> None:
     ],
 )
 def test_llama4_shapes_llama4_lacks_are_refused(changes: dict, named: str) -> None:
-    with pytest.raises(UserError, match=r"^not representable in transformers: ") as error:
-        hf_architecture(dataclasses.replace(LLAMA4, **changes))
-    others, llama4 = str(error.value).split("; as Llama 4 ")
-    differs = llama4.split(" it differs in ")[1]
-    assert named in differs and "attention_scaling" not in differs  # the temperature itself fits
-    assert "attention_scaling='llama4' (needs 'none')" in others
+    config = dataclasses.replace(LLAMA4, **changes)
+    with pytest.raises(UserError, match=r"^retrain with --set model\..* not representable in transformers"):
+        hf_architecture(config)
+    found = target_differences(config)
+    assert [str(d) for d in found["llama4_text"]] == [named]  # the temperature itself fits
+    assert "attention_scaling='llama4' (needs 'none')" in [str(d) for d in found["llama"]]
+
+
+def test_a_llama4_run_with_biases_is_refused_with_its_fix_first() -> None:
+    with pytest.raises(UserError) as error:
+        hf_architecture(dataclasses.replace(LLAMA4, bias=True))
+    assert str(error.value) == (
+        "retrain with --set model.bias=false to export as Llama 4 (Llama4ForCausalLM): as trained, the run "
+        "is not representable in transformers. Llama 4 differs in bias=True (needs False); the others: GPT-2 "
+        "in position, norm, mlp, attention_scaling; Llama in bias, attention_scaling; GPT-NeoX in norm, mlp, "
+        "attention_scaling, nope_layers; MPT in position, norm, mlp, bias, attention_scaling, d_ff, "
+        "nope_layers (`octlm export hf --help` says what each needs)"
+    )

@@ -102,6 +102,7 @@ export interface TaskSpec {
   train_sizes: [number, number]; // the sizes training draws from, both ends included
   counts: string; // what a size counts: "items", "digits", "filler characters", ...
   test_sizes: number[]; // the largest training size times each factor
+  rows?: string[]; // the rows this task ran on, where fewer than all (absent in older files: every row)
 }
 
 export interface TaskResult {
@@ -125,6 +126,11 @@ export interface TasksData {
   results: TaskResult[];
 }
 
+/** The rows `task` ran on: its own list where it ran on fewer than all (older files list none: every row). */
+export function rowsOf(data: TasksData, task: string): string[] {
+  return data.tasks[task]?.rows ?? data.rows;
+}
+
 /** Check a parsed tasks.json (`octlm experiment tasks`, octlm/experiments/battery_results.py's web_json). */
 export function checkTasks(raw: unknown): Result<TasksData> {
   const errors: string[] = [];
@@ -143,6 +149,7 @@ export function checkTasks(raw: unknown): Result<TasksData> {
         if (!Array.isArray(t.train_sizes) || t.train_sizes.length !== 2 || !t.train_sizes.every(isNum)) errors.push(`tasks.${name}.train_sizes must be two numbers`);
         if (typeof t.counts !== "string") errors.push(`tasks.${name}.counts must be a string`);
         if (!Array.isArray(t.test_sizes) || !t.test_sizes.length || !t.test_sizes.every(isNum)) errors.push(`tasks.${name}.test_sizes must be a list of numbers`);
+        if (t.rows !== undefined && !(Array.isArray(t.rows) && t.rows.every((r) => typeof r === "string" && Array.isArray(raw.rows) && raw.rows.includes(r)))) errors.push(`tasks.${name}.rows must be a list of the file's rows`);
       }
     }
   if (!Array.isArray(raw.results)) errors.push("results must be a list");

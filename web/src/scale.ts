@@ -38,6 +38,12 @@ export interface Scale {
  */
 export const COSINE: Scale = { kind: "diverging", min: -1, max: 1 };
 
+/**
+ * The one scale of every probability on the site (attention weights, a task's accuracy): sequential over the
+ * whole range, [0, 1], so that a head that never puts more than 0.9 on a key is not drawn as if it reached 1.
+ */
+export const PROBABILITY: Scale = { kind: "sequential", min: 0, max: 1 };
+
 /** A diverging scale symmetric around 0 that covers every finite value. */
 export function divergingFor(values: number[], atLeast = 1e-9): Scale {
   const m = values.reduce((acc, v) => (Number.isFinite(v) ? Math.max(acc, Math.abs(v)) : acc), atLeast);
@@ -85,10 +91,14 @@ export function colour(scale: Scale, v: number): string {
   return `rgb(${r} ${g} ${b})`;
 }
 
-/** Text colour for a cell of the given value: near-black or white, whichever contrasts more (WCAG ratio). */
+/**
+ * Text colour for a cell of the given value: black or white, whichever contrasts more (WCAG ratio). Pure black,
+ * not a near-black: where the ramps cross mid-grey (sequential ~0.55) #111 reaches only 4.4:1 either way, under
+ * WCAG's 4.5; black and white meet at 4.58:1 at worst.
+ */
 export function ink(scale: Scale, v: number): string {
   const cell = Number.isFinite(v) ? colourRGB(scale, v) : MASKED_RGB;
-  return contrastRatio(cell, [17, 17, 17]) >= contrastRatio(cell, [255, 255, 255]) ? "#111" : "#fff";
+  return contrastRatio(cell, [0, 0, 0]) >= contrastRatio(cell, [255, 255, 255]) ? "#000" : "#fff";
 }
 
 /** The step 1, 2 or 5 × 10^k that cuts `span` into about `count` parts. */

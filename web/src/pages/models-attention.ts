@@ -6,7 +6,7 @@
  * with their own key entry, never in the colour of a real 0.
  */
 import { headWindow, range } from "../lm";
-import { MASKED_RGB, colour, colourRGB, divergingFor, type Scale } from "../scale";
+import { MASKED_RGB, PROBABILITY, colour, colourRGB, divergingFor, type Scale } from "../scale";
 import { el, fmt, legend, numberSlider, svg } from "../ui";
 
 /** The most tokens a window shows along each axis (a readable label per row and column). */
@@ -21,13 +21,13 @@ export interface MapInput {
   caption: string;
 }
 
-/** The scale of a map: probabilities from 0 to the head's largest; a bias diverging around 0 (real cells only). */
+/** The scale of a map: probabilities on the site's one [0, 1] scale; a bias diverging around 0 (real cells only). */
 function scaleOf(input: MapInput): Scale {
+  if (input.kind === "probability") return PROBABILITY;
   const { data, T, head } = input;
   const real: number[] = [];
   for (let q = 0; q < T; q++) for (let k = 0; k <= q; k++) real.push(data[(head * T + q) * T + k]);
-  if (input.kind === "bias") return divergingFor(real);
-  return { kind: "sequential", min: 0, max: Math.max(...real, 1e-9) };
+  return divergingFor(real);
 }
 
 const short = (label: string) => (label.length > 10 ? `${label.slice(0, 9)}…` : label);

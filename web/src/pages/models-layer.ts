@@ -40,7 +40,7 @@ function instead(name: string, signal: Signal): string[] {
 }
 
 /**
- * The seed's constructor as PyTorch, with the model's sizes and (the first 12 of) the text's ids, then what the
+ * The embedding constructor as PyTorch, with the model's sizes and (the first 12 of) the text's ids, then what the
  * chosen scheme runs in place of its `pos` lines.
  */
 export function constructorCode(info: ModelInfo, ids: number[], signal: Signal): string {
@@ -118,9 +118,12 @@ export function layerView(): { controls: HTMLElement[]; root: HTMLElement; updat
     const scale = readable([...tokenRows.flat(), ...embedded.flat(), ...(added?.flat() ?? [])]);
     const channels = `channels ${c0}–${c0 + (tokenRows[0]?.length ?? 0) - 1} of ${C}`;
     const parts: HTMLElement[] = [table(`tok(ids): the token table's rows (token_rows), ${channels}`, tokenRows, rows, c0, "lm-token-rows", labels, scale)];
-    if (added) parts.push(el("p", { class: "op-line", text: "+ the position signal, embedded − token_rows:" }), table(`The position rows added (embedded − token_rows), ${channels}`, added, rows, c0, "lm-signal", labels, scale), el("p", { class: "op-line", text: "=" }));
-    else parts.push(...signalParts(input, rows));
-    parts.push(table(`x: the sum entering block 0 (embedded), ${channels}`, embedded, rows, c0, "lm-embedded", labels, scale), legend(scale, "token rows, position signal and sum"));
+    const largest = fmt(largestMagnitude(diffAll(out)), 3);
+    if (added) parts.push(op("+ the position signal, embedded − token_rows:"), table(`The position rows added (embedded − token_rows), ${channels}`, added, rows, c0, "lm-signal", labels, scale));
+    else parts.push(op(`+ nothing: x = tok(ids) (largest |embedded − token_rows| = ${largest})`));
+    parts.push(op("="), table(`x: the sum entering block 0 (embedded), ${channels}`, embedded, rows, c0, "lm-embedded", labels, scale), legend(scale, added ? "token rows, position signal and sum" : "token rows and sum"));
+    // a scheme that adds nothing to x puts its position signal inside attention: shown after the sum, not in it
+    if (!added) parts.push(...signalParts(input, rows));
     root.replaceChildren(...parts);
     root.dataset.signal = signal;
     root.dataset.rows = `${t0} ${rows.length}`;
@@ -132,7 +135,7 @@ export function layerView(): { controls: HTMLElement[]; root: HTMLElement; updat
     const T = out.length;
     const h = Number(head.value);
     if (signal === "rotate") return rotation(current, rows, h);
-    const words = el("p", { class: "op-line" });
+    const words = el("p", { class: "signal-line" });
     const parts: HTMLElement[] = [words];
     const gates = signal === "attend" && largestMagnitude(out.first.bias_0!.data) > 0; // FoX's summed log forget gates
     if (signal === "bias" || gates) {
@@ -145,17 +148,17 @@ export function layerView(): { controls: HTMLElement[]; root: HTMLElement; updat
     }
     words.textContent =
       signal === "bias"
-        ? `+ nothing: x = tok(ids), so the sum below equals the token rows (largest |embedded − token_rows| = ${fmt(largestMagnitude(diffAll(out)), 3)}). The position signal is added to layer 0's scores instead; for head ${h}:`
+        ? `The position signal is not in x: it is added to layer 0's attention scores, query by key, before the softmax. For head ${h}:`
         : signal === "attend"
-          ? `+ nothing: x = tok(ids) (largest |embedded − token_rows| = ${fmt(largestMagnitude(diffAll(out)), 3)}). The scheme computes attention by its own rule instead; for head ${h}, ${gates ? "its additive term on the scores (bias_0), then " : ""}the layer-0 weights that rule gives:`
-          : `+ nothing: NoPE has no position signal (largest |embedded − token_rows| = ${fmt(largestMagnitude(diffAll(out)), 3)}); the causal mask alone tells the model about order.`;
-    return [...parts, el("p", { class: "op-line", text: "=" })];
+          ? `The position signal is not in x: the scheme computes attention by its own rule. For head ${h}, ${gates ? "its additive term on the scores (bias_0), then " : ""}the layer-0 weights that rule gives:`
+          : "NoPE has no position signal anywhere: the causal mask alone tells the model about order.";
+    return parts;
   }
 
   function rotation(current: LayerInput, rows: number[], h: number): HTMLElement[] {
     const { out, labels } = current;
     const T = out.length;
-    const parts: HTMLElement[] = [el("p", { class: "op-line", text: `+ nothing: x = tok(ids) (largest |embedded − token_rows| = ${fmt(largestMagnitude(diffAll(out)), 3)}). The position signal is a rotation of layer 0's queries and keys; head ${h}, before (q_0, k_0) and after (q_rot_0, k_rot_0):` })];
+    const parts: HTMLElement[] = [el("p", { class: "signal-line", text: `The position signal is not in x: it rotates layer 0's queries and keys. Head ${h}, before (q_0, k_0) and after (q_rot_0, k_rot_0):` })];
     const pairs = ([["q_0", "q_rot_0", out.first.q_0!.dims[1]], ["k_0", "k_rot_0", out.first.k_0!.dims[1]]] as const).map(([name, rotated, heads]) => {
       const D = out.first[name]!.dims[3];
       const hh = Math.min(h, heads - 1); // keys may have fewer heads (grouped queries)
@@ -166,7 +169,7 @@ export function layerView(): { controls: HTMLElement[]; root: HTMLElement; updat
     for (const p of pairs)
       parts.push(table(`${p.name}, head ${p.hh}: before the rotation, channels 0–${p.cols - 1} of ${p.D}`, p.before, rows, 0, `lm-${p.name}`, labels, scale), table(`${p.rotated}, head ${p.hh}: after it`, p.after, rows, 0, `lm-${p.rotated}`, labels, scale));
     parts.push(legend(scale, "queries and keys"));
-    return [...parts, el("p", { class: "op-line", text: "The sum entering block 0 is the token rows themselves:" })];
+    return parts;
   }
 
   const headControl = labelled("Head", head);
@@ -183,6 +186,11 @@ export function layerView(): { controls: HTMLElement[]; root: HTMLElement; updat
       draw();
     },
   };
+}
+
+/** One step of the sum's equation ("+ ...", "="), on a line of its own. */
+function op(text: string): HTMLElement {
+  return el("p", { class: "op-line", text });
 }
 
 /** embedded − token_rows over every token and channel (flat). */

@@ -56,6 +56,15 @@ function sizesView(): void {
     `Nothing large is fetched until you ask. The engine, onnxruntime-web's WebAssembly build (served by this site), is ${megabytes(ENGINE_BYTES)}, fetched once with the first model you load. ` +
     `Each model is one model.onnx file (float32 weights and the graph): ${schemes.length} models, ${megabytes(all)} together, listed below. ` +
     `Trained on ${manifest.corpus}; their validation bits per byte are far from what longer training reaches: these models are small and brief on purpose, to ship.`;
+  // a budget every model shares goes in the caption, so that on a phone the columns that differ stay in view
+  const budget = (s: string) => `${manifest.models[s].steps} × ${manifest.models[s].batch_size} × ${manifest.models[s].context_length}`;
+  const shared = new Set(schemes.map(budget)).size === 1 ? budget(schemes[0]) : null;
+  const m0 = manifest.models[schemes[0]];
+  $("#lm-models caption").textContent = shared
+    ? `The shipped models, each trained ${m0.steps} steps of ${m0.batch_size} windows of ${m0.context_length} tokens: validation bits per byte (on text held out from training), download size`
+    : "The shipped models: training (steps × batch × tokens), validation bits per byte, download size";
+  const heads = ["scheme", ...(shared ? [] : ["steps × batch × tokens"]), "bits per byte", "download", "status"];
+  $("#lm-models thead").replaceChildren(el("tr", {}, ...heads.map((h) => el("th", { scope: "col", text: h }))));
   $("#lm-models tbody").replaceChildren(
     ...schemes.map((s) => {
       const m = manifest.models[s];
@@ -63,7 +72,7 @@ function sizesView(): void {
         "tr",
         { "data-scheme": s, "data-bytes": String(modelBytes(s)) },
         el("td", { text: s }),
-        el("td", { text: `${m.steps} × ${m.batch_size} × ${m.context_length}` }),
+        shared ? null : el("td", { text: budget(s) }),
         el("td", { text: fmt(m.val_bpb, 4) }),
         el("td", { text: megabytes(modelBytes(s)) }),
         el("td", { class: "model-status", text: loadState(s) }),
@@ -209,7 +218,7 @@ async function nextView(): Promise<void> {
   const s = chosen();
   ($("#lm-generate") as HTMLButtonElement).disabled = !isLoaded(s);
   if (!encoded.ids.length || !runs.has(s)) {
-    $("#lm-next tbody").replaceChildren();
+    $("#lm-next tbody").replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 4, text: `Nothing yet: load the ${s} model above to see what it predicts after your text.` })));
     $("#lm-next caption").textContent = `Most likely next tokens (load the ${s} model to see them)`;
     return;
   }
@@ -252,8 +261,8 @@ $("#lm-smooth-control").append(labelled("Trailing mean over", smooth));
 smooth.addEventListener("change", () => bitsView());
 const trainLength = () => manifest.models[schemes[0]]?.context_length ?? 64;
 const chart = linePlot({ id: "lm-bits-chart", label: "Bits per token", xLabel: "token position", yLabel: "bits per token", series: [] });
-$("#lm-chart").append(chart.root);
-let compareAll = false;
+const chartEmpty = el("p", { class: "missing", id: "lm-chart-empty", text: "No model has run on your text yet: load one above, or press \"Compare every model\"; every model loaded is drawn here." });
+$("#lm-chart").append(chartEmpty, chart.root);
 
 function bitsView(): void {
   const series: Series[] = [];
@@ -263,7 +272,7 @@ function bitsView(): void {
   $("#lm-bits thead").replaceChildren(el("tr", {}, el("th", { scope: "col", text: "scheme" }), el("th", { scope: "col", text: `positions 1–${L - 1}` }), el("th", { scope: "col", text: `positions ${L} and on` })));
   schemes.forEach((s, i) => {
     const run = runs.get(s);
-    if (!run || (!compareAll && s !== chosen())) return;
+    if (!run) return; // every loaded model is drawn, so that loading a second one compares the two
     const V = run.out.logits.length / run.ids.length;
     const bits = bitsPerToken(run.out.logits, run.ids, V); // bits[t - 1] is position t's
     series.push({ name: s, colour: colours[i], points: movingMean(bits, Number(smooth.value)).map((b, t) => [t + 1, b]) });
@@ -271,8 +280,11 @@ function bitsView(): void {
     const pastText = maxLength(s) <= L && encoded.ids.length > L ? `no rows: the table ends at ${maxLength(s)}` : Number.isNaN(past) ? "text too short" : fmt(past, 4);
     rows.push(el("tr", { "data-scheme": s, "data-inside": String(meanOf(bits, 0, L - 1)), "data-past": String(past) }, el("td", { text: s }), el("td", { text: fmt(meanOf(bits, 0, L - 1), 4) }), el("td", { text: pastText })));
   });
-  $("#lm-bits tbody").replaceChildren(...rows);
-  if (!series.some((s) => s.points.length)) return;
+  $("#lm-bits tbody").replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: 3, text: "Nothing yet: no model has run on your text." }))]));
+  const drawn = series.some((s) => s.points.length);
+  chartEmpty.hidden = drawn;
+  chart.root.hidden = !drawn;
+  if (!drawn) return;
   const words = series.map((s) => s.name).join(", ");
   chart.update({ id: "lm-bits-chart", label: `Bits per token along your text for ${words}; the dashed line marks the training length, ${L} tokens. The table below gives the means.`, xLabel: "token position", yLabel: "bits per token", series, marker: { x: L, label: `trained on ${L} tokens` } });
   $("#lm-chart").dataset.series = words;
@@ -292,7 +304,6 @@ async function runSchemes(which: string[]): Promise<void> {
 }
 
 $("#lm-compare").addEventListener("click", () => {
-  compareAll = true;
   ($("#lm-compare") as HTMLButtonElement).disabled = true;
   void runSchemes(schemes)
     .then(() => {
@@ -333,7 +344,7 @@ async function update(): Promise<void> {
   runs = new Map();
   tokensView();
   await constructorView();
-  await runSchemes((compareAll ? schemes : [s]).filter(isLoaded));
+  await runSchemes([s, ...schemes.filter((x) => x !== s)].filter(isLoaded)); // the chosen model first
   if (mine !== generation) return;
   await views();
   if (mine !== generation) return;

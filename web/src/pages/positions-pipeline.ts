@@ -1,5 +1,5 @@
 /**
- * The Positions page's first playground: the article's pipeline from raw text to the model's input, step by step as
+ * The Positions page's first playground: the pipeline from raw text to the model's input, step by step as
  * PyTorch writes it (text → token ids → token embeddings → positional embeddings from
  * `nn.Embedding(context_length, output_dim)` over `torch.arange(context_length)` → their sum), computed in the page.
  * The ids come from octlm's own tokenizer (the byte-level BPE the live models share, its tokenizer.json read by

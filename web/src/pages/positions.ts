@@ -38,12 +38,12 @@ $("#code-scheme").append(codeBlock(schemeCode));
 $("#code-build").append(codeBlock(buildCode));
 $("#code-register").append(codeBlock(registerCode));
 
-// ---- from raw text to the model's input, as the article builds it in PyTorch (positions-pipeline.ts)
-const BATCH = 8; // the article's batch_size
+// ---- from raw text to the model's input, step by step as it is built in PyTorch (positions-pipeline.ts)
+const BATCH = 8; // batch_size: the playground's example batch
 const pipeText = el("textarea", { id: "pipe-text", rows: 3, spellcheck: "false" }) as HTMLTextAreaElement;
 pipeText.value = "def greet(name):\n    return 'Hello, ' + name + '!'\n\nfor who in ['Ada', 'Alan']:\n    print(greet(who))\n";
-const ctxLen = numberSlider("pipe-t", "context_length", 4, 1, 16, () => renderPipe(), { hint: "the article: 4" });
-const outDim = numberSlider("pipe-c", "output_dim", 256, 1, 512, () => renderPipe(), { hint: "the article: 256" });
+const ctxLen = numberSlider("pipe-t", "context_length", 4, 1, 16, () => renderPipe(), { hint: "starts at 4" });
+const outDim = numberSlider("pipe-c", "output_dim", 256, 1, 512, () => renderPipe(), { hint: "starts at 256" });
 $("#pipe-controls").append(el("div", { class: "control wide pipe-text" }, el("label", { for: "pipe-text", text: "Text" }), pipeText), ctxLen.control, outDim.control);
 let tok: Awaited<ReturnType<typeof loadTokenizer>> | null = null;
 

@@ -4,7 +4,7 @@ import { heatmap } from "../charts";
 import { addPositionsError, randomMatrix } from "../math";
 import { $, codeBlock, el, labelled, live, numberInput, readNumber, scaleFor, svg } from "../ui";
 
-// The article's example is [8, 4, 256]: eight sequences of four tokens, 256 channels. The page opens on it.
+// The opening example is [8, 4, 256]: eight sequences of four tokens, 256 channels. The page opens on it.
 const ARTICLE = [8, 4, 256];
 const MAX_T = 1024;
 const MAX_C = 1024;
@@ -15,7 +15,7 @@ const Tp = numberInput("shape-tp", ARTICLE[1], 1, MAX_T);
 const Cp = numberInput("shape-cp", ARTICLE[2], 1, MAX_C);
 const follow = el("input", { type: "checkbox", id: "shape-follow", checked: true }) as HTMLInputElement;
 const mismatch = el("button", { type: "button", id: "shape-mismatch", text: "Make a mismatch" });
-const article = el("button", { type: "button", id: "shape-article", text: "The article's [8, 4, 256]" });
+const article = el("button", { type: "button", id: "shape-article", text: "Back to [8, 4, 256]" });
 $("#shape-controls").append(
   labelled("Batch B", B),
   labelled("Length T", T),

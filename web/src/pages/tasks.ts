@@ -4,10 +4,10 @@
  * (public/task-models/, scripts/site-task-models) answering the user's own examples in the browser.
  */
 import "../site";
-import { DATA_FILES, checkTasks, loadData, presentFiles, type Loaded, type TaskResult, type TasksData } from "../data";
+import { DATA_FILES, checkTasks, loadData, presentFiles, rowsOf, type Loaded, type TaskResult, type TasksData } from "../data";
 import { megabytes, progressText } from "../lm";
 import { SCHEMES } from "../schemes";
-import { colour, ink, type Scale } from "../scale";
+import { PROBABILITY, colour, ink, type Scale } from "../scale";
 import { $, el, legend, numberSlider } from "../ui";
 import {
   EOS,
@@ -29,7 +29,7 @@ import {
 } from "../tasks";
 
 const BASE = import.meta.env.BASE_URL;
-const ACCURACY: Scale = { kind: "sequential", min: 0, max: 1 };
+const ACCURACY: Scale = PROBABILITY; // a share of examples right: the site's one scale for [0, 1]
 const pct = (v: number) => `${Math.round(100 * v)}`;
 
 /** What each task asks, in a line (octlm/experiments/tasks.py's docstrings). */
@@ -95,12 +95,18 @@ function accuracyCell(r: TaskResult | undefined): HTMLElement {
   return el("td", { "data-value": String(r.mean), title: words, "aria-label": words, style: `background:${colour(ACCURACY, r.mean)};color:${ink(ACCURACY, r.mean)}`, text: pct(r.mean) });
 }
 
+/** A sentence naming the rows a task did not run on, or "" when it ran on all. */
+function notRun(data: TasksData, task: string): string {
+  const left = data.rows.filter((r) => !rowsOf(data, task).includes(r));
+  return left.length ? ` Run only on the rows a paper's claim reads; not on ${left.join(", ")} (--every-row runs them).` : "";
+}
+
 /** The table of one task: a row per scheme (in groups), a column per test size. */
 function taskTable(data: TasksData, task: string, find: (task: string, row: string, size: number, depth: number | null) => TaskResult | undefined): HTMLElement {
   const spec = data.tasks[task];
   const trained = spec.train_sizes[1];
   const head = el("tr", {}, el("th", { scope: "col", class: "corner", text: `${spec.counts} →` }), ...spec.test_sizes.map((n) => el("th", { scope: "col", text: n <= trained ? `${n} (trained)` : `${n} (${n / trained}×)` })));
-  const bodies = groupRows(data.rows).map(([group, rows]) =>
+  const bodies = groupRows(rowsOf(data, task)).filter(([, rows]) => rows.length).map(([group, rows]) =>
     el(
       "tbody",
       {},
@@ -111,7 +117,7 @@ function taskTable(data: TasksData, task: string, find: (task: string, row: stri
   return el(
     "figure",
     { class: "task-card", "data-task": task },
-    el("figcaption", {}, el("strong", { text: task }), el("span", { text: ` ${ABOUT[task] ?? ""} Trained on ${spec.train_sizes[0]}–${trained} ${spec.counts}.` })),
+    el("figcaption", {}, el("strong", { text: task }), el("span", { text: ` ${ABOUT[task] ?? ""} Trained on ${spec.train_sizes[0]}–${trained} ${spec.counts}.${notRun(data, task)}` })),
     el("div", { class: "scroll" }, el("table", { class: "numbers accuracy", id: `acc-${task}` }, el("caption", { class: "visually-hidden", text: `${task}: exact match in % by scheme and size` }), el("thead", {}, head), ...bodies)),
   );
 }
@@ -154,7 +160,7 @@ export function renderResults(data: TasksData): { tables: HTMLElement; passkey: 
         {},
         el("p", {}, `Filler lengths ${data.tasks.passkey.test_sizes.join(", ")} characters (trained on ${data.tasks.passkey.train_sizes.join("–")}); the same command, its passkey examples split evenly over the ${data.depths.length} depths.`),
         accuracyKey(),
-        ...groupRows(data.rows).map(([group, rows]) => el("div", { class: "depth-group" }, el("h3", { text: group }), el("div", { class: "depth-grid" }, ...rows.map((r) => depthMap(data, r, find))))),
+        ...groupRows(rowsOf(data, "passkey")).filter(([, rows]) => rows.length).map(([group, rows]) => el("div", { class: "depth-group" }, el("h3", { text: group }), el("div", { class: "depth-grid" }, ...rows.map((r) => depthMap(data, r, find))))),
       )
     : el("p", { text: "This tasks.json has no passkey results by depth." });
   return { tables, passkey };
@@ -174,6 +180,8 @@ interface Live {
   runs: number; // runs asked for: a run that a newer one overtook stops and drops its answers
   queue: Promise<void>; // one run at a time, in order: a session runs one input at a time
 }
+
+const lives: Live[] = []; // every task's live part: one download (the engine) changes every button's size
 
 /** Run the models on the current example after any run in progress (which then stops early). */
 function schedule(live: Live): void {
@@ -219,7 +227,7 @@ async function run(live: Live, mine: number): Promise<void> {
       });
     }
     progress.hidden = true;
-    await label(live);
+    await Promise.all(lives.map(label)); // the engine is loaded now: no button counts it any more
     const want = answerOf(e);
     const prompt = promptOf(e);
     const rows: HTMLElement[] = [];
@@ -264,6 +272,7 @@ function liveParts(task: TaskName, manifest: TaskManifest, root: HTMLElement, ex
   const status = el("span", { class: "hint", id: `${task}-status`, "aria-live": "polite" });
   const live: Live = { task, manifest, example, root, results: el("div", { id: `${task}-results` }), button, status, runs: 0, queue: Promise.resolve() };
   button.addEventListener("click", () => schedule(live));
+  lives.push(live);
   void label(live);
   return live;
 }
@@ -295,6 +304,8 @@ function copyLive(manifest: TaskManifest): void {
   const example = (): Example | string => (/^[a-p]{1,64}$/.test(items.value) ? copyExample(items.value) : "Type 1 to 64 letters, each a to p.");
   const show = () => {
     const e = example();
+    // the count follows the letters typed, so "Random letters" draws as many as are shown
+    if (typeof e !== "string") size.input.value = size.slider.value = String(items.value.length);
     view.replaceChildren(typeof e === "string" ? el("p", { class: "missing", text: e }) : el("div", {}, el("p", { class: "hint", text: `${items.value.length} letters: ${e.tokens.length} tokens, the answer marked.` }), tokenRow("copy", e, "copy-tokens")));
     if (live && live.root.dataset.ran !== undefined && typeof e !== "string") schedule(live);
   };

@@ -325,7 +325,7 @@ describe("defects that were seen, each pinned", () => {
     assert.doesNotMatch(await text(page, "main"), /wider table makes the diagonal band sharper/i);
   });
 
-  test("shapes: the article's [8, 4, 256] can be entered, is kept, and draws its 4 × 256 table", async () => {
+  test("shapes: the opening [8, 4, 256] can be entered, is kept, and draws its 4 × 256 table", async () => {
     const { page, errors } = await open("shapes");
     await page.fill("#shape-c", "32");
     await page.press("#shape-c", "Tab");
@@ -556,7 +556,7 @@ describe("issue 30: the defects a learner saw, each pinned", () => {
         broadcast: s.querySelectorAll("path.broadcast").length,
         words: s.textContent,
       }));
-    // the article's [8, 4, 256]: sequences 0, 1, 2 and 7 drawn, the table solid once and dashed on the other rows
+    // the opening [8, 4, 256]: sequences 0, 1, 2 and 7 drawn, the table solid once and dashed on the other rows
     assert.deepEqual(await pic(), { rows: ["b=0", "b=1", "b=2", "b=7"], solid: 1, dashed: 3, broadcast: 1, words: (await pic()).words });
     assert.match((await pic()).words, /the same \[4, 256\], added to all 8/);
     const set = async (id, v) => {

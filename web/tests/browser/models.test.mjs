@@ -69,12 +69,20 @@ describe("models page", () => {
     assert.deepEqual(large, [], "large downloads before the user asked");
     const sizes = await page.locator("#lm-sizes").innerText();
     assert.ok(sizes.includes(`is ${MB(ENGINE_BYTES)}`), `the engine's ${MB(ENGINE_BYTES)} stated: ${sizes}`);
-    const rows = await page.locator("#lm-models tbody tr").evaluateAll((rs) => rs.map((r) => [r.dataset.scheme, Number(r.dataset.bytes), r.cells[3].textContent]));
+    const col = (await page.locator("#lm-models thead th").allInnerTexts()).indexOf("download");
+    const rows = await page.locator("#lm-models tbody tr").evaluateAll((rs, c) => rs.map((r) => [r.dataset.scheme, Number(r.dataset.bytes), r.cells[c].textContent]), col);
     assert.deepEqual(rows.map((r) => r[0]).sort(), [...SCHEMES].sort());
     for (const [s, bytes, words] of rows) {
       assert.equal(bytes, onnxBytes(s), s);
       assert.equal(words, MB(bytes), s);
     }
+    // on a phone the sizes are in view, not behind a sideways scroll
+    const size = page.viewportSize();
+    await page.setViewportSize({ width: 390, height: 844 });
+    await settle(page);
+    const right = await page.locator("#lm-models tbody tr").evaluateAll((rs, c) => Math.max(...rs.map((r) => r.cells[c].getBoundingClientRect().right)), col);
+    assert.ok(right <= 390, `the download column ends at ${right}px on a 390px phone`);
+    await page.setViewportSize(size);
     const button = await page.locator("#lm-load").innerText();
     const chosen = await page.inputValue("#lm-scheme");
     assert.ok(button.includes(MB(onnxBytes(chosen))) && button.includes(MB(ENGINE_BYTES)), `the button says what it fetches: ${button}`);
@@ -269,6 +277,15 @@ describe("models page: the first layer and attention", () => {
       const sum = await tableValues(page, "lm-embedded");
       assert.deepEqual(sum.values, await outputAt(page, s, "embedded", sum.positions, sum.channels));
       const signal = INFO[s].signal;
+      // the equation reads token rows (+ rows added) = x: every "=" is followed by x, and whatever a scheme puts
+      // inside attention (a bias, a rotation, its own weights) comes after x, never between a "+" and its "="
+      const order = await page.locator("#lm-layer .layer > *").evaluateAll((els) => els.map((e) => (e.classList.contains("op-line") ? e.textContent : e.querySelector("table, .attn-map")?.id || e.id || e.className)));
+      const equals = order.indexOf("=");
+      assert.ok(equals > 0 && order[equals + 1] === "lm-embedded", `${s}: ${JSON.stringify(order)}`);
+      assert.equal(order.filter((x) => x === "=").length, 1, `${s}: ${JSON.stringify(order)}`);
+      // attention is a probability: one [0, 1] scale for every scheme (stick-breaking's rows need not sum to 1)
+      for (const map of ["#lm-attn-map", "#lm-attend-map"]) if (await page.locator(map).count()) assert.equal(await page.locator(map).getAttribute("data-scale"), "sequential 0 1", `${s} ${map}`);
+      for (const inside of ["lm-bias-map", "lm-attend-map", "lm-q_0"]) if (order.some((x) => String(x).startsWith(inside))) assert.ok(order.findIndex((x) => String(x).startsWith(inside)) > equals + 1, `${s}: ${inside} before x`);
       if (signal === "embed") {
         const added = await tableValues(page, "lm-signal");
         added.values.forEach((r, i) => r.forEach((v, j) => assert.equal(v, sum.values[i][j] - rows.values[i][j])));
@@ -297,7 +314,7 @@ describe("models page: the first layer and attention", () => {
         assert.deepEqual(cells, want.flatMap((r, i) => r.slice(0, Math.min(rowsShown[i] + 1, 24))).slice(0, 40).map(zero));
       } else {
         const words = await page.locator("#lm-layer .op-line").first().innerText();
-        assert.match(words, /largest \|embedded − token_rows\| = 0\b/);
+        assert.match(words, /^\+ nothing: x = tok\(ids\) \(largest \|embedded − token_rows\| = 0\b/);
         if (signal === "attend") {
           // the scheme's own attention, shown where its position signal would be: layer 0, head 0
           const cells = await page.locator("#lm-attend-map table.attn-map td:not(.masked)").evaluateAll((tds) => tds.slice(0, 40).map((td) => Number(td.dataset.value)));
@@ -367,7 +384,22 @@ describe("models page: the first layer and attention", () => {
   test("temperature, top-k, sampling, the all-model chart, and the page at 1280 and 390 px", async () => {
     const { page, errors, offsite, failed } = await open("models", { width: 1280 });
     await ready(page);
-    await loadModel(page, await page.inputValue("#lm-scheme"));
+    // before any model runs, the views say what to do instead of drawing empty frames
+    assert.match(await page.locator("#lm-next tbody").innerText(), /Nothing yet: load the \S+ model above/);
+    assert.ok(await page.locator("#lm-chart-empty").isVisible());
+    assert.ok(!(await page.locator("#lm-bits-chart").isVisible()), "no empty chart frame");
+    assert.match(await page.locator("#lm-bits tbody").innerText(), /Nothing yet/);
+    const firstScheme = await page.inputValue("#lm-scheme");
+    await loadModel(page, firstScheme);
+    assert.ok(!(await page.locator("#lm-chart-empty").isVisible()) && (await page.locator("#lm-bits-chart").isVisible()));
+    // a second model loaded joins the chart beside the first, with a key
+    const second = SCHEMES.find((x) => x !== firstScheme);
+    await loadModel(page, second);
+    const two = await page.locator("#lm-bits-chart polyline.series").evaluateAll((ps) => ps.map((p) => p.dataset.series));
+    assert.deepEqual([...two].sort(), [firstScheme, second].sort());
+    assert.equal(await page.locator("#lm-chart .series-key li").count(), 2);
+    await page.selectOption("#lm-scheme", firstScheme);
+    await page.waitForFunction(() => document.querySelectorAll("#lm-next tbody tr[data-prob]").length === 10);
     const probs = () => page.locator("#lm-next tbody tr").evaluateAll((rs) => rs.map((r) => Number(r.dataset.prob)));
     const first = await probs();
     assert.equal(first.length, 10);

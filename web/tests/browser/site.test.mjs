@@ -23,6 +23,9 @@ describe("every page", () => {
       const { page, errors, offsite, failed } = await open(name);
       if (["results", "measured", "models"].includes(name)) await page.waitForSelector("body[data-loaded]", { timeout: 60_000 });
       assert.equal(await page.locator("main h1").count(), 1);
+      // sources are named: no "the article" or "the seed" a reader has no way to find
+      const unplaced = (await page.locator("main").innerText()).match(/\b(the|an?) (article|seed series)\b|\bthe seed's\b/gi);
+      assert.equal(unplaced, null, `${name} refers to a source it does not name`);
       const { jumps, empty, first } = await structure(page);
       assert.equal(first, 1, "the first heading is the h1");
       assert.deepEqual(jumps, [], "heading levels that skip one");
@@ -37,6 +40,11 @@ describe("every page", () => {
       await page.waitForTimeout(50);
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 1, `${name} is ${overflow}px wider than a 375px phone`);
+      // formulas never break: every inline formula's boxes share one line
+      const broken = await page.evaluate(() =>
+        [...document.querySelectorAll(":not(.katex-display) > .katex .katex-html")].filter((f) => new Set([...f.getClientRects()].map((r) => Math.round(r.top))).size > 1).map((f) => f.textContent.slice(0, 40)),
+      );
+      assert.deepEqual(broken, [], `${name}: inline formulas broken across lines at 375 px`);
       assert.deepEqual(await axe(page), [], "axe at 375 px");
       await page.screenshot({ path: join(RESULTS, `${name}-phone.png`), fullPage: true });
       assert.deepEqual(errors, [], "console errors");

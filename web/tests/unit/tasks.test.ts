@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, test } from "vitest";
-import { checkTasks } from "../../src/data";
+import { checkTasks, rowsOf, type TasksData } from "../../src/data";
 import { BOS, EOS, SEP, answerOf, argmax, copyExample, greedy, ids, passkeyCut, passkeyExample, promptOf, spell } from "../../src/tasks";
 
 const WEB = resolve(import.meta.dirname, "../..");
@@ -101,16 +101,26 @@ describe("checkTasks (tasks.json)", () => {
     broken.results[0].scheme = "nonsense";
     broken.results[1].mean = 1.5;
     broken.results[2].interval = [0.1];
+    broken.tasks.passkey.rows = ["rope", "nonsense"];
     const result = checkTasks(broken);
     expect(result.ok).toBe(false);
     if (!result.ok)
       expect(result.errors).toEqual([
         "schema must be 1, got 2",
         "tasks.copy.counts must be a string",
+        "tasks.passkey.rows must be a list of the file's rows",
         "results[0].scheme must be one of the rows",
         "results[1].mean must be a number in [0, 1] or null",
         "results[2].interval must be two numbers or null",
       ]);
     expect(checkTasks([]).ok).toBe(false);
+  });
+});
+
+describe("rowsOf: the rows a task ran on", () => {
+  const data = { rows: ["learned", "rope", "nope"], tasks: { copy: {}, passkey: { rows: ["rope", "nope"] } } } as unknown as TasksData;
+  test("a task's own list where it ran on fewer, else every row", () => {
+    expect(rowsOf(data, "passkey")).toEqual(["rope", "nope"]);
+    expect(rowsOf(data, "copy")).toEqual(["learned", "rope", "nope"]);
   });
 });
