@@ -27,40 +27,34 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import Tensor
 
-from octlm.config import ModelConfig, TrainConfig
+from octlm.config import ModelConfig
 from octlm.config.ranges import SPANS
 from octlm.errors import SEED_RANGE, UserError
 from octlm.experiments import cells
+from octlm.experiments.battery_train import score, train_cell
 from octlm.experiments.rows import Row
 from octlm.experiments.settings import Presets, flag
-from octlm.experiments.task_batches import (
-    Counts,
-    answer_loss,
-    answer_tokens,
-    batch_of,
-    exact_matches,
-    random_positions,
-    token_counts,
-)
+from octlm.experiments.task_batches import Counts, answer_tokens
 from octlm.experiments.tasks import DEFAULT_TASKS, TASKS, Example, Task
 from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
-from octlm.signals import StopRequest, stopping
-from octlm.training.loop import optimizer_step
-from octlm.training.optimizer import make_optimizer
 
 # The tasks whose cells cost most, run by default only on the rows a claim of `octlm.experiments.claims` reads:
 # passkey-rope reads RoPE, ALiBi and NoPE on passkey, ruoss-rope RoPE + random on every task. Passkey's other
 # rows were 56 % of the full 144-cell battery's cell time (docs/LOG.md) and change no verdict; --every-row
 # runs them.
-CLAIMED_ROWS: dict[str, tuple[str, ...]] = {"passkey": ("rope", "alibi", "nope", "rope+random")}
+# The extension rows (rope+ft4, rope+pi4, rope+yarn4: Chen et al.'s and Peng et al.'s claims) are fine-tuned on
+# the passkey only, as those papers measure an extended window; --every-row runs them on every task.
+EXTENSION_ROWS = ("rope+ft4", "rope+pi4", "rope+yarn4")
+CLAIMED_ROWS: dict[str, tuple[str, ...]] = {
+    "passkey": ("rope", "alibi", "nope", "rope+random", *EXTENSION_ROWS)
+}
 
 
 def holds(grid: dict[str, Any], key: cells.Key) -> bool:
@@ -88,6 +82,7 @@ class BatteryGrid(cells.Record):
     examples: cells.Positive
     model: dict[str, Any]
     factors: list[cells.Positive]
+    extend_steps: cells.Positive = 200  # absent in cells from before the extension rows
 
 
 class BatteryRecord(cells.Record):
@@ -104,6 +99,8 @@ class BatteryRecord(cells.Record):
     accuracy: cells.Number
     steps: cells.Positive
     learned_at: cells.Positive | None
+    extended_at: cells.Count | None = None  # an extension row's: step 0 is before fine-tuning
+    extend_budget: cells.Positive | None = None  # an extension row's --extend-steps
 
 
 class BatteryInfo(cells.Record):
@@ -132,6 +129,7 @@ AXES = cells.Axes(
         "examples": "--examples",
         "model": "the model's shape",
         "factors": "test sizes (--factors)",
+        "extend_steps": "--extend-steps",
     },
     grid=BatteryGrid,
     record=BatteryRecord,
@@ -232,25 +230,35 @@ class Settings:
         bool,
         recorded="changed",
     )
+    extend_steps: int = flag(
+        200,
+        "--extend-steps",
+        "fine-tuning steps of an extension row (rope+pi4 ...) after it learned the task (default 200)",
+        range=(1, MAX_STEPS),
+    )
     jobs: int = 0  # worker processes (0: one per CPU core)
     threads: int = 1  # torch threads per worker
 
     def task_rows(self, rows: Sequence[str]) -> dict[str, list[str]]:
-        """The tasks run on fewer than all of `rows` (the grid's `task_rows`), each with the rows it runs on."""
+        """The tasks run on fewer than all of `rows` (the grid's `task_rows`), each with the rows it runs on:
+        a task of CLAIMED_ROWS those of its rows, every other task the rows that are not extension rows."""
         if self.every_row:
             return {}
-        return {t: [r for r in rows if r in CLAIMED_ROWS[t]] for t in self.tasks if t in CLAIMED_ROWS}
+        plain = [r for r in rows if "+" not in r or not Row.parse(r).extension]
+        kept = {t: [r for r in rows if r in CLAIMED_ROWS.get(t, plain)] for t in self.tasks}
+        return {t: kept_rows for t, kept_rows in kept.items() if kept_rows != list(rows)}
 
 
 DEFAULT_ROWS = (
     *("learned", "sinusoidal", "rope", "alibi", "t5", "fire", "cope", "nope", "rope+random"),
-    *("fox", "path", "stick-breaking"),
+    *("fox", "path", "stick-breaking", *EXTENSION_ROWS),
 )
 
 
 def default_rows() -> list[str]:
     """The rows the paper claims need (`octlm.experiments.claims`) but `learned+random` and `nope+ssmax`,
-    which --schemes adds: absolute, rotary, bias, CoPE, NoPE, RoPE + random and the 2025 schemes."""
+    which --schemes adds: absolute, rotary, bias, CoPE, NoPE, RoPE + random, the 2025 schemes, and RoPE fine-tuned
+    to 4x plainly, with PI and with YaRN."""
     return list(DEFAULT_ROWS)
 
 
@@ -284,6 +292,23 @@ class Cell:
         """How far randomized positions reach: the longest test sequence (its whole input)."""
         return max(self.task.max_tokens(size) for size in self.test_sizes)
 
+    @property
+    def extend_size(self) -> int:
+        """The largest size an extension row is fine-tuned on: its factor times the largest training size."""
+        return self.task.train_sizes[1] * self.row.extend_factor
+
+    def extended_config(self) -> ModelConfig:
+        """An extension row's model after training: RoPE's frequencies rescaled (as the row says) from the
+        training examples' longest to the extended ones' (`rope_factor`: their tokens' ratio)."""
+        longest = self.task.max_tokens(self.extend_size)
+        return replace(
+            self.model_config(),
+            context_length=longest,
+            rope_scaling=self.row.rope_scaling,
+            rope_factor=longest / self.train_tokens,
+            rope_original_length=self.train_tokens,
+        )
+
     def model_config(self) -> ModelConfig:
         rows = self.position_range if self.row.randomized else self.train_tokens
         scaling = "ssmax" if self.row.ssmax else "none"
@@ -295,125 +320,6 @@ class Cell:
             attention_scaling=scaling,
             **self.settings.model,
         )
-
-
-def train_cell(cell: Cell) -> tuple[Decoder, dict[str, Any]]:
-    """The model a cell trains until learned or capped, and how training went: the loss curve's ends, the
-    held-out checks (step, exact match), `steps` taken, `learned_at` (None: the cap came first), seconds."""
-    config, s = cell.model_config(), cell.settings
-    torch.manual_seed(cell.seed)
-    model = Decoder(config)
-    train = TrainConfig(  # the schedule is the cap's, so stopping early is the capped run cut short
-        steps=s.steps,
-        batch_size=s.batch_size,
-        lr=s.lr,
-        min_lr=s.lr / 10,
-        warmup_steps=max(1, s.steps // 20),
-        seed=cell.seed,
-    )
-    optimizer = make_optimizer(model, train)
-    rng = np.random.default_rng([cell.seed, 0])  # training examples; scoring draws from [seed, 1]
-    generator = torch.Generator().manual_seed(cell.seed)
-    held_out = held_out_set(cell)
-    losses, checks, learned_at, started = [], [], None, time.perf_counter()
-
-    def loss_of() -> Tensor:
-        """The answer-masked loss of a fresh batch, its positions randomized for a `+random` row."""
-        ids, targets, mask = training_batch(cell, rng)
-        randomized = cell.row.randomized
-        positions = random_positions(ids.shape[1], cell.position_range, generator) if randomized else None
-        return answer_loss(model(ids, positions=positions)[0], targets, mask)
-
-    def refuse(loss: float, grad_norm: float) -> UserError:
-        return UserError(
-            f"cell {cells.cell_name(cell.key)}: the training loss is {loss} (gradient norm {grad_norm}) at "
-            f"step {len(losses) + 1}; training stopped. Lower the learning rate or train fewer --steps"
-        )
-
-    model.train()
-    with StopRequest(announce=False) as stop:  # a signal: this step finishes, then the cell stops, unwritten
-        for step in range(s.steps):
-            losses.append(optimizer_step(model, optimizer, train, step, loss_of, refuse))
-            if stop.requested:
-                raise stopping(stop.signum)
-            if (step + 1) % s.check_every == 0 or step + 1 == s.steps:
-                checks.append((step + 1, held_out_exact(model, cell, held_out)))
-                if checks[-1][1] >= s.target:
-                    learned_at = step + 1
-                    break
-    model.eval()
-    tail = losses[-max(1, len(losses) // 10) :]
-    return model, {
-        "train_seconds": time.perf_counter() - started,
-        "first_loss": losses[0],
-        "final_loss": sum(tail) / len(tail),
-        "parameters": model.num_parameters(),
-        "checks": checks,
-        "steps": len(losses),
-        "learned_at": learned_at,
-    }
-
-
-def training_batch(cell: Cell, rng: np.random.Generator) -> tuple[Tensor, Tensor, Tensor]:
-    """`Settings.batch_size` fresh examples, sizes uniform over the task's training range, as `batch_of`."""
-    return batch_of(training_examples(cell, rng, cell.settings.batch_size))
-
-
-def training_examples(cell: Cell, rng: np.random.Generator, n: int) -> list[Example]:
-    """`n` examples drawn from `rng`, sizes uniform over the task's training range."""
-    lo, hi = cell.task.train_sizes
-    sizes = rng.integers(lo, hi + 1, n)
-    examples = [cell.task.example(rng, int(size)) for size in sizes]
-    if (longest := max(len(e.tokens) for e in examples)) > cell.train_tokens:
-        raise ValueError(
-            f"task {cell.task.name} drew an example of {longest} tokens, past its max_tokens "
-            f"({cell.train_tokens}) at size {hi}: its max_tokens must bound every example"
-        )
-    return examples
-
-
-def held_out_set(cell: Cell) -> list[Example]:
-    """The fixed held-out set training is checked on: `Settings.examples` examples at the largest training
-    size, where the tables judge "learned" (split over the depths as `score_cell` splits them), drawn from
-    their own stream ([seed, 2]: neither training's nor scoring's)."""
-    rng, size = np.random.default_rng([cell.seed, 2]), cell.task.train_sizes[1]
-    n, depths = cell.settings.examples, cell.task.depths
-    if not depths:
-        return [cell.task.example(rng, size) for _ in range(n)]
-    return [cell.task.example_at(rng, size, d) for d in depths for _ in range(max(1, n // len(depths)))]
-
-
-def held_out_exact(model: Decoder, cell: Cell, held_out: list[Example]) -> float:
-    """The share of `held_out` the model gets exactly right, in eval mode (back to training after); a
-    `+random` row's positions from a generator of their own, the same at every check."""
-    model.eval()
-    counts = score(model, cell, held_out, torch.Generator().manual_seed(cell.seed + 2))
-    model.train()
-    assert counts is not None  # training sizes always fit the model
-    return counts.hits / len(held_out)
-
-
-@torch.no_grad()
-def score(model: Decoder, cell: Cell, examples: list[Example], generator: torch.Generator) -> Counts | None:
-    """What the model gets right of `examples`; None when its learned table has no row for them."""
-    longest = max(len(e.tokens) for e in examples) - 1
-    if (
-        not cell.row.randomized
-        and model.positions.max_length is not None
-        and longest > model.positions.max_length
-    ):
-        return None
-    hits = token_hits = tokens = 0
-    for start in range(0, len(examples), 64):
-        ids, targets, mask = batch_of(examples[start : start + 64])
-        positions = (
-            random_positions(ids.shape[1], cell.position_range, generator) if cell.row.randomized else None
-        )
-        logits, _ = model(ids, positions=positions)
-        hits += int(exact_matches(logits, targets, mask).sum())
-        right, scored = token_counts(logits, targets, mask)
-        token_hits, tokens = token_hits + right, tokens + scored
-    return Counts(hits, token_hits, tokens)
 
 
 def score_cell(model: Decoder, cell: Cell) -> list[dict[str, Any]]:
@@ -458,13 +364,19 @@ def _record(
 
 def run_cell(cell: Cell) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Train and score one cell (in a worker process, on the battery's thread count); every record names the
-    steps the cell trained and the step it learned the task at (None: not within the cap)."""
+    steps the cell trained and the step it learned the task at (None: not within the cap); an extension row's
+    the step its fine-tuning reached the target at the extended size (None: not within --extend-steps)."""
     with torch_threads(cell.settings.threads):
         model, info = train_cell(cell)
         started = time.perf_counter()
         records = score_cell(model, cell)
     steps, learned_at = info.pop("steps"), info.pop("learned_at")
-    records = [{**r, "steps": steps, "learned_at": learned_at} for r in records]
+    extended = (
+        {"extended_at": info.pop("extended_at"), "extend_budget": cell.settings.extend_steps}
+        if cell.row.extension
+        else {}
+    )
+    records = [{**r, "steps": steps, "learned_at": learned_at, **extended} for r in records]
     return records, {**info, "score_seconds": time.perf_counter() - started}
 
 
@@ -512,8 +424,12 @@ def check_settings(settings: Settings) -> list[Row]:
             ]
     if not problems:
         problems += [
-            f"{task} runs only on the rows a claim reads ({' '.join(CLAIMED_ROWS[task])}), none of them in "
-            f"--schemes: add --every-row to run it on {' '.join(settings.schemes)}"
+            (
+                f"{task} runs only on the rows a claim reads ({' '.join(CLAIMED_ROWS[task])})"
+                if task in CLAIMED_ROWS
+                else f"{task} runs on no extension row (those are fine-tuned on the passkey)"
+            )
+            + f", none of them in --schemes: add --every-row to run it on {' '.join(settings.schemes)}"
             for task, kept in settings.task_rows(settings.schemes).items()
             if not kept
         ]
@@ -549,6 +465,7 @@ def run_cells(
         "examples": settings.examples,
         "model": settings.model,
         "factors": list(settings.factors),
+        "extend_steps": settings.extend_steps,
     }
     # the longest training examples first (passkey's cells take several times copy's), so that a slow cell
     # does not finish alone while the other workers wait
@@ -590,6 +507,9 @@ def progress_line(key: cells.Key, records: list[dict], info: dict[str, Any]) -> 
         if first["learned_at"] is not None
         else f"not learned in {first['steps']} steps"
     )
+    if "extended_at" in first and first["learned_at"] is not None:
+        at = first["extended_at"]
+        learned += f", {'not extended in' if at is None else 'extended at step'} {info.get('extend_steps') if at is None else at}"
     return (
         f"{task} {row} seed {seed}: {learned} in "
         f"{info['train_seconds']:.0f} s (loss {info['first_loss']:.2f} -> {info['final_loss']:.3f}); "

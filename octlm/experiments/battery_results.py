@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from octlm.errors import UserError
 from octlm.experiments import baselines, cells, claims
 from octlm.experiments.baselines import Baseline
 from octlm.experiments.battery import AXES, rows_of
@@ -38,6 +39,7 @@ from octlm.experiments.evidence import (
     across_seeds,
     learned_models,
 )
+from octlm.experiments.rows import Row
 from octlm.experiments.tasks import TASKS, Passkey
 from octlm.files import write_atomic
 from octlm.inspect.render import (
@@ -145,12 +147,14 @@ def shown_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class Reading:
     """What a task's tables are read beside: its baselines by size, the rows that did not learn it (and
-    why), and each row's step of learning per seed (None: not within the cap)."""
+    why), and each row's step of learning per seed (None: not within the cap); an extension row's fine-tuning
+    step at the target per seed (None: not within its budget, or not fine-tuned)."""
 
     floors: dict[int, Baseline]
     not_learned: dict[str, str]
     learned_at: dict[str, list[int | None]]
     cap: int
+    extended_at: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 def readings(
@@ -161,16 +165,20 @@ def readings(
     battery, out = Battery(records, LEARNED), {}
     for task in tasks:
         floors = {b.size: b for b in baselines.baselines([task], factors=tuple(factors))}
-        not_learned, learned_at = {}, {}
+        not_learned, learned_at, extended_at = {}, {}, {}
         for row in rows[task]:
             try:
                 battery.learned(task, row)
             except Inconclusive as why:
                 if str(why).startswith("not learned"):
                     not_learned[row] = str(why)
-            at = {r["seed"]: r["learned_at"] for r in records if (r["task"], r["scheme"]) == (task, row)}
+            found = [r for r in records if (r["task"], r["scheme"]) == (task, row)]
+            at = {r["seed"]: r["learned_at"] for r in found}
             learned_at[row] = [at[seed] for seed in sorted(at)]
-        out[task] = Reading(floors, not_learned, learned_at, cap)
+            if found and "extended_at" in found[0]:
+                ext = {r["seed"]: r["extended_at"] for r in found}
+                extended_at[row] = [ext[seed] for seed in sorted(ext)]
+        out[task] = Reading(floors, not_learned, learned_at, cap, extended_at)
     return out
 
 
@@ -222,7 +230,10 @@ def task_table(
     ]
     steps = reading is not None and metric == EXACT
     if steps:
-        headers.append(f"learned at step, per seed (cap {reading.cap})")
+        headers.append(
+            f"learned at step, per seed (cap {reading.cap})"
+            + ("; extension rows: fine-tuning step at the target" if reading.extended_at else "")
+        )
     floor = (lambda size: getattr(reading.floors[size].majority, field_of(metric))) if reading else None
     body: list[list[Inline]] = []
     for row in rows:
@@ -241,7 +252,11 @@ def task_table(
                 )
             )
         if steps:
-            line.append(_learned_at(reading.learned_at.get(row, [])))
+            extended = reading.extended_at.get(row)
+            line.append(
+                _learned_at(reading.learned_at.get(row, []))
+                + ("" if extended is None else f"; extended at {_learned_at(extended)}")
+            )
         body.append(line)
     if reading is not None:
         for name in FLOORS:
@@ -333,15 +348,31 @@ def task_blocks(
     return blocks
 
 
+def _extension_row(row: str) -> bool:
+    """Whether `row` is fine-tuned to a longer size (`rope+pi4`); a row this process cannot parse is not."""
+    try:
+        return Row.parse(row).extension is not None
+    except UserError:
+        return False
+
+
 def _fewer(rows: list[str], every: list[str] | None) -> str:
     """A sentence naming the rows a task was not run on, or nothing when it ran on all."""
     left = [row for row in every or [] if row not in rows]
-    if not left:
-        return ""
-    return (
-        f" Run only on the rows a claim reads; not on {', '.join(left)} (`--every-row` runs them: they change no "
-        "verdict and cost most of a battery's time)."
+    extensions = [row for row in left if _extension_row(row)]
+    others = [row for row in left if row not in extensions]
+    said = (
+        f" Run only on the rows a claim reads; not on {', '.join(others)} (`--every-row` runs them: they change "
+        "no verdict and cost most of a battery's time)."
+        if others
+        else ""
     )
+    if extensions:
+        said += (
+            f" Not run on the extension rows ({', '.join(extensions)}): they are fine-tuned on the passkey, as "
+            "the papers measure an extended window (`--every-row` runs them)."
+        )
+    return said
 
 
 def write_results(

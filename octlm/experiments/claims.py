@@ -75,6 +75,7 @@ def not_tested(why: str) -> Check:
 
 KAZEMNEJAD_TASKS = ("copy", "reverse", "addition")  # theirs that the battery has
 PAST = "past the largest training size, mean over the test sizes there"
+EXTENDED = "4x the largest training size"  # the battery's extension rows: rope+ft4, rope+pi4, rope+yarn4
 
 CLAIMS = (
     Claim(
@@ -141,6 +142,38 @@ CLAIMS = (
         "tasks",
         "per-query accuracy",
         lambda b: not_tested("every battery row is attention; no cheaper sequence mixer is trained"),
+    ),
+    Claim(
+        "pi-passkey-tasks",
+        "Chen et al. (PI)",
+        2023,
+        "Fine-tuned to a longer window with position interpolation, RoPE retrieves the passkey over it; plain "
+        "fine-tuning, for the same steps, extends it less",
+        "tasks",
+        f"exact match of the 5-digit key at the size fine-tuned to ({EXTENDED}), after the same fine-tuning "
+        "steps",
+        lambda b: b.extended_above("rope+pi4", "rope+ft4", "passkey", EXACT),
+    ),
+    Claim(
+        "yarn-steps-pi-tasks",
+        "Peng et al. (YaRN)",
+        2023,
+        "YaRN extends RoPE's window in fewer fine-tuning steps than position interpolation",
+        "tasks",
+        f"fine-tuning steps until held-out exact match at {EXTENDED} reaches the target, per seed, each row from "
+        "its own start",
+        lambda b: b.fewer_extension_steps("rope+yarn4", "rope+pi4", "passkey"),
+    ),
+    Claim(
+        "yarn-steps-plain-tasks",
+        "Peng et al. (YaRN)",
+        2023,
+        "YaRN extends RoPE's window in fewer fine-tuning steps than plain fine-tuning (the control: PI's "
+        "slowness alone would make YaRN look fast)",
+        "tasks",
+        f"fine-tuning steps until held-out exact match at {EXTENDED} reaches the target, per seed, each row from "
+        "its own start",
+        lambda b: b.fewer_extension_steps("rope+yarn4", "rope+ft4", "passkey"),
     ),
     Claim(
         "path-copy",

@@ -30,6 +30,8 @@ from functools import wraps
 from typing import Any
 
 from octlm.experiments.baselines import interval, token_interval
+from octlm.experiments.battery_train import EXTEND_CHECKS
+from octlm.experiments.rows import Row
 from octlm.experiments.tasks import TASKS
 
 # t(0.975, df), the two-sided 95 % quantile of Student's t, for df = 1 .. 30 (tests check them against the t
@@ -356,6 +358,40 @@ class Battery:
         return higher(
             self.at(task, row, self.trained(task), metric, seeds), self.past(task, row, metric, seeds)
         )
+
+    def extended(self, row: str, task: str, metric: str) -> Estimate:
+        """An extension row (`rope+pi4`) on `task` at the size it was fine-tuned to (its factor times the
+        largest training size), pooled over the seeds that learned the task before fine-tuning."""
+        seeds = self.learned(task, row).seeds
+        size = self.trained(task) * Row.parse(row).extend_factor
+        return self.at(task, row, size, metric, seeds)
+
+    @checked
+    def extended_above(self, row: str, other: str, task: str, metric: str) -> Check:
+        """Extension row `row` above extension row `other` at the size both were fine-tuned to."""
+        return higher(self.extended(task=task, row=row, metric=metric), self.extended(other, task, metric))
+
+    def extension_steps(self, row: str, task: str) -> Estimate:
+        """Per seed that learned `task`, the fine-tuning step at which `row` first reached the target at the
+        extended size (`extended_at`; 0: before any); a seed that never did counts one check interval past
+        its budget (a lower bound, named)."""
+        seeds = set(self.learned(task, row).seeds)
+        found = {r["seed"]: r for r in self.records if (r["task"], r["scheme"]) == (task, row)}
+        if any("extended_at" not in found[s] for s in seeds):
+            raise Inconclusive(f"not recorded: fine-tuning steps of {row} {task}")
+        steps, short = {}, []
+        for seed in sorted(seeds):
+            at, budget = found[seed]["extended_at"], found[seed]["extend_budget"]
+            steps[seed] = at if at is not None else budget + max(1, budget // EXTEND_CHECKS)
+            short += [] if at is not None else [str(seed)]
+        note = f" (not reached in seeds {', '.join(short)}: counted past the budget)" if short else ""
+        return over_seeds(f"{row} {task} fine-tuning steps to the target{note}", steps)
+
+    @checked
+    def fewer_extension_steps(self, row: str, other: str, task: str) -> Check:
+        """Extension row `row` reaches the target at the extended size in fewer fine-tuning steps than
+        `other`, each from its own start."""
+        return lower(self.extension_steps(row, task), self.extension_steps(other, task))
 
 
 # ------------------------------------------------------------------------------------------------------------

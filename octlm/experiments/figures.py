@@ -22,6 +22,7 @@ VARIANT_STYLES: dict[str, tuple[str, str]] = {
     "nope": ("-.", "^"),
     "random+nope": (":", "v"),
     "ssmax": (":", "P"),
+    "ft": (":", "X"),  # the battery's extension rows: +ft plain fine-tuning, +pi/+ntk/+yarn as above
 }
 UNKNOWN_STYLE = ("--", "x")  # options no variant style is for
 STYLE_KEY = "colour: scheme; line and marker: variant"  # the legends' title
@@ -36,5 +37,5 @@ def row_style(row: str) -> tuple[str, tuple[str, str]]:
     except UserError:
         return scheme_colour(""), UNKNOWN_STYLE
     on = (("random", parsed.randomized), ("nope", parsed.nope_layers), ("ssmax", parsed.ssmax))
-    variant = "+".join(name for name, present in on if present)
+    variant = "+".join([*(name for name, present in on if present), *filter(None, [parsed.extension])])
     return scheme_colour(parsed.scheme), VARIANT_STYLES.get(variant, UNKNOWN_STYLE)

@@ -309,7 +309,7 @@ def row_overrides(row: str) -> dict[str, Any] | None:
         parsed = Row.parse(row)
     except UserError:
         return None
-    return None if parsed.randomized or parsed.nope_layers else parsed.config_fields()
+    return None if parsed.randomized or parsed.nope_layers or parsed.extension else parsed.config_fields()
 
 
 def row_of(config: Config) -> str:

@@ -6,6 +6,7 @@ be learned; show it and it is."""
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from processes import signal_when
 from tiny import PYTHON
 
 from octlm.errors import UserError
-from octlm.experiments import battery
+from octlm.experiments import battery, battery_train
 from octlm.experiments.battery import Cell, Row, Settings
 from octlm.experiments.task_batches import (
     answer_loss,
@@ -83,7 +84,7 @@ def test_mqar_never_reads_an_answer_back_and_is_still_scored_on_it() -> None:
     """After the separator a model reads the queried keys and blanks, never a value; its targets are the
     values, one per query."""
     cell = Cell(MultiQueryRecall, Row.parse("rope", 1), 0, replace(Settings(), batch_size=64, model=TINY))
-    ids, targets, mask = battery.training_batch(cell, np.random.default_rng(0))
+    ids, targets, mask = battery_train.training_batch(cell, np.random.default_rng(0))
     first_value = MultiQueryRecall.ids(["v0"])[0]  # the specials and the keys come before the values
     for row in range(ids.shape[0]):
         after = ids[row, int((ids[row] == SEP).nonzero()[0]) :].tolist()
@@ -145,12 +146,14 @@ def test_the_held_out_set_is_its_own_stream_fixed_and_at_the_largest_training_si
     settings = replace(Settings(), examples=50, model=TINY)
     cell = Cell(Spy, Row.parse("rope", 1), 3, settings)
     Spy.asked.clear()
-    first = battery.held_out_set(cell)
-    assert first == battery.held_out_set(cell) and Spy.asked == [5] * 100 and len(first) == 50
-    passkey = battery.held_out_set(Cell(Passkey, Row.parse("rope", 1), 3, replace(settings, examples=12)))
+    first = battery_train.held_out_set(cell)
+    assert first == battery_train.held_out_set(cell) and Spy.asked == [5] * 100 and len(first) == 50
+    passkey = battery_train.held_out_set(
+        Cell(Passkey, Row.parse("rope", 1), 3, replace(settings, examples=12))
+    )
     at_largest = len(Passkey.example(np.random.default_rng(0), Passkey.train_sizes[1]).tokens)
     assert len(passkey) == 2 * len(Passkey.depths) and {len(e.tokens) for e in passkey} == {at_largest}
-    train = battery.training_examples(cell, np.random.default_rng([3, 0]), 50)
+    train = battery_train.training_examples(cell, np.random.default_rng([3, 0]), 50)
     assert first != train
 
 
@@ -176,6 +179,7 @@ def test_random_positions_are_a_sorted_subset_spread_over_the_range() -> None:
         ("learned+random+nope1", ("learned", True, (1,), False)),
         ("nope+ssmax", ("nope", False, (), True)),
         ("rope+nope1+ssmax", ("rope", False, (1,), True)),
+        ("rope+pi4", ("rope", False, (), False)),
     ],
 )
 def test_rows_parse(spec: str, parsed: tuple) -> None:
@@ -184,10 +188,35 @@ def test_rows_parse(spec: str, parsed: tuple) -> None:
 
 
 @pytest.mark.parametrize(
+    ("spec", "extension", "factor", "scaling"),
+    [
+        ("rope", None, 1, "none"),
+        ("rope+ft4", "ft", 4, "none"),
+        ("rope+pi4", "pi", 4, "linear"),
+        ("rope+ntk2", "ntk", 2, "ntk"),
+        ("rope+yarn64", "yarn", 64, "yarn"),
+        ("ROPE+random+pi8", "pi", 8, "linear"),
+    ],
+)
+def test_extension_rows_parse(spec: str, extension: str | None, factor: int, scaling: str) -> None:
+    row = Row.parse(spec, n_layers=2)
+    assert (row.extension, row.extend_factor, row.rope_scaling) == (extension, factor, scaling)
+
+
+@pytest.mark.parametrize(
     ("spec", "message"),
     [
         ("bogus", "unknown position scheme 'bogus' in row 'bogus'"),
-        ("rope+rand", "'rand' is not random, ssmax or nopeK"),
+        ("rope+rand", "'rand' is not random, ssmax, nopeK (K a layer index) or ftF, piF, ntkF, yarnF"),
+        ("rope+pi", "'pi' is not random"),
+        ("rope+pi4x", "'pi4x' is not random"),
+        (
+            "alibi+pi4",
+            "row 'alibi+pi4': +pi4 fine-tunes RoPE's frequencies; use rope+... (the scheme here is alibi)",
+        ),
+        ("rope+pi1", "extension factor 1 must be from 2 to 64"),
+        ("rope+ft65", "extension factor 65 must be from 2 to 64"),
+        ("rope+pi4+ft4", "one of +ft, +pi, +ntk, +yarn at most"),
         ("rope+nope2", "layer 2 is not one of 0 .. 1"),
         ("nope+random", "nope reads no position ids"),
         ("cope+random", "cope reads no position ids (only their order)"),
@@ -195,7 +224,7 @@ def test_rows_parse(spec: str, parsed: tuple) -> None:
     ],
 )
 def test_bad_rows_name_the_problem(spec: str, message: str) -> None:
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=re.escape(message)):
         Row.parse(spec, n_layers=2)
 
 
@@ -297,10 +326,10 @@ def test_passkey_splits_its_examples_over_the_depths_and_pools_them_per_size() -
 MARKED = """
 import sys, os, time
 from pathlib import Path
-import octlm.experiments.battery as battery
+import octlm.experiments.battery_train as battery_train
 from octlm.cli import main
 
-real = battery.optimizer_step
+real = battery_train.optimizer_step
 
 
 def marked(*args, **kwargs):  # in every process, spawned workers too (they import this file, not __main__)
@@ -313,7 +342,7 @@ def marked(*args, **kwargs):  # in every process, spawned workers too (they impo
     return loss
 
 
-battery.optimizer_step = marked
+battery_train.optimizer_step = marked
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 """

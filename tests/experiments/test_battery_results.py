@@ -238,7 +238,8 @@ def test_every_row_runs_passkey_on_every_row_and_a_claimless_passkey_is_refused(
     argv = [*GRID, "--tasks", "passkey", "--schemes", "learned", "--seeds", "1", "--no-progress"]
     code, _, err = tiny.run_cli([*argv, "--out", str(tmp_path / "refused")])
     assert code == 2 and err.splitlines() == [
-        "octlm experiment tasks: error: passkey runs only on the rows a claim reads (rope alibi nope rope+random), "
+        "octlm experiment tasks: error: passkey runs only on the rows a claim reads (rope alibi nope rope+random rope+ft4 "
+        "rope+pi4 rope+yarn4), "
         "none of them in --schemes: add --every-row to run it on learned"
     ]
     assert not (tmp_path / "refused").exists()

@@ -39,6 +39,29 @@ LENGTH = {
     "stick-breaking-length": (["stick-breaking"], ["rope"]),
 }
 EXTEND = ("pi-passkey", "yarn-steps-pi", "yarn-steps-plain")
+# the battery's extension claims (rows fine-tuned to 4x on the passkey)
+EXTENSION = ("pi-passkey-tasks", "yarn-steps-pi-tasks", "yarn-steps-plain-tasks")
+
+
+def extension_records(key: str, verdict: Verdict) -> list[dict]:
+    """Passkey records of rope+pi4, rope+ft4 and rope+yarn4, every seed learned (100 % at 32). For PI's claim
+    the score at 128 (4x): PI 90 % and plain 10 % (agree), the other way round, or both 50 %; for YaRN's, the
+    step each seed reached the target at 128 (`extended_at`, None: not within the budget of 200)."""
+    ahead, behind = ("rope+pi4", "rope+ft4") if key == "pi-passkey-tasks" else ("rope+yarn4", "")
+    behind = behind or ("rope+pi4" if key == "yarn-steps-pi-tasks" else "rope+ft4")
+    scores = scenario_scores(
+        [ahead], [behind], verdict if key == "pi-passkey-tasks" else Verdict.INCONCLUSIVE
+    )
+    steps = {
+        Verdict.AGREE: ([0, 20, 20], [100, 100, 120]),
+        Verdict.DISAGREE: ([None] * 3, [40, 50, 60]),  # YaRN never: counted at 220
+        Verdict.INCONCLUSIVE: ([0, 100, 200], [90, 100, 110]),
+    }[verdict if key != "pi-passkey-tasks" else Verdict.INCONCLUSIVE]
+    at = {ahead: steps[0], behind: steps[1]}
+    return [
+        r | {"extended_at": at[r["scheme"]][r["seed"]], "extend_budget": 200}
+        for r in battery_records(("passkey",), scores)
+    ]
 
 
 def battery_records(tasks: tuple[str, ...], scores: dict[str, tuple[float, float]]) -> list[dict]:
@@ -124,7 +147,7 @@ def verdict_of(key: str, experiment: str, records: list[dict]) -> Verdict:
 
 
 @pytest.mark.parametrize("verdict", list(Verdict))
-@pytest.mark.parametrize("key", [*BATTERY, *LENGTH, *EXTEND])
+@pytest.mark.parametrize("key", [*BATTERY, *LENGTH, *EXTEND, *EXTENSION])
 def test_every_claim_returns_each_verdict_on_made_up_results(key: str, verdict: Verdict) -> None:
     if key in BATTERY:
         tasks, ahead, behind = BATTERY[key]
@@ -132,13 +155,21 @@ def test_every_claim_returns_each_verdict_on_made_up_results(key: str, verdict: 
         assert verdict_of(key, "tasks", records) is verdict
     elif key in LENGTH:
         assert verdict_of(key, "length", length_records(*LENGTH[key], verdict)) is verdict
+    elif key in EXTENSION:
+        assert verdict_of(key, "tasks", extension_records(key, verdict)) is verdict
     else:
         assert verdict_of(key, "extend", extend_records(key, verdict)) is verdict
 
 
 def test_every_claim_is_tested_above_and_declared_once() -> None:
     keys = [c.key for c in CLAIMS]
-    assert len(set(keys)) == len(keys) and set(keys) == {*BATTERY, *LENGTH, *EXTEND, "zoology-mqar"}
+    assert len(set(keys)) == len(keys) and set(keys) == {
+        *BATTERY,
+        *LENGTH,
+        *EXTEND,
+        *EXTENSION,
+        "zoology-mqar",
+    }
     assert {c.experiment for c in CLAIMS} == {"tasks", "length", "extend"}
 
 
@@ -179,6 +210,33 @@ def test_a_row_that_did_not_learn_is_left_out_and_named() -> None:
     # a lower target lets it in
     [lenient] = [f for f in findings("tasks", records, learned=0.5) if f.claim.key == "ruoss-rope"]
     assert "left out" not in lenient.reason and "mean of copy, counting" in lenient.estimates[0].label
+
+
+def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_leave_out_the_unlearned():
+    records = extension_records("pi-passkey-tasks", Verdict.AGREE)
+    [pi] = [f for f in findings("tasks", records) if f.claim.key == "pi-passkey-tasks"]
+    assert [e.label for e in pi.estimates] == [
+        "rope+pi4 passkey exact match at 128",
+        "rope+ft4 passkey exact match at 128",
+    ]
+    records = extension_records("yarn-steps-pi-tasks", Verdict.DISAGREE)
+    [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
+    assert yarn.estimates[0].label == (
+        "rope+yarn4 passkey fine-tuning steps to the target (not reached in seeds 0, 1, 2: counted past the "
+        "budget)"
+    )
+    assert yarn.estimates[0].value == 220 and yarn.estimates[1].value == 50
+    # seed 2 of YaRN did not learn the passkey in range: its steps are left out, not counted
+    records = [
+        r | {"hits": 40} if (r["scheme"], r["seed"], r["size"]) == ("rope+yarn4", 2, 32) else r
+        for r in extension_records("yarn-steps-pi-tasks", Verdict.AGREE)
+    ]
+    [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
+    assert yarn.estimates[0].seeds == (0, 1) and yarn.estimates[0].value == 10
+    # cells from before the extension rows recorded no steps
+    records = [{k: v for k, v in r.items() if k != "extended_at"} for r in records]
+    [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
+    assert yarn.reason == "not recorded: fine-tuning steps of rope+yarn4 passkey"
 
 
 def test_todays_battery_records_make_per_token_claims_not_recorded() -> None:
@@ -237,6 +295,14 @@ class Reads:
         self.read.add((task, row))
         return Check(Verdict.INCONCLUSIVE, "")
 
+    def extended_above(self, row: str, other: str, task: str, metric: str) -> Check:
+        self.read |= {(task, row), (task, other)}
+        return Check(Verdict.INCONCLUSIVE, "")
+
+    def fewer_extension_steps(self, row: str, other: str, task: str) -> Check:
+        self.read |= {(task, row), (task, other)}
+        return Check(Verdict.INCONCLUSIVE, "")
+
 
 def test_the_default_battery_runs_every_cell_a_claim_reads_and_passkey_only_those() -> None:
     """The rows a task runs on by default (`battery.CLAIMED_ROWS`) are the rows the claims read: dropping one
@@ -253,8 +319,8 @@ def test_the_default_battery_runs_every_cell_a_claim_reads_and_passkey_only_thos
     ran = {(t, r) for t in settings.tasks for r in battery.rows_of(grid, t)}
     assert read <= ran
     assert {r for t, r in read if t == "passkey"} == set(battery.CLAIMED_ROWS["passkey"])
-    assert battery.rows_of(grid, "passkey") == ["rope", "alibi", "nope", "rope+random"]
-    cheap = ("copy", "reverse", "selective-copy")
-    assert ran == {(t, r) for t in cheap for r in settings.schemes} | {
-        (t, r) for t, r in read if t == "passkey"
-    }
+    assert battery.rows_of(grid, "passkey") == [
+        *("rope", "alibi", "nope", "rope+random", "rope+ft4", "rope+pi4", "rope+yarn4")
+    ]
+    cheap, plain = ("copy", "reverse", "selective-copy"), set(settings.schemes) - set(battery.EXTENSION_ROWS)
+    assert ran == {(t, r) for t in cheap for r in plain} | {(t, r) for t, r in read if t == "passkey"}
