@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from octlm.config import TrainConfig
+from octlm.config import ModelConfig, TrainConfig
 from octlm.errors import UserError
 from octlm.experiments import cells
+from octlm.experiments.rows import Row
 from octlm.experiments.task_batches import (
     Counts,
     answer_loss,
@@ -31,16 +32,40 @@ from octlm.experiments.task_batches import (
     random_positions,
     token_counts,
 )
-from octlm.experiments.tasks import Example
+from octlm.experiments.tasks import Example, Task
 from octlm.model.decoder import Decoder
 from octlm.signals import StopRequest, stopping
 from octlm.training.loop import optimizer_step
 from octlm.training.optimizer import make_optimizer
 
-if TYPE_CHECKING:
-    from octlm.experiments.battery import Cell
-
 EXTEND_CHECKS = 10  # held-out checks over the fine-tuning budget
+
+
+class Cell(Protocol):
+    """What training reads of a battery cell (`octlm.experiments.battery.Cell`): its task, row, seed and
+    settings (steps, batch size, learning rate, checks, target, examples, extension budget), the sizes it
+    trains and is extended to, and its models' configs."""
+
+    task: type[Task]
+    row: Row
+    seed: int
+    settings: Any
+
+    @property
+    def key(self) -> cells.Key: ...
+
+    @property
+    def train_tokens(self) -> int: ...
+
+    @property
+    def position_range(self) -> int: ...
+
+    @property
+    def extend_size(self) -> int: ...
+
+    def model_config(self) -> ModelConfig: ...
+
+    def extended_config(self) -> ModelConfig: ...
 
 
 @dataclass(frozen=True)
