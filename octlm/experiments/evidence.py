@@ -224,7 +224,9 @@ def learned_models(records: Iterable[dict[str, Any]], target: float = LEARNED) -
     """The models that learned their task, as (task, row, seed): exact match at the task's largest training
     size (per query for MQAR, where recorded) at least `target`. A seed under it did not learn the task in
     range, so its scores past the training size say nothing about position: every table and claim leaves it
-    out."""
+    out. An extension row's model (a record with `extended_at`) learned when it had before fine-tuning (its
+    `learned_at`: the step its held-out exact match at that size reached the battery's target); what
+    fine-tuning to longer sizes does at the training size is part of its result, not of whether it learned."""
     return {
         (r["task"], r["scheme"], r["seed"])
         for r in records
@@ -232,7 +234,7 @@ def learned_models(records: Iterable[dict[str, Any]], target: float = LEARNED) -
         and r["task"] in TASKS
         and r["size"] == TASKS[r["task"]].train_sizes[1]
         and r["hits"] is not None
-        and _score(r) >= target
+        and (r.get("learned_at") is not None if "extended_at" in r else _score(r) >= target)
     }
 
 

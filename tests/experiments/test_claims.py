@@ -11,7 +11,7 @@ import pytest
 
 from octlm.experiments import battery
 from octlm.experiments.claims import CLAIMS, Claim, Finding, claims_json, claims_markdown, findings
-from octlm.experiments.evidence import Check, Estimate, Verdict
+from octlm.experiments.evidence import Battery, Check, Estimate, Verdict
 from octlm.experiments.tasks import TASKS
 
 SEEDS = (0, 1, 2)
@@ -59,7 +59,7 @@ def extension_records(key: str, verdict: Verdict) -> list[dict]:
     }[verdict if key != "pi-passkey-tasks" else Verdict.INCONCLUSIVE]
     at = {ahead: steps[0], behind: steps[1]}
     return [
-        r | {"extended_at": at[r["scheme"]][r["seed"]], "extend_budget": 200}
+        r | {"learned_at": 1000, "extended_at": at[r["scheme"]][r["seed"]], "extend_budget": 200}
         for r in battery_records(("passkey",), scores)
     ]
 
@@ -226,17 +226,23 @@ def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_
         "budget)"
     )
     assert yarn.estimates[0].value == 220 and yarn.estimates[1].value == 50
-    # seed 2 of YaRN did not learn the passkey in range: its steps are left out, not counted
+    # seed 2 of YaRN did not learn the passkey in range (no learned_at: never fine-tuned): left out, not
+    # counted; seed 1 learned it, then fell to 40 % at 32 while fine-tuned longer: learned, and counted
     records = [
-        r | {"hits": 40} if (r["scheme"], r["seed"], r["size"]) == ("rope+yarn4", 2, 32) else r
+        r | {"learned_at": None} if (r["scheme"], r["seed"]) == ("rope+yarn4", 2) else r
         for r in extension_records("yarn-steps-pi-tasks", Verdict.AGREE)
+    ]
+    records = [
+        r | {"hits": 40} if (r["scheme"], r["seed"], r["size"]) == ("rope+yarn4", 1, 32) else r
+        for r in records
     ]
     [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
     assert yarn.estimates[0].seeds == (0, 1) and yarn.estimates[0].value == 10
-    # cells from before the extension rows recorded no steps
+    # rows without extended_at are judged as every other row, on their score at 32 (seed 1's 40 %: out)
     records = [{k: v for k, v in r.items() if k != "extended_at"} for r in records]
     [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
     assert yarn.reason == "not recorded: fine-tuning steps of rope+yarn4 passkey"
+    assert Battery(records).seeds_learned("passkey", "rope+yarn4") == (0, 2)
 
 
 def test_todays_battery_records_make_per_token_claims_not_recorded() -> None:
