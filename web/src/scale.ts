@@ -156,3 +156,67 @@ export function hexRGB(hex: string): RGB {
   const full = h.length === 3 ? [...h].map((c) => c + c).join("") : h;
   return [0, 2, 4].map((i) => parseInt(full.slice(i, i + 2), 16)) as RGB;
 }
+
+// ----------------------------------------------------------------------------------------------------------
+// One scale per quantity (issue 46): every map says what it shows (data-quantity) and on which scale
+// (data-scale, "kind min max"), and a quantity is drawn the same way on every page.
+
+/** What a coloured map or table shows; each quantity has one rule for its scale (`scaleOf`). */
+export type Quantity = "probability" | "one-hot" | "cosine similarity" | "bias" | "embedding" | "bucket";
+
+// the steps a signed domain is rounded up to: each within 25 % of the next, so no cell turns pale, and half of
+// each (the key's inner ticks) has at most three digits, so the key's labels stay short enough not to touch
+const NICE = [1, 1.2, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10];
+
+/** The smallest of 1, 1.2, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8 (× 10^k) that is at least `x` (> 0). */
+export function niceCeil(x: number): number {
+  if (!(x > 0) || !Number.isFinite(x)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(x)));
+  // the 1e-9 keeps a value that is already nice (0.08 = 8.000000000000002 × 10^-2) where it is
+  const step = NICE.find((s) => s * p >= x * (1 - 1e-9)) ?? 10;
+  return Number((step * p).toPrecision(3));
+}
+
+/**
+ * The scale of a signed quantity (embedding values, biases): diverging, white at 0, symmetric, its ends the
+ * largest |value| rounded up to a nice number, so that the key states a round domain and equal sizes of either
+ * sign get equal strength. Non-finite values (masked cells) are left out.
+ */
+export function signedScale(values: number[]): Scale {
+  const m = values.reduce((acc, v) => (Number.isFinite(v) ? Math.max(acc, Math.abs(v)) : acc), 0);
+  const top = niceCeil(m);
+  return { kind: "diverging", min: -top, max: top };
+}
+
+/**
+ * The one scale of each quantity: probabilities and one-hot entries on PROBABILITY (0 the light end, 1 the dark
+ * end), cosines on COSINE, signed values on `signedScale`, bucket numbers sequential from 0 to the last bucket.
+ */
+export function scaleOf(quantity: Quantity, values: number[]): Scale {
+  if (quantity === "probability" || quantity === "one-hot") return PROBABILITY;
+  if (quantity === "cosine similarity") return COSINE;
+  if (quantity === "bucket") return { kind: "sequential", min: 0, max: Math.max(1, ...values.filter(Number.isFinite)) };
+  return signedScale(values);
+}
+
+/** A scale as the maps state it in `data-scale`: "diverging -1 1". */
+export const scaleAttr = (s: Scale): string => `${s.kind} ${s.min} ${s.max}`;
+
+const SUPERSCRIPT: Record<string, string> = { "-": "⁻", "0": "⁰", "1": "¹", "2": "²", "3": "³", "4": "⁴", "5": "⁵", "6": "⁶", "7": "⁷", "8": "⁸", "9": "⁹" };
+
+/**
+ * `v` with exactly `digits` significant digits, trailing zeros kept (so a column of them lines up: 6.990 beside
+ * 8.258, not 6.99), a real minus sign, and no exponent while the plain number takes at most `maxPlain`
+ * characters (its sign not counted); past that, m × 10ᵏ. −∞ is "−∞", 0 is "0".
+ */
+export function sig(v: number, digits = 3, maxPlain = 9): string {
+  if (v === -Infinity) return "−∞";
+  if (v === Infinity) return "∞";
+  if (Number.isNaN(v)) return "n/a";
+  if (v === 0) return "0";
+  const r = Number(Math.abs(v).toPrecision(digits)); // rounded first: 9.996 to 3 digits is 10.0, one more place
+  const e = Math.floor(Math.log10(r) + 1e-12);
+  const plain = r.toFixed(Math.max(0, digits - 1 - e));
+  const body = plain.length <= maxPlain ? plain : `${(r / Math.pow(10, e)).toFixed(digits - 1)} × 10${[...String(e)].map((c) => SUPERSCRIPT[c]).join("")}`;
+  return v < 0 ? `−${body}` : body;
+}

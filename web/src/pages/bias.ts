@@ -4,7 +4,8 @@ import slopesCode from "octlm:positions/formulas.py#alibi_slopes";
 import t5Code from "octlm:positions/formulas.py#t5_bucket";
 import { alibiBias, alibiSlopes, randomMatrix, t5BucketMatrix } from "../math";
 import { heatmap } from "../charts";
-import { $, codeBlock, el, fmt, labelled, live, numberInput, readNumber, scaleFor, select } from "../ui";
+import { scaleAttr, scaleOf, sig, type Quantity, type Scale } from "../scale";
+import { $, codeBlock, el, labelled, live, numberInput, readNumber, select } from "../ui";
 
 const scheme = el(
   "fieldset",
@@ -30,11 +31,37 @@ $("#code-slopes").append(codeBlock(slopesCode));
 $("#code-bias").append(codeBlock(biasCode));
 $("#code-t5").append(codeBlock(t5Code));
 
-const biasMap = heatmap({ label: "Bias added to the scores", rowName: "query", colName: "key", maxSize: 400 });
+const biasMap = heatmap({ label: "Bias added to the scores", rowName: "query", colName: "key", maxSize: 400, format: (v) => (Number.isFinite(v) ? sig(v, 3) : "−∞ (masked)") });
 const bucketMap = heatmap({ label: "T5 bucket of each query–key pair", rowName: "query", colName: "key", maxSize: 400, format: (v) => (Number.isFinite(v) ? `bucket ${v}` : "masked") });
 biasMap.root.id = "bias-map";
 bucketMap.root.id = "bucket-map";
-$("#bias-maps").append(biasMap.root, bucketMap.root);
+// What each map shows, on the site's one scale for it: a bias is signed (diverging, white at 0, as the Models page
+// draws the same ALiBi bias), a bucket a number from 0 up. The T5 values are random: the note says how.
+const biasBox = el("div", { class: "map", "data-quantity": "bias" }, biasMap.root);
+const bucketBox = el("div", { class: "map", "data-quantity": "bucket" }, bucketMap.root);
+const t5Init = el("p", { class: "init-note", id: "t5-init", text: "Where the T5 numbers come from: one random number per bucket and head, drawn here with mean 0 and standard deviation 0.5 so that the colours show them. octlm starts this table at standard deviation 0.02, as it does every table, so every bias starts near 0 and training sets them." });
+biasBox.append(t5Init);
+$("#bias-maps").append(biasBox, bucketBox);
+
+/**
+ * Drop the tick just before the last when they label neighbouring cells: with a step of 2, indexTicks keeps
+ * 14 beside 15 (T = 16), and on a phone the two labels run together. The first and last stay labelled.
+ */
+function unCrowd(root: HTMLElement): void {
+  for (const axis of root.querySelectorAll<HTMLElement>(".heatmap-xticks, .heatmap-yticks")) {
+    const ticks = [...axis.querySelectorAll<HTMLElement>(".tick")];
+    const [a, b] = ticks.slice(-2).map((t) => Number(t.dataset.index));
+    if (ticks.length > 2 && b - a === 1) ticks[ticks.length - 2].remove();
+  }
+}
+
+/** Draw `data` on its quantity's scale (fitted to `domain`, the data unless given) and state it on the map's box. */
+function draw(map: { update(d: number[][], s: Scale): void }, box: HTMLElement, quantity: Quantity, data: number[][], domain = data.flat()): void {
+  const scale = scaleOf(quantity, domain);
+  map.update(data, scale);
+  unCrowd(box);
+  box.dataset.scale = scaleAttr(scale);
+}
 
 function render(): void {
   const h = readNumber(heads);
@@ -49,18 +76,21 @@ function render(): void {
   const pos = Array.from({ length: t }, (_, i) => i);
   buckets.disabled = which !== "t5";
   distance.disabled = which !== "t5";
-  bucketMap.root.hidden = which !== "t5";
+  bucketBox.hidden = bucketMap.root.hidden = which !== "t5";
+  t5Init.hidden = which !== "t5";
+  if (which === "t5") biasBox.dataset.init = "t5-init";
+  else delete biasBox.dataset.init;
   if (which === "alibi") {
     const slopes = alibiSlopes(h);
     const bias = alibiBias(slopes, pos, pos)[hi];
-    biasMap.update(bias, scaleFor(bias.flat()));
+    draw(biasMap, biasBox, "bias", bias);
     $("#bias-slopes").replaceChildren(
       el(
         "table",
         { class: "plain", id: "slope-table" },
         el("caption", { text: `ALiBi slopes for ${h} heads` }),
         el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "head" }), el("th", { scope: "col", text: "slope m" }), el("th", { scope: "col", text: "bias one token back" }))),
-        el("tbody", {}, ...slopes.map((s, i) => el("tr", { class: i === hi ? "hl" : undefined }, el("td", { text: String(i) }), el("td", { text: fmt(s, 6), "data-value": String(s) }), el("td", { text: fmt(-s, 6) })))),
+        el("tbody", {}, ...slopes.map((s, i) => el("tr", { class: i === hi ? "hl" : undefined }, el("td", { text: String(i) }), el("td", { text: sig(s, 4), "data-value": String(s) }), el("td", { text: sig(-s, 4) })))),
       ),
     );
   } else {
@@ -69,8 +99,9 @@ function render(): void {
     const ids = t5BucketMatrix(pos, pos, nb, md).map((r, q) => r.map((b, k) => (k > q ? -Infinity : b)));
     const table = randomMatrix(nb, h, 5).map((r) => r.map((v) => v * 0.5));
     const bias = ids.map((r) => r.map((b) => (Number.isFinite(b) ? table[b][hi] : -Infinity)));
-    bucketMap.update(ids, { kind: "sequential", min: 0, max: nb - 1 });
-    biasMap.update(bias, scaleFor(bias.flat()));
+    // the bucket scale ends at the last bucket there is, whether or not this length reaches it
+    draw(bucketMap, bucketBox, "bucket", ids, [nb - 1]);
+    draw(biasMap, biasBox, "bias", bias);
     const counts = new Map<number, number[]>();
     for (let d = 0; d < t; d++) {
       const b = ids[t - 1][t - 1 - d];

@@ -6,6 +6,7 @@
  * @huggingface/tokenizers); both embedding tables are random N(0, 1), as `nn.Embedding` starts.
  */
 import { randomMatrix, type Matrix } from "../math";
+import { sig } from "../scale";
 import { el } from "../ui";
 
 interface Tokenizer {
@@ -146,7 +147,7 @@ export function pipelineSteps({ tokenizer, vocab }: Loaded, text: string, batch:
       "pipe-sum",
       "input_embeddings = token_embeddings + pos_embeddings\nprint(input_embeddings.shape)\nprint(all(torch.allclose(x - e, pos_embeddings) for x, e in zip(input_embeddings, token_embeddings)))",
       `${size([B, T, C])}\n${p.allclose ? "True" : "False"}`,
-      `The [${T}, ${C}] table is added to each of the ${B} sequences (broadcasting, drawn on the shapes page), so the sum keeps the token shape, and taking the token rows away from any sequence leaves the position table (the largest leftover over all ${B * T * C} numbers is ${p.leftover === 0 ? "0" : p.leftover.toExponential(1)}, rounding only).`,
+      `The [${T}, ${C}] table is added to each of the ${B} sequences (broadcasting, drawn on the shapes page), so the sum keeps the token shape, and taking the token rows away from any sequence leaves the position table (the largest leftover over all ${B * T * C} numbers is ${sig(p.leftover, 2)}, rounding only).`,
     ),
   ];
 }

@@ -3,6 +3,7 @@ import applyCode from "octlm:positions/formulas.py#apply_rope";
 import freqCode from "octlm:positions/formulas.py#rope_frequencies";
 import { linePlot, type PlotOptions } from "../charts";
 import { dot, randomMatrix, ropeFrequencies, ropePair, ropeRotate, type RopeLayout } from "../math";
+import { sig } from "../scale";
 import { $, codeBlock, el, fmt, labelled, live, numberInput, numberSlider, readNumber, select, svg } from "../ui";
 
 const dim = select("rope-dim", [["8", "8"], ["16", "16"], ["32", "32"], ["64", "64"]], "16");
@@ -209,7 +210,7 @@ function render(): void {
   const score = dot(qr, kr);
   $("#rope-stats").replaceChildren(
     ...stat(`channels of pair ${i}`, `${p0} and ${p1}`, "rope-channels"),
-    ...stat("θᵢ (radians per position)", fmt(theta[i], 6), "rope-theta"),
+    ...stat("θᵢ (radians per position)", sig(theta[i], 4), "rope-theta"),
     ...stat("q turned by m·θᵢ", `${fmt(turned(qm))}°`, "rope-q-angle"),
     ...stat("k turned by n·θᵢ", `${fmt(turned(kn))}°`, "rope-k-angle"),
     ...stat("offset m − n", String(qm - kn), "rope-offset"),
@@ -232,8 +233,9 @@ function render(): void {
       { class: j === i ? "hl" : undefined },
       el("td", { text: String(j) }),
       el("td", { text: `${a}, ${c}` }),
-      el("td", { text: fmt(th, 6), "data-value": String(th) }),
-      el("td", { text: fmt((2 * Math.PI) / th, 4) }),
+      // one rule per column: 4 significant digits, no exponent (1.987e+4 is 19870)
+      el("td", { text: sig(th, 4), "data-value": String(th) }),
+      el("td", { text: sig((2 * Math.PI) / th, 4), "data-value": String((2 * Math.PI) / th) }),
     );
   });
   $("#rope-freqs").replaceChildren(
@@ -241,7 +243,7 @@ function render(): void {
       "table",
       { class: "plain", id: "rope-freq-table" },
       el("caption", { text: `θᵢ = ${b}^(−2i/${d}), ${lay} layout` }),
-      el("thead", {}, el("tr", {}, ...["pair i", "channels", "θᵢ", "positions per turn"].map((h) => el("th", { scope: "col", text: h })))),
+      el("thead", {}, el("tr", {}, ...["pair i", "channels", "θᵢ (radians per position)", "positions per turn"].map((h) => el("th", { scope: "col", text: h })))),
       el("tbody", {}, ...rows),
     ),
   );

@@ -2,17 +2,21 @@ import "../site";
 import addCode from "octlm:positions/formulas.py#add_positions";
 import { heatmap } from "../charts";
 import { addPositionsError, randomMatrix } from "../math";
-import { $, codeBlock, el, labelled, live, numberInput, readNumber, scaleFor, svg } from "../ui";
+import { scaleAttr, scaleOf, sig } from "../scale";
+import { $, codeBlock, el, labelled, live, numberInput, readNumber, svg } from "../ui";
 
-// The opening example is [8, 4, 256]: eight sequences of four tokens, 256 channels. The page opens on it.
-const ARTICLE = [8, 4, 256];
+// The opening example is [8, 4, 256]: eight sequences of four tokens, 256 channels, the example of the project's
+// source text "Input Embeddings". The page opens on it.
+const OPENING = [8, 4, 256];
+// octlm (as GPT-2) starts every row of a position table at standard deviation 0.02
+const INIT_STD = 0.02;
 const MAX_T = 1024;
 const MAX_C = 1024;
-const B = numberInput("shape-b", ARTICLE[0], 1, 64);
-const T = numberInput("shape-t", ARTICLE[1], 1, MAX_T);
-const C = numberInput("shape-c", ARTICLE[2], 1, MAX_C);
-const Tp = numberInput("shape-tp", ARTICLE[1], 1, MAX_T);
-const Cp = numberInput("shape-cp", ARTICLE[2], 1, MAX_C);
+const B = numberInput("shape-b", OPENING[0], 1, 64);
+const T = numberInput("shape-t", OPENING[1], 1, MAX_T);
+const C = numberInput("shape-c", OPENING[2], 1, MAX_C);
+const Tp = numberInput("shape-tp", OPENING[1], 1, MAX_T);
+const Cp = numberInput("shape-cp", OPENING[2], 1, MAX_C);
 const follow = el("input", { type: "checkbox", id: "shape-follow", checked: true }) as HTMLInputElement;
 const mismatch = el("button", { type: "button", id: "shape-mismatch", text: "Make a mismatch" });
 const article = el("button", { type: "button", id: "shape-article", text: "Back to [8, 4, 256]" });
@@ -25,9 +29,11 @@ $("#shape-controls").append(
   labelled("Table width C′", Cp),
   el("div", { class: "control", role: "group", "aria-label": "Presets" }, mismatch, article),
 );
-const table = heatmap({ label: "The position table, one row per position", rowName: "position", colName: "channel", maxSize: 640, square: false, minWidth: 240 });
+const table = heatmap({ label: "The position table, one row per position", rowName: "position", colName: "channel", maxSize: 640, square: false, minWidth: 240, format: (v) => sig(v, 3) });
 table.root.id = "shape-table";
-$("#shape-table-slot").append(table.root);
+// embedding values, on the site's one scale for them; the note beside the map says which random numbers these are
+const tableMap = el("div", { class: "map", "data-quantity": "embedding", "data-init": "shape-init" }, table.root);
+$("#shape-table-slot").append(tableMap);
 $("#code-add").append(codeBlock(addCode));
 
 const shape = (s: number[]) => `[${s.join(", ")}]`;
@@ -128,9 +134,11 @@ function render(): void {
       : el("p", { class: "ok", id: "shape-ok", text: `The table is broadcast over the batch: ${shape([tp, cp])} acts as ${shape([1, tp, cp])} and is added to each of the ${b} sequences. The result is ${shape([b, t, c])}.` }),
   );
   $("#shape-picture").replaceChildren(picture(b, t, c, tp, cp, error !== null));
-  // the position table itself, random as at initialization (octlm starts every row at std 0.02)
-  const rows = randomMatrix(tp, cp, 4242).map((r) => r.map((v) => 0.02 * v));
-  table.update(rows, scaleFor(rows.flat()));
+  // the position table itself, random as octlm initialises it (std 0.02), on the site's scale for embedding values
+  const rows = randomMatrix(tp, cp, 4242).map((r) => r.map((v) => INIT_STD * v));
+  const scale = scaleOf("embedding", rows.flat());
+  table.update(rows, scale);
+  tableMap.dataset.scale = scaleAttr(scale);
   $("#shape-table-note").textContent = `${tp} rows, one per position 0 … ${tp - 1}, each a vector of ${cp} numbers: [${tp}, ${cp}].`;
 }
 live(render, B, T, C, Tp, Cp, follow);
@@ -140,7 +148,7 @@ mismatch.addEventListener("click", () => {
   render();
 });
 article.addEventListener("click", () => {
-  [B.value, T.value, C.value] = ARTICLE.map(String);
+  [B.value, T.value, C.value] = OPENING.map(String);
   follow.checked = true;
   render();
 });
