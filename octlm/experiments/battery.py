@@ -82,7 +82,7 @@ class BatteryGrid(cells.Record):
     examples: cells.Positive
     model: dict[str, Any]
     factors: list[cells.Positive]
-    extend_steps: cells.Positive = 200  # absent in cells from before the extension rows
+    extend_steps: cells.Positive = 1000  # absent in cells from before the extension rows
 
 
 class BatteryRecord(cells.Record):
@@ -144,6 +144,7 @@ QUICK = {
     "seeds": 1,
     "steps": 40,
     "check_every": 20,
+    "extend_steps": 20,
     "examples": 16,
     "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
 }
@@ -231,9 +232,9 @@ class Settings:
         recorded="changed",
     )
     extend_steps: int = flag(
-        200,
+        1000,
         "--extend-steps",
-        "fine-tuning steps of an extension row (rope+pi4 ...) after it learned the task (default 200)",
+        "fine-tuning steps of an extension row (rope+pi4 ...) after it learned the task (default 1000)",
         range=(1, MAX_STEPS),
     )
     jobs: int = 0  # worker processes (0: one per CPU core)

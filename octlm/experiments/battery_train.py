@@ -3,10 +3,11 @@
 extended sizes (`extend_cell`), as Chen et al. (2023) extend a model's window: the same model, the same
 weights, the next sizes, with RoPE's frequencies rescaled or not.
 
-The fine-tuning has a fixed budget (`Settings.extend_steps`, its learning rate a tenth of training's), so that
-the rows are compared after the same steps, as the papers compare them; it checks a held-out set at the
-extended size every tenth of the budget and records the first check that reaches the target (`extended_at`:
-how fast each method extends). A model that did not learn its task in range is not fine-tuned: extending it
+The fine-tuning has a fixed budget (`Settings.extend_steps`, 1,000 by default; its learning rate a tenth of
+training's), so that the rows are compared after the same steps, as the papers compare them; it draws sizes
+uniformly from the smallest training size to the extended one, checks a held-out set at the extended size every
+tenth of the budget and records the first check that reaches the target (`extended_at`: how fast each method
+extends). A model that did not learn its task in range is not fine-tuned: extending it
 would be more training, not an extension.
 """
 
