@@ -103,6 +103,40 @@ export interface TaskSpec {
   counts: string; // what a size counts: "items", "digits", "filler characters", ...
   test_sizes: number[]; // the largest training size times each factor
   rows?: string[]; // the rows this task ran on, where fewer than all (absent in older files: every row)
+  // What the tables are read beside (absent in older files): the per-token metric's name ("per token", or
+  // "per query" for MQAR), the baselines at each test size, the rows that did not learn the task at its
+  // largest training size (row -> why) and the step each seed reached the training target at (null: not
+  // within the step cap).
+  per_token?: string;
+  baselines?: TaskBaseline[];
+  not_learned?: Record<string, string>;
+  learned_at?: Record<string, (number | null)[]>;
+}
+
+/** A score in both metrics: every answer token right (exact), and the share of answer tokens right. */
+export interface BothMetrics {
+  exact: number;
+  per_token: number;
+}
+
+/** What guessing scores at one test size: uniform guesses (chance) and the best constant answer (majority). */
+export interface TaskBaseline {
+  size: number;
+  chance: BothMetrics;
+  majority: BothMetrics;
+}
+
+/** One paper's claim as the battery checked it (octlm/experiments/claims.py's claims_json). */
+export interface TaskClaim {
+  key: string;
+  paper: string;
+  year: number;
+  statement: string;
+  experiment: string;
+  metric: string;
+  verdict: "agree" | "disagree" | "inconclusive";
+  reason: string;
+  estimates: { label: string; value: number; lo: number | null; hi: number | null; n: number; seeds: number[] }[];
 }
 
 export interface TaskResult {
@@ -114,6 +148,11 @@ export interface TaskResult {
   interval: [number, number] | null; // 95 % Wilson interval of all seeds' examples pooled
   seeds: number[]; // each seed's exact match
   examples: number; // all seeds' examples pooled
+  // per token (absent in older files): the share of answer tokens right, its interval and each seed's share
+  token_mean?: number | null;
+  token_interval?: [number, number] | null;
+  token_seeds?: number[];
+  tokens?: number;
 }
 
 export interface TasksData {
@@ -124,6 +163,8 @@ export interface TasksData {
   tasks: Record<string, TaskSpec>;
   depths: number[];
   results: TaskResult[];
+  learned?: number; // the exact match at the largest training size a seed needs to count as having learned
+  claims?: TaskClaim[];
 }
 
 /** The rows `task` ran on: its own list where it ran on fewer than all (older files list none: every row). */
@@ -150,6 +191,7 @@ export function checkTasks(raw: unknown): Result<TasksData> {
         if (typeof t.counts !== "string") errors.push(`tasks.${name}.counts must be a string`);
         if (!Array.isArray(t.test_sizes) || !t.test_sizes.length || !t.test_sizes.every(isNum)) errors.push(`tasks.${name}.test_sizes must be a list of numbers`);
         if (t.rows !== undefined && !(Array.isArray(t.rows) && t.rows.every((r) => typeof r === "string" && Array.isArray(raw.rows) && raw.rows.includes(r)))) errors.push(`tasks.${name}.rows must be a list of the file's rows`);
+        errors.push(...checkReading(name, t));
       }
     }
   if (!Array.isArray(raw.results)) errors.push("results must be a list");
@@ -164,8 +206,38 @@ export function checkTasks(raw: unknown): Result<TasksData> {
       if (!(r.interval === null || (Array.isArray(r.interval) && r.interval.length === 2 && r.interval.every(isNum)))) errors.push(`results[${i}].interval must be two numbers or null`);
       if (!Array.isArray(r.seeds) || !r.seeds.every(isNum)) errors.push(`results[${i}].seeds must be a list of numbers`);
       if (!isNum(r.examples)) errors.push(`results[${i}].examples must be a number`);
+      if (r.token_mean !== undefined && !(isNumOrNull(r.token_mean) && (r.token_mean === null || (r.token_mean >= 0 && r.token_mean <= 1)))) errors.push(`results[${i}].token_mean must be a number in [0, 1] or null`);
     });
+  if (raw.claims !== undefined) errors.push(...checkClaims(raw.claims));
   return errors.length ? { ok: false, errors } : { ok: true, data: raw as unknown as TasksData };
+}
+
+const isShare = (v: unknown) => isNum(v) && v >= 0 && v <= 1;
+const isBoth = (v: unknown) => isObj(v) && isShare(v.exact) && isShare(v.per_token);
+
+/** The optional reading of one task (baselines, not_learned, learned_at, per_token): present fields checked. */
+function checkReading(name: string, t: Record<string, unknown>): string[] {
+  const errors: string[] = [];
+  if (t.per_token !== undefined && typeof t.per_token !== "string") errors.push(`tasks.${name}.per_token must be a string`);
+  if (t.baselines !== undefined && !(Array.isArray(t.baselines) && t.baselines.every((b) => isObj(b) && isNum(b.size) && isBoth(b.chance) && isBoth(b.majority))))
+    errors.push(`tasks.${name}.baselines must be a list of {size, chance, majority}, each {exact, per_token} in [0, 1]`);
+  if (t.not_learned !== undefined && !(isObj(t.not_learned) && Object.values(t.not_learned).every((v) => typeof v === "string"))) errors.push(`tasks.${name}.not_learned must map rows to reasons`);
+  if (t.learned_at !== undefined && !(isObj(t.learned_at) && Object.values(t.learned_at).every((v) => Array.isArray(v) && v.every(isNumOrNull)))) errors.push(`tasks.${name}.learned_at must map rows to a step (or null) per seed`);
+  return errors;
+}
+
+const VERDICTS = ["agree", "disagree", "inconclusive"];
+
+function checkClaims(claims: unknown): string[] {
+  if (!Array.isArray(claims)) return ["claims must be a list"];
+  const errors: string[] = [];
+  claims.forEach((c, i) => {
+    if (!isObj(c)) return errors.push(`claims[${i}] must be an object`);
+    for (const k of ["key", "paper", "statement", "metric", "reason"]) if (typeof c[k] !== "string") errors.push(`claims[${i}].${k} must be a string`);
+    if (!VERDICTS.includes(c.verdict as string)) errors.push(`claims[${i}].verdict must be agree, disagree or inconclusive`);
+    if (!Array.isArray(c.estimates)) errors.push(`claims[${i}].estimates must be a list`);
+  });
+  return errors;
 }
 
 export type Loaded<T> = { state: "ok"; data: T } | { state: "missing" } | { state: "invalid"; errors: string[] };

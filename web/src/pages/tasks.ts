@@ -1,14 +1,13 @@
 /**
- * The Tasks page: the task battery's results (public/data/tasks.json, `octlm experiment tasks`) as one table of
- * exact match per task and a depth × length map per scheme for passkey, then the copy and passkey models
- * (public/task-models/, scripts/site-task-models) answering the user's own examples in the browser.
+ * The Tasks page: the task battery's results (public/data/tasks.json, `octlm experiment tasks`, drawn by
+ * ./tasks-tables.ts), then the copy and passkey models (public/task-models/, scripts/site-task-models)
+ * answering the user's own examples in the browser.
  */
 import "../site";
-import { DATA_FILES, checkTasks, loadData, presentFiles, rowsOf, type Loaded, type TaskResult, type TasksData } from "../data";
+import { DATA_FILES, checkTasks, loadData, presentFiles, type Loaded, type TasksData } from "../data";
 import { megabytes, progressText } from "../lm";
-import { SCHEMES } from "../schemes";
-import { PROBABILITY, colour, ink, type Scale } from "../scale";
-import { $, el, legend, numberSlider } from "../ui";
+import { $, el, numberSlider } from "../ui";
+import { claimsTable, notReady, passkeyPointer, renderResults } from "./tasks-tables";
 import {
   EOS,
   KEY_DIGITS,
@@ -29,142 +28,7 @@ import {
 } from "../tasks";
 
 const BASE = import.meta.env.BASE_URL;
-const ACCURACY: Scale = PROBABILITY; // a share of examples right: the site's one scale for [0, 1]
 const pct = (v: number) => `${Math.round(100 * v)}`;
-
-/** What each task asks, in a line (octlm/experiments/tasks.py's docstrings). */
-const ABOUT: Record<string, string> = {
-  copy: "Copy a string of letters.",
-  reverse: "Write a string of letters backwards.",
-  addition: "Add two n-digit numbers, most significant digit first.",
-  "addition-reversed": "Add two n-digit numbers, every number written least significant digit first.",
-  "addition-hints": "Reversed addition with an index hint before every digit that names its place.",
-  mqar: "Read n key–value pairs, then answer every key again with its value.",
-  counting: "Statements set, increment or skip three variables; say how often one was incremented since it was last set.",
-  "selective-copy": "Copy, in order, the four letters scattered among n positions of noise.",
-  passkey: "Fetch a five-digit key hidden in n characters of filler.",
-};
-
-// ----------------------------------------------------------------------------------------------------------
-// Rows grouped by how their scheme gives positions (the registry's hooks)
-
-const GROUPS: [string, (hooks: string[]) => boolean][] = [
-  ["Added to the token vectors", (h) => h.includes("embed")],
-  ["Rotating queries and keys", (h) => h.includes("rotate")],
-  ["A bias on the attention scores", (h) => h.includes("bias")],
-  ["A bias from the content (counted positions)", (h) => h.includes("contextual_bias")],
-  ["Attention of its own", (h) => h.includes("attend")],
-  ["No position signal", (h) => h.length === 0],
-];
-const VARIANTS = "Variants: randomized positions, a layer without positions";
-
-/** The rows in groups, in the file's order within each; a row with `+` (a variant) goes last. */
-export function groupRows(rows: string[]): [string, string[]][] {
-  const hooksOf = (row: string) => SCHEMES.find((s) => s.name === row)?.hooks ?? null;
-  const groups: [string, string[]][] = GROUPS.map(([name, test]) => [name, rows.filter((r) => !r.includes("+") && hooksOf(r) !== null && test(hooksOf(r)!))]);
-  const placed = new Set(groups.flatMap(([, rs]) => rs));
-  groups.push([VARIANTS, rows.filter((r) => !placed.has(r))]);
-  return groups.filter(([, rs]) => rs.length > 0);
-}
-
-// ----------------------------------------------------------------------------------------------------------
-// Results
-
-function notReady(state: Loaded<unknown>): HTMLElement {
-  const file = DATA_FILES.tasks;
-  if (state.state === "invalid")
-    return el(
-      "div",
-      { class: "missing", id: "tasks-invalid" },
-      el("p", {}, "The file ", el("code", { text: `web/public/${file.path}` }), " exists but does not match the format in ", el("code", { text: "web/DATA.md" }), ":"),
-      el("ul", {}, ...state.errors.slice(0, 20).map((e) => el("li", { text: e }))),
-    );
-  return el(
-    "div",
-    { class: "missing", id: "tasks-missing" },
-    el("p", {}, "No results yet: ", el("code", { text: `web/public/${file.path}` }), " has not been produced."),
-    el("p", {}, "Make it with ", el("code", { text: file.command }), " (see ", el("code", { text: "web/DATA.md" }), " for the format), then rebuild the site."),
-  );
-}
-
-/** One coloured cell: the exact match in %, or "–" where the scheme cannot run (no rows). */
-function accuracyCell(r: TaskResult | undefined): HTMLElement {
-  if (!r) return el("td", { class: "absent", text: "" });
-  if (r.mean === null) return el("td", { class: "no-rows", title: "no rows: a learned table cannot run this long", text: "–", style: `background:#6b6b6b;color:#fff` });
-  const words = `${pct(r.mean)} % exact match` + (r.interval ? ` (95 % interval ${pct(r.interval[0])}–${pct(r.interval[1])} %` : "") + (r.seeds.length > 1 ? `; seeds ${r.seeds.map(pct).join(", ")} %)` : r.interval ? ")" : "");
-  return el("td", { "data-value": String(r.mean), title: words, "aria-label": words, style: `background:${colour(ACCURACY, r.mean)};color:${ink(ACCURACY, r.mean)}`, text: pct(r.mean) });
-}
-
-/** A sentence naming the rows a task did not run on, or "" when it ran on all. */
-function notRun(data: TasksData, task: string): string {
-  const left = data.rows.filter((r) => !rowsOf(data, task).includes(r));
-  return left.length ? ` Run only on the rows a paper's claim reads; not on ${left.join(", ")} (--every-row runs them).` : "";
-}
-
-/** The table of one task: a row per scheme (in groups), a column per test size. */
-function taskTable(data: TasksData, task: string, find: (task: string, row: string, size: number, depth: number | null) => TaskResult | undefined): HTMLElement {
-  const spec = data.tasks[task];
-  const trained = spec.train_sizes[1];
-  const head = el("tr", {}, el("th", { scope: "col", class: "corner", text: `${spec.counts} →` }), ...spec.test_sizes.map((n) => el("th", { scope: "col", text: n <= trained ? `${n} (trained)` : `${n} (${n / trained}×)` })));
-  const bodies = groupRows(rowsOf(data, task)).filter(([, rows]) => rows.length).map(([group, rows]) =>
-    el(
-      "tbody",
-      {},
-      el("tr", { class: "group" }, el("th", { scope: "colgroup", colspan: spec.test_sizes.length + 1, text: group })),
-      ...rows.map((row) => el("tr", { "data-row": row }, el("th", { scope: "row", text: row }), ...spec.test_sizes.map((n) => accuracyCell(find(task, row, n, null))))),
-    ),
-  );
-  return el(
-    "figure",
-    { class: "task-card", "data-task": task },
-    el("figcaption", {}, el("strong", { text: task }), el("span", { text: ` ${ABOUT[task] ?? ""} Trained on ${spec.train_sizes[0]}–${trained} ${spec.counts}.${notRun(data, task)}` })),
-    el("div", { class: "scroll" }, el("table", { class: "numbers accuracy", id: `acc-${task}` }, el("caption", { class: "visually-hidden", text: `${task}: exact match in % by scheme and size` }), el("thead", {}, head), ...bodies)),
-  );
-}
-
-function accuracyKey(): HTMLElement {
-  return el(
-    "div",
-    { class: "accuracy-key" },
-    legend(ACCURACY, "exact match (0 = none right, 1 = all right; cells give %)"),
-    el("span", { class: "legend-masked" }, el("span", { class: "swatch", style: "background:#6b6b6b" }), "– no rows: a learned table has no row past its training length"),
-  );
-}
-
-/** The depth × size map of one row of passkey. */
-function depthMap(data: TasksData, row: string, find: (task: string, row: string, size: number, depth: number | null) => TaskResult | undefined): HTMLElement {
-  const sizes = data.tasks.passkey.test_sizes;
-  return el(
-    "figure",
-    { class: "depth-map", "data-row": row },
-    el("figcaption", { text: row }),
-    el(
-      "table",
-      { class: "numbers accuracy", id: `depth-${row}` },
-      el("caption", { class: "visually-hidden", text: `passkey, ${row}: exact match in % by key depth (rows) and filler length (columns)` }),
-      el("thead", {}, el("tr", {}, el("th", { scope: "col", class: "corner", text: "depth" }), ...sizes.map((n) => el("th", { scope: "col", text: String(n) })))),
-      el("tbody", {}, ...data.depths.map((d) => el("tr", {}, el("th", { scope: "row", text: String(d) }), ...sizes.map((n) => accuracyCell(find("passkey", row, n, d)))))),
-    ),
-  );
-}
-
-export function renderResults(data: TasksData): { tables: HTMLElement; passkey: HTMLElement } {
-  const index = new Map(data.results.map((r) => [`${r.task}|${r.scheme}|${r.size}|${r.depth}`, r]));
-  const find = (task: string, row: string, size: number, depth: number | null) => index.get(`${task}|${row}|${size}|${depth}`);
-  const made = el("p", {}, `Mean over ${data.seeds.length} seed${data.seeds.length > 1 ? "s" : ""}. Made by `, el("code", { class: "command", text: data.command }), ".");
-  const tasks = Object.keys(data.tasks);
-  const tables = el("div", {}, made, accuracyKey(), el("div", { class: "task-grid", id: "task-tables" }, ...tasks.map((t) => taskTable(data, t, find))));
-  const passkey = "passkey" in data.tasks && data.depths.length
-    ? el(
-        "div",
-        {},
-        el("p", {}, `Filler lengths ${data.tasks.passkey.test_sizes.join(", ")} characters (trained on ${data.tasks.passkey.train_sizes.join("–")}); the same command, its passkey examples split evenly over the ${data.depths.length} depths.`),
-        accuracyKey(),
-        ...groupRows(rowsOf(data, "passkey")).filter(([, rows]) => rows.length).map(([group, rows]) => el("div", { class: "depth-group" }, el("h3", { text: group }), el("div", { class: "depth-grid" }, ...rows.map((r) => depthMap(data, r, find))))),
-      )
-    : el("p", { text: "This tasks.json has no passkey results by depth." });
-  return { tables, passkey };
-}
 
 // ----------------------------------------------------------------------------------------------------------
 // Live: the shipped models answer the user's example
@@ -287,10 +151,10 @@ function modelsNote(manifest: TaskManifest, task: TaskName): HTMLElement {
   return el(
     "p",
     { class: "hint" },
-    `${schemes.length} models (${schemes.join(", ")}), ${megabytes(bytes)} together, each trained as the battery trains its seed-0 model (${st.steps} steps of ${st.batch_size} examples, width ${st.model.d_model}, ${st.model.n_layers} layers) by `,
+    `${schemes.length} models (${schemes.join(", ")}), ${megabytes(bytes)} together: the site's own models, not the battery's above, each trained once (seed ${manifest.seed}) for a fixed ${st.steps} steps of ${st.batch_size} examples, width ${st.model.d_model}, ${st.model.n_layers} layers, by `,
     el("code", { text: manifest.command }),
     `. Exact match at ${trained} (the battery's scoring, ${models[schemes[0]].examples} examples): ${schemes.map((s) => `${s} ${models[s].accuracy[String(trained)] === null ? "–" : `${pct(models[s].accuracy[String(trained)]!)} %`}`).join(", ")}.`,
-    best < 0.5 ? ` None of them reaches 50 % even at the size it trained on, so expect mostly wrong answers here.` : "",
+    best < 0.5 ? ` None of them gets more than ${pct(best)} % right even at the size it trained on: they did not learn this task, so expect wrong answers here.` : "",
   );
 }
 
@@ -332,6 +196,8 @@ function passkeyLive(manifest: TaskManifest, filler: string): void {
   const render = () => show();
   const size = numberSlider("passkey-size", "Filler characters", 32, 8, 256, render, { hint: "trained on 8 to 32" });
   const depth = numberSlider("passkey-depth", "Depth of the key", 0.5, 0, 1, render, { step: 0.05, hint: "0: first, 1: after all the filler" });
+  // ui.ts sets the slider's value before its step, so a range input that still has step 1 rounds 0.5 to 1: set it again
+  depth.slider.value = depth.input.value;
   const start = numberSlider("passkey-start", "Filler from character", 0, 0, filler.length - 32, render, { hint: `of a ${filler.length.toLocaleString("en")}-character sample` });
   const key = el("input", { id: "passkey-key", type: "text", value: "12345", inputmode: "numeric", autocomplete: "off", maxlength: KEY_DIGITS, pattern: `\\d{${KEY_DIGITS}}` }) as HTMLInputElement;
   const again = el("button", { type: "button", id: "passkey-new", text: "New example" });
@@ -385,9 +251,11 @@ async function main(): Promise<void> {
     const { tables, passkey } = renderResults(state.data);
     $("#tasks-section").replaceChildren(tables);
     $("#passkey-section").replaceChildren(passkey);
+    $("#claims-section").replaceChildren(claimsTable(state.data));
+    $("#passkey-battery").replaceChildren(passkeyPointer(state.data));
   } else {
     $("#tasks-section").replaceChildren(notReady(state));
-    $("#passkey-section").replaceChildren(el("p", { text: "No results yet (see above)." }));
+    for (const id of ["#passkey-section", "#claims-section", "#passkey-battery"]) $(id).replaceChildren(el("p", { text: "No results yet (see above)." }));
   }
   try {
     const [manifest, filler] = await Promise.all([loadTaskManifest(), loadFiller()]);

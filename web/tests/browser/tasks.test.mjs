@@ -12,6 +12,8 @@ import { RESULTS, WEB, axe, open, sample, settle } from "./harness.mjs";
 const DATA = JSON.parse(readFileSync(join(WEB, "public/data/tasks.json"), "utf-8"));
 const MANIFEST = JSON.parse(readFileSync(join(WEB, "public/task-models/manifest.json"), "utf-8"));
 const REF = JSON.parse(sample("site-task-models-reference.json"));
+// the cells painted by the colour key: scores, not the baselines (reference values) or the bracketed scores
+const COLOURED = "table.accuracy td[data-value]:not(.baseline):not([data-unlearned])";
 const loaded = (page) => page.waitForSelector("body[data-loaded]", { timeout: 60_000 });
 
 /** Set the passkey controls to a reference case, as a user would type them. */
@@ -63,21 +65,157 @@ describe("task battery page", () => {
     }
     assert.equal(await page.locator("#passkey-section .legend").count(), 1, "the maps have a colour key");
     // every coloured cell is painted the colour its key gives its value (the key's stops are every 5 %)
-    const painted = await page.evaluate(() => {
+    const painted = await page.evaluate((COLOURED) => {
       const stops = [...document.querySelector("#tasks-section .legend").querySelectorAll("stop")].map((st) => st.getAttribute("stop-color").match(/\d+/g).map(Number));
       const far = [];
-      for (const td of document.querySelectorAll("table.accuracy td[data-value]")) {
+      for (const td of document.querySelectorAll(COLOURED)) {
         const u = Number(td.dataset.value) * (stops.length - 1);
         const i = Math.min(Math.floor(u), stops.length - 2);
         const want = stops[i].map((c, k) => c + (u - i) * (stops[i + 1][k] - c));
         const got = getComputedStyle(td).backgroundColor.match(/\d+/g).slice(0, 3).map(Number);
         if (Math.max(...got.map((c, k) => Math.abs(c - want[k]))) > 2) far.push(`${td.closest("table").id} ${td.dataset.value}: ${got} vs ${want.map(Math.round)}`);
       }
-      return { cells: document.querySelectorAll("table.accuracy td[data-value]").length, far };
-    });
-    // every result with a number is a coloured cell: tables (depth null) and passkey maps (by depth)
-    assert.equal(painted.cells, DATA.results.filter((r) => r.mean !== null).length, "coloured cells");
+      return { cells: document.querySelectorAll(COLOURED).length, far };
+    }, COLOURED);
+    // every result with a number is a coloured cell, exact match in the tables (depth null) and the passkey maps
+    // (by depth), per token in the tables; but not the scores past training of a row that did not learn the task
+    const meaningful = (r) => !(r.scheme in (DATA.tasks[r.task].not_learned ?? {}) && r.size > DATA.tasks[r.task].train_sizes[1]);
+    const exact = DATA.results.filter((r) => r.mean !== null && meaningful(r)).length;
+    const tokens = DATA.results.filter((r) => r.depth === null && r.token_mean !== null && meaningful(r)).length;
+    assert.equal(painted.cells, exact + tokens, "coloured cells");
     assert.deepEqual(painted.far, [], "cells whose colour is not the key's");
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("every task has an exact and a per-token table of every row, with the baselines tasks.json gives", async () => {
+    const { page, errors } = await open("tasks", { width: 1280 });
+    await loaded(page);
+    for (const [task, spec] of Object.entries(DATA.tasks)) {
+      for (const [id, metric] of [[`acc-${task}`, "exact"], [`tok-${task}`, "per_token"]]) {
+        const table = page.locator(`#${id}`);
+        assert.equal(await table.count(), 1, `${task}: a ${metric} table`);
+        if (metric === "per_token") assert.match(await page.locator(`figure[data-metric=per_token]:has(#${id}) figcaption`).innerText(), new RegExp(spec.per_token, "i"), `${task}: named as the file names its per-token metric`);
+        const rows = await table.locator("tbody tr[data-row]").evaluateAll((trs) => trs.map((tr) => ({ row: tr.dataset.row, cells: [...tr.querySelectorAll("td")].map((td) => td.dataset.value ?? td.textContent) })));
+        assert.deepEqual(rows.map((r) => r.row).sort(), [...DATA.rows].sort(), `${task} ${metric}: one row per battery row`);
+        for (const { row, cells } of rows) {
+          const want = spec.test_sizes.map((n) => {
+            const r = DATA.results.find((x) => x.task === task && x.scheme === row && x.size === n && x.depth === null);
+            const v = metric === "exact" ? r.mean : r.token_mean;
+            return v === null ? "–" : String(v);
+          });
+          assert.deepEqual(cells, want, `${task} ${metric} ${row}`);
+        }
+        // the baselines: labelled, each value the file's, and the number shown is that value in %
+        for (const [name, label] of [["chance", "chance"], ["majority", "best constant answer (majority)"]]) {
+          const tr = table.locator(`tr[data-baseline=${name}]`);
+          assert.equal((await tr.locator("th").innerText()).replace(/\s+/g, " ").trim(), label);
+          const shown = await tr.locator("td").evaluateAll((tds) => tds.map((td) => ({ value: Number(td.dataset.value), text: td.textContent })));
+          const want = spec.test_sizes.map((n) => spec.baselines.find((b) => b.size === n)[name][metric]);
+          assert.deepEqual(shown.map((c) => c.value), want, `${task} ${metric} ${name}`);
+          for (const [i, c] of shown.entries()) {
+            const pct = 100 * want[i];
+            assert.ok(Math.abs(Number(c.text) - pct) <= (pct < 10 ? 0.05 : 0.5), `${task} ${metric} ${name}: shows ${c.text} for ${pct} %`);
+          }
+        }
+      }
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("the rows not_learned names are marked not learned, with reasons, their scores past training bracketed; no other row is", async () => {
+    const { page, errors } = await open("tasks", { width: 1280 });
+    await loaded(page);
+    for (const [task, spec] of Object.entries(DATA.tasks)) {
+      const unlearned = Object.keys(spec.not_learned).sort();
+      for (const id of [`acc-${task}`, `tok-${task}`]) {
+        const rows = await page.locator(`#${id} tbody tr[data-row]`).evaluateAll((trs) =>
+          trs.map((tr) => ({
+            row: tr.dataset.row,
+            mark: tr.querySelector("th .not-learned")?.textContent ?? null,
+            reason: tr.querySelector("th .not-learned")?.title ?? null,
+            cells: [...tr.querySelectorAll("td")].map((td) => ({ text: td.textContent, bracketed: td.dataset.unlearned === "true", background: getComputedStyle(td).backgroundColor })),
+          })),
+        );
+        assert.deepEqual(rows.filter((r) => r.mark === "not learned").map((r) => r.row).sort(), unlearned, `${id}: marked not learned`);
+        assert.deepEqual(rows.filter((r) => r.mark !== null && r.mark !== "not learned"), [], `${id}: no other mark`);
+        for (const r of rows) {
+          if (unlearned.includes(r.row)) assert.ok(spec.not_learned[r.row].endsWith(r.reason), `${id} ${r.row}: the reason on hover`);
+          spec.test_sizes.forEach((n, k) => {
+            const c = r.cells[k];
+            const past = unlearned.includes(r.row) && n > spec.train_sizes[1];
+            if (c.text === "–") return; // no rows
+            assert.equal(c.bracketed, past, `${id} ${r.row} at ${n}: bracketed only past training in a row not learned`);
+            if (past) assert.ok(/^\(\d+\)$/.test(c.text) && c.background === "rgb(255, 255, 255)", `${id} ${r.row} at ${n}: "${c.text}" on ${c.background}`);
+          });
+        }
+      }
+      // each seed's step in the exact table; the reasons listed under the tables; the paragraph names the same rows
+      const steps = await page.locator(`#acc-${task} tbody tr[data-row]`).evaluateAll((trs) => Object.fromEntries(trs.map((tr) => [tr.dataset.row, tr.querySelector(".learned-at").textContent])));
+      for (const [row, at] of Object.entries(spec.learned_at)) assert.equal(steps[row], `step ${at.map((s) => (s === null ? "–" : s)).join(" / ")}`, `${task} ${row}: learned at`);
+      const notes = await page.locator(`section[data-task="${task}"] .not-learned-notes li`).evaluateAll((lis) => lis.map((li) => li.dataset.row));
+      assert.deepEqual(notes.sort(), unlearned, `${task}: a note per row not learned`);
+      const said = page.locator(`section[data-task="${task}"] .who-learned`);
+      assert.deepEqual(((await said.getAttribute("data-not-learned")) || "").split(",").filter(Boolean).sort(), unlearned);
+      const text = await said.innerText();
+      for (const row of unlearned) assert.ok(text.includes(`${row} (best seed`), `${task}: the paragraph names ${row} as not learned`);
+      if (unlearned.length) assert.match(text, /say nothing about its positions/);
+    }
+    // the passkey maps mark the same rows
+    const maps = await page.locator("#passkey-section figure.depth-map").evaluateAll((fs) => fs.filter((f) => f.querySelector(".not-learned")).map((f) => f.dataset.row));
+    assert.deepEqual(maps.sort(), Object.keys(DATA.tasks.passkey.not_learned).sort());
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("the claims table: one row per claim in tasks.json, its verdict in words and a symbol, its reasons", async () => {
+    const { page, errors } = await open("tasks", { width: 1280 });
+    await loaded(page);
+    const rows = await page.locator("#claims-table tbody tr").evaluateAll((trs) => trs.map((tr) => ({ key: tr.dataset.claim, verdict: tr.querySelector(".verdict").textContent, text: tr.textContent })));
+    assert.deepEqual(rows.map((r) => r.key), DATA.claims.map((c) => c.key));
+    const symbols = { agree: "✓", disagree: "✗", inconclusive: "?" };
+    for (const [i, c] of DATA.claims.entries()) {
+      assert.equal(rows[i].verdict, `${symbols[c.verdict]} ${c.verdict}`, c.key);
+      for (const part of [c.paper, c.statement, c.metric, ...c.reason.split("; ")]) assert.ok(rows[i].text.includes(part), `${c.key}: shows ${part}`);
+    }
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("Try it: passkey says the live models are the older ones that fail, and names the battery's rows that learned passkey", async () => {
+    const { page, errors } = await open("tasks", { width: 1280 });
+    await loaded(page);
+    const intro = await page.locator("h2:has-text('Try it: passkey') + p").innerText();
+    assert.match(intro, /not the battery's/);
+    assert.match(intro, /older passkey models/);
+    assert.match(intro, /Python source/);
+    const note = page.locator("#passkey-battery-note");
+    const learned = Object.keys(DATA.tasks.passkey.learned_at).filter((r) => !(r in DATA.tasks.passkey.not_learned));
+    assert.equal(await note.getAttribute("data-learned"), learned.join(","));
+    const text = await note.innerText();
+    assert.ok(text.includes(`${learned.length} of ${DATA.tasks.passkey.rows.length} rows learned it`), text);
+    assert.equal(await note.locator("a").getAttribute("href"), "#task-passkey");
+    assert.equal(await page.locator("#task-passkey").count(), 1);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  test("at 390 px: no sideways page scroll, the task tables fit without scrolling, the claims reflow; screenshots", async () => {
+    const { page, errors } = await open("tasks", { width: 390 });
+    await loaded(page);
+    await settle(page);
+    const report = await page.evaluate(() => ({
+      page: document.documentElement.scrollWidth - window.innerWidth,
+      scrolled: [...document.querySelectorAll("#tasks-section .scroll")].filter((b) => b.scrollWidth > b.clientWidth + 1).map((b) => b.querySelector("table").id),
+      claims: document.querySelector("#claims-table").getBoundingClientRect().right - document.documentElement.clientWidth,
+      small: [...document.querySelectorAll("#tasks-section td, #claims-table td")].filter((e) => parseFloat(getComputedStyle(e).fontSize) < 11).length,
+    }));
+    assert.ok(report.page <= 0, `the page is ${report.page} px wider than the viewport`);
+    assert.deepEqual(report.scrolled, [], "task tables that need a sideways scroll on a phone");
+    assert.ok(report.claims <= 1, `the claims table sticks out ${report.claims} px`);
+    assert.equal(report.small, 0, "cells in type under 11 px");
+    await page.screenshot({ path: join(RESULTS, "tasks-results-390.png"), fullPage: true });
     assert.deepEqual(errors, []);
     await page.close();
   });

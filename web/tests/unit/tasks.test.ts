@@ -115,6 +115,33 @@ describe("checkTasks (tasks.json)", () => {
       ]);
     expect(checkTasks([]).ok).toBe(false);
   });
+
+  test("checks the reading (baselines, not_learned, learned_at, per_token) and the claims where present", () => {
+    const broken = structuredClone(committed);
+    broken.tasks.copy.baselines[0].majority = { exact: 0 };
+    broken.tasks.copy.not_learned.nope = 3;
+    broken.tasks.reverse.learned_at.rope = [100, "x"];
+    broken.tasks.passkey.per_token = 1;
+    broken.results[0].token_mean = 2;
+    broken.claims[0].verdict = "maybe";
+    delete broken.claims[1].reason;
+    const result = checkTasks(broken);
+    expect(result.ok ? [] : result.errors).toEqual([
+      "tasks.copy.baselines must be a list of {size, chance, majority}, each {exact, per_token} in [0, 1]",
+      "tasks.copy.not_learned must map rows to reasons",
+      "tasks.reverse.learned_at must map rows to a step (or null) per seed",
+      "tasks.passkey.per_token must be a string",
+      "results[0].token_mean must be a number in [0, 1] or null",
+      "claims[0].verdict must be agree, disagree or inconclusive",
+      "claims[1].reason must be a string",
+    ]);
+    // an older file without any of them still passes
+    const older = structuredClone(committed);
+    for (const t of Object.values(older.tasks) as Record<string, unknown>[]) for (const k of ["per_token", "baselines", "not_learned", "learned_at"]) delete t[k];
+    delete older.claims;
+    delete older.learned;
+    expect(checkTasks(older).ok).toBe(true);
+  });
 });
 
 describe("rowsOf: the rows a task ran on", () => {
