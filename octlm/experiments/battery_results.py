@@ -479,6 +479,7 @@ def _task_json(task: str, factors: list[int], reading: Reading, rows: list[str])
         ],
         "not_learned": reading.not_learned,
         "learned_at": reading.learned_at,
+        "extended_at": reading.extended_at,
     }
 
 
