@@ -19,7 +19,7 @@ from octlm.commands.options import overrides_from_args
 
 COMMANDS = {"length": experiment_length, "tasks": experiment_tasks, "extend": experiment_extend}
 TASKS = "copy reverse selective-copy passkey"
-ROWS = "learned sinusoidal rope alibi t5 fire cope nope rope+random fox path stick-breaking"
+ROWS = "learned sinusoidal rope alibi t5 fire cope nope rope+random fox path stick-breaking rope+ft4 rope+pi4 rope+yarn4"
 LENGTH = "octlm experiment length"
 EXTEND = "octlm experiment extend"
 FULL_EXTEND = (
@@ -97,7 +97,7 @@ CASES = [
         [],
         (
             f"octlm experiment tasks --tasks {TASKS} --schemes {ROWS} --seed 0 --seeds 3 --steps 2000 "
-            "--target 0.99 --check-every 200 --batch-size 32 --examples 100 --factors 1 2 4 8"
+            "--target 0.99 --check-every 200 --batch-size 32 --examples 100 --factors 1 2 4 8 --extend-steps 1000"
         ),
     ),
     (
@@ -105,7 +105,7 @@ CASES = [
         ["--quick"],
         (
             f"octlm experiment tasks --quick --tasks {TASKS} --schemes {ROWS} --seed 0 --seeds 1 "
-            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 2 4 8"
+            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 2 4 8 --extend-steps 20"
         ),
     ),
     (
@@ -113,7 +113,7 @@ CASES = [
         ["--quick", "--factors", "1", "3", "--seed", "7", "--seeds", "2"],
         (
             f"octlm experiment tasks --quick --tasks {TASKS} --schemes {ROWS} --seed 7 --seeds 2 "
-            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 3"
+            "--steps 40 --target 0.99 --check-every 20 --batch-size 32 --examples 16 --factors 1 3 --extend-steps 20"
         ),
     ),
     (
@@ -134,7 +134,7 @@ CASES = [
         ],
         (
             "octlm experiment tasks --tasks copy passkey --schemes rope alibi+nope0 --seed 0 --seeds 3 "
-            "--steps 10 --target 0.99 --check-every 200 --batch-size 4 --examples 5 --factors 1 2 4 8"
+            "--steps 10 --target 0.99 --check-every 200 --batch-size 4 --examples 5 --factors 1 2 4 8 --extend-steps 1000"
         ),
     ),
     ("extend", [], f"{EXTEND} {FULL_EXTEND}"),
@@ -216,7 +216,7 @@ FIRST = "1.5 min more the first time, to prepare the data"
 @pytest.mark.parametrize(
     ("name", "time"),
     [
-        ("tasks", f"About 4 min ({BUSY})"),
+        ("tasks", f"About 2 min ({BUSY})"),
         ("length", f"About 3 min ({FIRST}; {BUSY})"),
         ("extend", f"About 3 min ({FIRST}; {BUSY})"),
     ],
@@ -233,7 +233,7 @@ def test_a_quick_run_says_what_it_is_for_first_and_where_its_results_are_last(tm
     lines = stdout.splitlines()
     assert code == 0 and err == "" and len(lines) == 6, stdout
     assert lines[0] == (
-        "octlm experiment tasks --quick: a smoke test of the pipeline on tiny models, about 4 min; its numbers "
+        "octlm experiment tasks --quick: a smoke test of the pipeline on tiny models, about 2 min; its numbers "
         "mean nothing"
     )
     assert lines[1].startswith("task battery: 1 of 1 cells") and lines[2].startswith(
