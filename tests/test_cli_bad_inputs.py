@@ -458,7 +458,8 @@ CASES.update(
             [*TASKS, "--schemes", "rope", "rpoe"], "unknown position scheme 'rpoe' in row 'rpoe'"
         ),
         "tasks unknown row option": Case(
-            [*TASKS, "--schemes", "rope+randomized"], "'randomized' is not random, ssmax or nopeK"
+            [*TASKS, "--schemes", "rope+randomized"],
+            "'randomized' is not random, ssmax, nopeK (K a layer index) or ftF, piF, ntkF, yarnF",
         ),
         "tasks nope layer past the model": Case(
             [*TASKS, "--schemes", "rope+nope5"], "layer 5 is not one of 0 .. 0"
