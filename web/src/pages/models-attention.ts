@@ -8,6 +8,7 @@
 import { headWindow, range } from "../lm";
 import { MASKED_RGB, PROBABILITY, colour, colourRGB, divergingFor, type Scale } from "../scale";
 import { el, fmt, legend, numberSlider, svg } from "../ui";
+import { explainAttention, explainBias } from "./models-flow";
 
 /** The most tokens a window shows along each axis (a readable label per row and column). */
 export const WINDOW = 24;
@@ -32,28 +33,47 @@ function scaleOf(input: MapInput): Scale {
 
 const short = (label: string) => (label.length > 10 ? `${label.slice(0, 9)}…` : label);
 
-/** The table of one window: token labels on both axes, a cell per (query, key), masked cells hatched. */
+/** A cell's words for the explanation line: a probability or a bias, or masked (null). */
+function cellWords(input: MapInput, q: number, k: number, value: number | null): string {
+  const { labels, head } = input;
+  return input.kind === "probability" ? explainAttention(q, labels[q], k, labels[k], value) : explainBias(q, labels[q], k, labels[k], value, head);
+}
+
+/**
+ * The table of one window: token labels on both axes, a cell per (query, key), masked cells hatched. For the
+ * linked views, a query's row is `tr[data-token=q]`, a key's header `th[data-token=k]` and its cells `data-key=k`.
+ */
 function windowTable(input: MapInput, scale: Scale, qs: number[], ks: number[]): HTMLTableElement {
   const cells = headWindow(input.data, input.T, input.head, qs, ks);
   const head = el(
     "tr",
     {},
     el("th", { scope: "col", class: "corner", text: "query ↓ key →" }),
-    ...ks.map((k) => el("th", { scope: "col", class: "key", "data-position": String(k), title: `key ${k}: ${input.labels[k]}` }, el("span", { text: `${k} ${short(input.labels[k])}` }))),
+    ...ks.map((k) => el("th", { scope: "col", class: "key", "data-position": String(k), "data-token": k, title: `key ${k}: ${input.labels[k]}` }, el("span", { text: `${k} ${short(input.labels[k])}` }))),
   );
   const rows = qs.map((q, i) =>
     el(
       "tr",
-      {},
+      { "data-token": q },
       el("th", { scope: "row", "data-position": String(q), title: `query ${q}: ${input.labels[q]}`, text: `${q} ${short(input.labels[q])}` }),
       ...cells[i].map((c, j) => {
         const words = `query ${q} (${input.labels[q]}), key ${ks[j]} (${input.labels[ks[j]]}): `;
-        if (c.masked) return el("td", { class: "masked", "data-masked": "true", title: `${words}masked (the future)` });
-        return el("td", { "data-value": String(c.value), style: `background:${colour(scale, c.value)}`, title: words + fmt(c.value, 4) });
+        const linked = { "data-query": q, "data-key": ks[j], "data-explain": cellWords(input, q, ks[j], c.masked ? null : c.value) };
+        if (c.masked) return el("td", { class: "masked", "data-masked": "true", title: `${words}masked (the future)`, ...linked });
+        return el("td", { "data-value": String(c.value), style: `background:${colour(scale, c.value)}`, title: words + fmt(c.value, 4), ...linked });
       }),
     ),
   );
   return el("table", { class: "attn-map" }, el("caption", { text: input.caption }), el("thead", {}, head), el("tbody", {}, ...rows));
+}
+
+/**
+ * One window of a map with its key, no controls: the flow's maps, which show the same tokens as its tables
+ * (queries `qs`, keys `ks`).
+ */
+export function windowMap(id: string, input: MapInput, qs: number[], ks: number[], label: string): HTMLElement {
+  const scale = scaleOf(input);
+  return el("div", { class: "token-map compact", id, "data-scale": `${scale.kind} ${scale.min} ${scale.max}` }, el("div", { class: "scroll" }, windowTable(input, scale, qs, ks)), key(scale, label));
 }
 
 /** The whole map, one pixel per cell, on a canvas the page scales: where the window sits in it. */
@@ -93,11 +113,11 @@ function lines(input: MapInput, query: number | null): SVGElement {
     for (let k = 0; k <= q; k++) {
       const p = data[(head * T + q) * T + k];
       if (p < 0.01) continue;
-      kids.push(svg("line", { class: "arc", "data-query": q, "data-key": k, "data-value": p, x1: pad, y1: y(k), x2: W - pad, y2: y(q), stroke: "#1f5fa8", "stroke-opacity": Math.min(1, p), "stroke-width": 0.5 + 4 * p }));
+      kids.push(svg("line", { class: "arc", "data-token": q, "data-query": q, "data-key": k, "data-value": p, x1: pad, y1: y(k), x2: W - pad, y2: y(q), stroke: "#1f5fa8", "stroke-opacity": Math.min(1, p), "stroke-width": 0.5 + 4 * p }));
     }
   }
   const text = (x: number, i: number, s: string, anchor: string, cls: string) => {
-    const t = svg("text", { x, y: y(i) + 4, "text-anchor": anchor, "font-size": 12, class: cls, "font-family": "ui-monospace, monospace" });
+    const t = svg("text", { x, y: y(i) + 4, "text-anchor": anchor, "font-size": 12, class: cls, "data-token": i, "font-family": "ui-monospace, monospace" });
     t.textContent = s;
     return t;
   };
@@ -111,13 +131,17 @@ function lines(input: MapInput, query: number | null): SVGElement {
  * keeps the window where it was when it still fits. The overview (long text) or the lines (short text) are drawn
  * once per update; moving the window redraws the table and the box on the overview only.
  */
-export function tokenMap(id: string, label: string): { root: HTMLElement; update(input: MapInput): void } {
+export function tokenMap(id: string, label: string, onDraw: (root: HTMLElement) => void = () => undefined): { root: HTMLElement; update(input: MapInput): void } {
   const root = el("div", { class: "token-map", id });
   const qFrom = numberSlider(`${id}-q`, "Queries from position", 0, 0, 0, () => drawWindow());
   const kFrom = numberSlider(`${id}-k`, "Keys from position", 0, 0, 0, () => drawWindow());
   const only = el("select", { id: `${id}-only` }) as HTMLSelectElement;
   const linesSlot = el("div", { class: "scroll" });
-  only.addEventListener("change", () => input && linesSlot.replaceChildren(lines(input, only.value === "" ? null : Number(only.value))));
+  only.addEventListener("change", () => {
+    if (!input) return;
+    linesSlot.replaceChildren(lines(input, only.value === "" ? null : Number(only.value)));
+    onDraw(root);
+  });
   const frame = el("div", { class: "attn-window" });
   const tableSlot = el("div", { class: "scroll" });
   const keySlot = el("div");
@@ -134,6 +158,7 @@ export function tokenMap(id: string, label: string): { root: HTMLElement; update
     tableSlot.replaceChildren(table);
     frame.style.cssText = `left:${(k0 / T) * 100}%;top:${(q0 / T) * 100}%;width:${(w / T) * 100}%;height:${(w / T) * 100}%`;
     root.dataset.window = `${q0} ${k0} ${w}`;
+    onDraw(root); // the linked views index the new cells
   }
 
   function overviewBox(current: MapInput): HTMLElement {

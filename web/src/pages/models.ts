@@ -10,6 +10,7 @@ import { EOT, bitsPerToken, megabytes, meanOf, movingMean, mulberry32, nextToken
 import { SCHEMES as REGISTRY } from "../schemes";
 import { $, el, fmt, labelled, numberSlider, select } from "../ui";
 import { tokenMap } from "./models-attention";
+import { linker } from "./models-flow";
 import { SHOWN, constructorCode, constructorNote, layerView } from "./models-layer";
 import { seriesColours } from "./results-palette";
 
@@ -126,8 +127,9 @@ function tokensView(): void {
   $("#lm-token-count").textContent =
     `${encoded.ids.length} tokens from ${new TextEncoder().encode(textArea.value).length} bytes, ${EOT} first.` + (encoded.ids.length > max ? ` The models read the first ${max}${learned.length ? ` (${learned.join(", ")})` : ""}.` : "");
   $("#lm-tokens").replaceChildren(
-    ...encoded.tokens.map((t, i) => el("span", { class: "token", "data-id": String(encoded.ids[i]), title: `position ${i}, id ${encoded.ids[i]}` }, el("span", { class: "token-text", text: showBytes(tokenBytes(t)) }), el("span", { class: "token-id", text: String(encoded.ids[i]) }))),
+    ...encoded.tokens.map((t, i) => el("span", { class: "token", "data-id": String(encoded.ids[i]), "data-token": i, title: `position ${i}, id ${encoded.ids[i]}` }, el("span", { class: "token-text", text: showBytes(tokenBytes(t)) }), el("span", { class: "token-id", text: String(encoded.ids[i]) }))),
   );
+  link.register("tokens", $("#lm-tokens"));
 }
 
 async function constructorView(): Promise<void> {
@@ -142,12 +144,15 @@ async function constructorView(): Promise<void> {
 // ---------------------------------------------------------------------------------------------------------
 // The first layer and attention
 
-const layer = layerView();
+// the one linking state: a token pointed at in any view is lit in all of them (models-flow.ts)
+const link = linker($("#flow-explain"), () => "Point at a token, or tap it, to light it in every view; point at a number to read it here.");
+const layer = layerView(link);
 $("#lm-layer-controls").append(...layer.controls);
 
 function layerDraw(s: string, info: ModelInfo, run: { ids: number[]; out: Forward } | undefined): void {
   const intro = $("#lm-layer-intro");
   $("#lm-layer-controls").hidden = !run || !hasFirstLayer(info);
+  $("#flow-explain").hidden = !run || !hasFirstLayer(info);
   if (!run) {
     intro.textContent = `Load the ${s} model to see its numbers.`;
     layer.root.remove();
@@ -160,15 +165,15 @@ function layerDraw(s: string, info: ModelInfo, run: { ids: number[]; out: Forwar
     return;
   }
   delete intro.dataset.needsExport;
-  intro.textContent = `The ${s} model's numbers for your text, ${SHOWN}: each is an output of its graph (rows added: the difference of two). Move the windows to see other tokens and channels.`;
-  layer.update({ info, signal: signalOf(info), out: run.out, labels: labels() });
+  intro.textContent = `The ${s} model's first layer on your text, ${SHOWN}, from the tokens to the next-token probabilities: each number is an output of its graph (rows added: the difference of two). Point at a token (or tap it) to follow it through every step; point at a number to read what it is. Move the windows to see other tokens and channels.`;
+  layer.update({ info, signal: signalOf(info), out: run.out, labels: labels(), ids: run.ids, names: (ids) => Promise.all(ids.map(async (id) => showBytes(tokenBytes(await tokenOf(s, id))))) });
   $("#lm-layer").append(layer.root);
 }
 
 const attnLayer = select("lm-attn-layer", [["0", "0"]], "0");
 const attnHead = select("lm-attn-head", [["0", "0"]], "0");
 $("#lm-attn-controls").append(labelled("Layer", attnLayer), labelled("Head", attnHead));
-const attnMap = tokenMap("lm-attn-map", "attention probability");
+const attnMap = tokenMap("lm-attn-map", "attention probability", (root) => link.register("attention-map", root));
 attnLayer.addEventListener("change", () => attentionView());
 attnHead.addEventListener("change", () => attentionView());
 

@@ -227,6 +227,14 @@ const tableValues = (page, id) =>
     values: [...t.querySelectorAll("tbody tr")].map((tr) => [...tr.querySelectorAll("td")].map((td) => Number(td.dataset.value))),
   }));
 
+/** A flow map's window as drawn: its query and key positions, and each cell's value (null: masked). */
+const mapShown = (page, id) =>
+  page.locator(`#${id} table.attn-map`).evaluate((t) => ({
+    qs: [...t.querySelectorAll("tbody th")].map((th) => Number(th.dataset.position)),
+    ks: [...t.querySelectorAll("thead th.key")].map((th) => Number(th.dataset.position)),
+    cells: [...t.querySelectorAll("tbody tr")].map((tr) => [...tr.querySelectorAll("td")].map((td) => (td.classList.contains("masked") ? null : Number(td.dataset.value)))),
+  }));
+
 /** output[name][0, (head,) t, c] from the page's own engine, for the positions and channels a table shows. */
 const outputAt = (page, s, name, positions, channels, head = 0) =>
   page.evaluate(
@@ -285,7 +293,10 @@ describe("models page: the first layer and attention", () => {
       assert.equal(order.filter((x) => x === "=").length, 1, `${s}: ${JSON.stringify(order)}`);
       // attention is a probability: one [0, 1] scale for every scheme (stick-breaking's rows need not sum to 1)
       for (const map of ["#lm-attn-map", "#lm-attend-map"]) if (await page.locator(map).count()) assert.equal(await page.locator(map).getAttribute("data-scale"), "sequential 0 1", `${s} ${map}`);
-      for (const inside of ["lm-bias-map", "lm-attend-map", "lm-q_0"]) if (order.some((x) => String(x).startsWith(inside))) assert.ok(order.findIndex((x) => String(x).startsWith(inside)) > equals + 1, `${s}: ${inside} before x`);
+      // the flow's stages inside attention (the bias map, the scheme's own weights, the rotation) are named by id
+      const inside = { bias: "flow-bias", attend: "flow-attend", rotate: "lm-q_0" }[signal];
+      if (inside) assert.ok(order.includes(inside), `${s}: ${inside} drawn: ${JSON.stringify(order)}`);
+      for (const stage of ["lm-bias-map", "lm-attend-map", "lm-q_0", "flow-bias", "flow-attend", "flow-rotation"]) if (order.some((x) => String(x).startsWith(stage))) assert.ok(order.findIndex((x) => String(x).startsWith(stage)) > equals + 1, `${s}: ${stage} before x`);
       if (signal === "embed") {
         const added = await tableValues(page, "lm-signal");
         added.values.forEach((r, i) => r.forEach((v, j) => assert.equal(v, sum.values[i][j] - rows.values[i][j])));
@@ -306,24 +317,27 @@ describe("models page: the first layer and attention", () => {
         }
       } else if (signal === "bias") {
         await page.selectOption("#lm-layer-head", "2");
-        const cells = await page.locator("#lm-bias-map table.attn-map td:not(.masked)").evaluateAll((tds) => tds.slice(0, 40).map((td) => Number(td.dataset.value)));
-        const rowsShown = await page.locator("#lm-bias-map table.attn-map tbody th").evaluateAll((ths) => ths.map((th) => Number(th.dataset.position)));
-        const T = await page.locator("#lm-tokens .token").count();
-        const want = await outputAt(page, s, "bias_0", rowsShown, [...Array(T).keys()], 2);
+        // the flow's map shows the tables' window of tokens (from position 5 here), queries by keys, cell for cell
+        const shown = await mapShown(page, "lm-bias-map");
+        assert.deepEqual(shown.qs, [5, 6, 7, 8, 9, 10, 11, 12]);
+        const want = await outputAt(page, s, "bias_0", shown.qs, shown.ks, 2);
         const zero = (v) => (v === 0 ? 0 : v); // a cell's data-value writes −0 as "0"
-        assert.deepEqual(cells, want.flatMap((r, i) => r.slice(0, Math.min(rowsShown[i] + 1, 24))).slice(0, 40).map(zero));
+        assert.deepEqual(shown.cells, want.map((r, i) => r.map((v, j) => (shown.ks[j] > shown.qs[i] ? null : zero(v)))));
       } else {
         const words = await page.locator("#lm-layer .op-line").first().innerText();
         assert.match(words, /^\+ nothing: x = tok\(ids\) \(largest \|embedded − token_rows\| = 0\b/);
         if (signal === "attend") {
           // the scheme's own attention, shown where its position signal would be: layer 0, head 0
-          const cells = await page.locator("#lm-attend-map table.attn-map td:not(.masked)").evaluateAll((tds) => tds.slice(0, 40).map((td) => Number(td.dataset.value)));
-          const want = await page.evaluate(async (s) => {
-            const ids = (await window.octlmModels.encode(document.querySelector("#lm-text").value)).ids;
-            const a = (await window.octlmModels.forward(s, ids)).attention[0];
-            return [...Array(9).keys()].flatMap((q) => [...Array(q + 1).keys()].map((k) => a[q * ids.length + k])).slice(0, 40);
-          }, s);
-          assert.deepEqual(cells, want);
+          const shown = await mapShown(page, "lm-attend-map");
+          const want = await page.evaluate(
+            async ({ s, qs, ks, max }) => {
+              const ids = (await window.octlmModels.encode(document.querySelector("#lm-text").value)).ids.slice(0, max);
+              const a = (await window.octlmModels.forward(s, ids)).attention[0];
+              return qs.map((q) => ks.map((k) => (k > q ? null : a[q * ids.length + k])));
+            },
+            { s, qs: shown.qs, ks: shown.ks, max: MANIFEST.models[s].max_length },
+          );
+          assert.deepEqual(shown.cells, want);
         }
       }
       assert.deepEqual(errors, []);
