@@ -499,11 +499,20 @@ class BatteryResult:
     missing: list[str] = field(default_factory=list)
 
 
+def cell_records(cell: cells.Cell) -> list[dict[str, Any]]:
+    """A cell's records; an extension row's with its fine-tuning checks (`extend_checks`, from how the cell
+    ran), which the claims read step by step."""
+    checks = cell.facts["info"].get("extend_checks")
+    if checks is None:
+        return cell.records
+    return [r | {"extend_checks": checks} if "extended_at" in r else r for r in cell.records]
+
+
 def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -> BatteryResult:
     """results.jsonl, results.md, the figures and tasks.json from the cells in `out_dir/cells/` (whichever are
     there, or those `ran` wrote); they must share their settings, and the grid's missing cells are named."""
     found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
-    records = [record for cell in found for record in cell.records]
+    records = [record for cell in found for record in cell_records(cell)]
     write_atomic(out_dir / RECORDS_FILE, "".join(json.dumps(r) + "\n" for r in records).encode())
     seconds = sum(c.facts["info"]["train_seconds"] + c.facts["info"]["score_seconds"] for c in found)
     wall = time.perf_counter() - ran.started if ran else seconds

@@ -30,7 +30,6 @@ from functools import wraps
 from typing import Any
 
 from octlm.experiments.baselines import interval, token_interval
-from octlm.experiments.battery_train import EXTEND_CHECKS
 from octlm.experiments.rows import Row
 from octlm.experiments.tasks import TASKS
 
@@ -373,27 +372,41 @@ class Battery:
         """Extension row `row` above extension row `other` at the size both were fine-tuned to."""
         return higher(self.extended(task=task, row=row, metric=metric), self.extended(other, task, metric))
 
-    def extension_steps(self, row: str, task: str) -> Estimate:
-        """Per seed that learned `task`, the fine-tuning step at which `row` first reached the target at the
-        extended size (`extended_at`; 0: before any); a seed that never did counts one check interval past
-        its budget (a lower bound, named)."""
-        seeds = set(self.learned(task, row).seeds)
+    def extension_curve(self, row: str, task: str) -> dict[int, list[tuple[int, float]]]:
+        """Per seed that learned `task`, `row`'s held-out exact match at the extended size during fine-tuning
+        (`extend_checks`: (step, exact match), step 0 before any)."""
+        seeds = self.learned(task, row).seeds
         found = {r["seed"]: r for r in self.records if (r["task"], r["scheme"]) == (task, row)}
-        if any("extended_at" not in found[s] for s in seeds):
-            raise Inconclusive(f"not recorded: fine-tuning steps of {row} {task}")
+        if any(not found[s].get("extend_checks") for s in seeds):
+            raise Inconclusive(f"not recorded: fine-tuning checks of {row} {task}")
+        return {s: [(int(step), float(e)) for step, e in found[s]["extend_checks"]] for s in seeds}
+
+    def extension_steps(self, row: str, task: str, targets: dict[int, float], reference: str) -> Estimate:
+        """Per seed in `targets`, the first fine-tuning check at which `row` reaches that seed's target,
+        counted from its own step 0; a seed that never does counts one check interval past its budget (a
+        lower bound, named)."""
         steps, short = {}, []
-        for seed in sorted(seeds):
-            at, budget = found[seed]["extended_at"], found[seed]["extend_budget"]
-            steps[seed] = at if at is not None else budget + max(1, budget // EXTEND_CHECKS)
-            short += [] if at is not None else [str(seed)]
+        for seed, points in self.extension_curve(row, task).items():
+            if seed in targets:
+                reached = [step for step, exact in points if exact >= targets[seed]]
+                late = points[-1][0] + (points[-1][0] - points[-2][0] if len(points) > 1 else 1)
+                steps[seed] = reached[0] if reached else late
+                short += [] if reached else [str(seed)]
+        if not steps:
+            raise Inconclusive(f"missing rows: no seed of {row} {task} shared with {reference}")
         note = f" (not reached in seeds {', '.join(short)}: counted past the budget)" if short else ""
-        return over_seeds(f"{row} {task} fine-tuning steps to the target{note}", steps)
+        return over_seeds(f"{row} {task} fine-tuning steps to {reference}'s end{note}", steps)
 
     @checked
-    def fewer_extension_steps(self, row: str, other: str, task: str) -> Check:
-        """Extension row `row` reaches the target at the extended size in fewer fine-tuning steps than
-        `other`, each from its own start."""
-        return lower(self.extension_steps(row, task), self.extension_steps(other, task))
+    def fewer_extension_steps(self, row: str, other: str, task: str, reference: str) -> Check:
+        """Extension row `row` reaches, in fewer fine-tuning steps than `other`, the held-out exact match at
+        the extended size that `reference` ends its fine-tuning at, seed by seed, each from its own start (as
+        `Extend.fewer_steps` reads validation loss)."""
+        targets = {seed: points[-1][1] for seed, points in self.extension_curve(reference, task).items()}
+        return lower(
+            self.extension_steps(row, task, targets, reference),
+            self.extension_steps(other, task, targets, reference),
+        )
 
 
 # ------------------------------------------------------------------------------------------------------------

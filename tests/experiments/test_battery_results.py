@@ -15,7 +15,7 @@ import pytest
 import tiny
 
 from octlm.cli import main
-from octlm.experiments import baselines
+from octlm.experiments import baselines, battery_results, cells
 from octlm.experiments.battery_results import (
     Reading,
     Summary,
@@ -389,3 +389,19 @@ def test_the_tables_hold_the_baselines_mark_scores_under_majority_and_rows_not_l
     floor = Reading({8: baselines.Baseline("copy", 8, 1, *[baselines.Score(0.3, 0.3)] * 2)}, {}, {}, 1)
     marks = task_table("copy", ["rope", "alibi"], summarize(RECORDS), [1], reading=floor).rows
     assert [marks[0][1], marks[1][1]] == ["50 [0, 100]°", Strong("90 [70, 97]")]
+
+
+def test_an_extension_rows_records_carry_its_fine_tuning_checks_and_no_other_row_does() -> None:
+    checks = [[0, 0.1], [100, 0.8]]
+    extension = cells.Cell(
+        Path("x.json"),
+        ("passkey", "rope+pi4", 0),
+        {},
+        {"command": "c", "info": {"extend_checks": checks}},
+        [{"size": 32, "extended_at": None}, {"size": 64, "extended_at": None}],
+    )
+    assert [r["extend_checks"] for r in battery_results.cell_records(extension)] == [checks, checks]
+    plain = cells.Cell(
+        Path("y.json"), ("passkey", "rope", 0), {}, {"command": "c", "info": {}}, [{"size": 32}]
+    )
+    assert battery_results.cell_records(plain) == [{"size": 32}]

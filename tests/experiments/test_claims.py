@@ -43,27 +43,6 @@ EXTEND = ("pi-passkey", "yarn-steps-pi", "yarn-steps-plain")
 EXTENSION = ("pi-passkey-tasks", "yarn-steps-pi-tasks", "yarn-steps-plain-tasks")
 
 
-def extension_records(key: str, verdict: Verdict) -> list[dict]:
-    """Passkey records of rope+pi4, rope+ft4 and rope+yarn4, every seed learned (100 % at 32). For PI's claim
-    the score at 128 (4x): PI 90 % and plain 10 % (agree), the other way round, or both 50 %; for YaRN's, the
-    step each seed reached the target at 128 (`extended_at`, None: not within the budget of 200)."""
-    ahead, behind = ("rope+pi4", "rope+ft4") if key == "pi-passkey-tasks" else ("rope+yarn4", "")
-    behind = behind or ("rope+pi4" if key == "yarn-steps-pi-tasks" else "rope+ft4")
-    scores = scenario_scores(
-        [ahead], [behind], verdict if key == "pi-passkey-tasks" else Verdict.INCONCLUSIVE
-    )
-    steps = {
-        Verdict.AGREE: ([0, 20, 20], [100, 100, 120]),
-        Verdict.DISAGREE: ([None] * 3, [40, 50, 60]),  # YaRN never: counted at 220
-        Verdict.INCONCLUSIVE: ([0, 100, 200], [90, 100, 110]),
-    }[verdict if key != "pi-passkey-tasks" else Verdict.INCONCLUSIVE]
-    at = {ahead: steps[0], behind: steps[1]}
-    return [
-        r | {"learned_at": 1000, "extended_at": at[r["scheme"]][r["seed"]], "extend_budget": 200}
-        for r in battery_records(("passkey",), scores)
-    ]
-
-
 def battery_records(tasks: tuple[str, ...], scores: dict[str, tuple[float, float]]) -> list[dict]:
     """Every row at every test size (1x-4x) and seed: exact match and per token both the row's score at the
     largest training size, then past it; 100 examples of 4 answer tokens."""
@@ -89,6 +68,35 @@ def scenario_scores(ahead: list[str], behind: list[str], verdict: Verdict) -> di
         verdict
     ]
     return {row: (1.0, high) for row in ahead} | {row: (1.0, low) for row in behind}
+
+
+def extension_records(key: str, verdict: Verdict) -> list[dict]:
+    """Passkey records of rope+pi4, rope+ft4 and rope+yarn4, every seed learned (100 % at 32). For PI's claim
+    the score at 128 (4x): PI 90 % and plain 10 % (agree), the other way round, or both 50 %. For YaRN's, the
+    fine-tuning checks at 128 every 100 steps to 1,000: PI ends at 90 %, reached at step 1,000; each other row
+    is at 50 % until the step given for it, then at 90 % (None: never)."""
+    pi_scores = verdict if key == "pi-passkey-tasks" else Verdict.INCONCLUSIVE
+    scores = scenario_scores(["rope+pi4"], ["rope+ft4"], pi_scores) | {"rope+yarn4": (1.0, 0.5)}
+    reach: dict[str, list[int | None]] = {"rope+pi4": [1000] * 3, "rope+ft4": [1000] * 3}
+    if key != "pi-passkey-tasks":
+        other = "rope+pi4" if key == "yarn-steps-pi-tasks" else "rope+ft4"
+        yarn, others = {
+            Verdict.AGREE: ([0, 100, 100], [800, 900, 1000]),
+            Verdict.DISAGREE: ([None] * 3, [300, 400, 500]),  # YaRN never: counted at 1,100
+            Verdict.INCONCLUSIVE: ([0, 500, 1000], [400, 500, 600]),
+        }[verdict]
+        reach |= {"rope+yarn4": yarn} | ({} if other == "rope+pi4" else {other: others})
+    reach.setdefault("rope+yarn4", [1000] * 3)
+
+    def checks(at: int | None) -> list[list[float]]:
+        return [[step, 0.9 if at is not None and step >= at else 0.5] for step in range(0, 1001, 100)]
+
+    return [
+        r
+        | {"learned_at": 1000, "extended_at": None, "extend_budget": 1000}
+        | {"extend_checks": checks(reach[r["scheme"]][r["seed"]])}
+        for r in battery_records(("passkey",), scores)
+    ]
 
 
 def length_records(ahead: list[str], behind: list[str], verdict: Verdict) -> list[dict]:
@@ -222,10 +230,10 @@ def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_
     records = extension_records("yarn-steps-pi-tasks", Verdict.DISAGREE)
     [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
     assert yarn.estimates[0].label == (
-        "rope+yarn4 passkey fine-tuning steps to the target (not reached in seeds 0, 1, 2: counted past the "
-        "budget)"
+        "rope+yarn4 passkey fine-tuning steps to rope+pi4's end (not reached in seeds 0, 1, 2: counted past "
+        "the budget)"
     )
-    assert yarn.estimates[0].value == 220 and yarn.estimates[1].value == 50
+    assert yarn.estimates[0].value == 1100 and yarn.estimates[1].value == 1000
     # seed 2 of YaRN did not learn the passkey in range (no learned_at: never fine-tuned): left out, not
     # counted; seed 1 learned it, then fell to 40 % at 32 while fine-tuned longer: learned, and counted
     records = [
@@ -237,12 +245,23 @@ def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_
         for r in records
     ]
     [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
-    assert yarn.estimates[0].seeds == (0, 1) and yarn.estimates[0].value == 10
+    assert yarn.estimates[0].seeds == (0, 1) and yarn.estimates[0].value == 50
+    # PI's end is each seed's own: a seed whose PI ends lower is reached sooner
+    records = [
+        r | {"extend_checks": [[0, 0.4], [100, 0.5]]} if (r["scheme"], r["seed"]) == ("rope+pi4", 0) else r
+        for r in extension_records("yarn-steps-plain-tasks", Verdict.AGREE)
+    ]
+    read = Battery(records)
+    targets = {seed: points[-1][1] for seed, points in read.extension_curve("rope+pi4", "passkey").items()}
+    assert targets == {0: 0.5, 1: 0.9, 2: 0.9}
+    assert read.extension_steps("rope+ft4", "passkey", targets, "PI").value == (0 + 900 + 1000) / 3
+    # rows without their checks (cells from before the extension rows) are not recorded
+    records = [{k: v for k, v in r.items() if k != "extend_checks"} for r in records]
+    [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
+    assert yarn.reason == "not recorded: fine-tuning checks of rope+pi4 passkey"
     # rows without extended_at are judged as every other row, on their score at 32 (seed 1's 40 %: out)
     records = [{k: v for k, v in r.items() if k != "extended_at"} for r in records]
-    [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
-    assert yarn.reason == "not recorded: fine-tuning steps of rope+yarn4 passkey"
-    assert Battery(records).seeds_learned("passkey", "rope+yarn4") == (0, 2)
+    assert Battery(records).seeds_learned("passkey", "rope+yarn4") == (0, 1, 2)
 
 
 def test_todays_battery_records_make_per_token_claims_not_recorded() -> None:
@@ -305,7 +324,7 @@ class Reads:
         self.read |= {(task, row), (task, other)}
         return Check(Verdict.INCONCLUSIVE, "")
 
-    def fewer_extension_steps(self, row: str, other: str, task: str) -> Check:
+    def fewer_extension_steps(self, row: str, other: str, task: str, reference: str) -> Check:
         self.read |= {(task, row), (task, other)}
         return Check(Verdict.INCONCLUSIVE, "")
 
