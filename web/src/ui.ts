@@ -159,7 +159,9 @@ export function live(render: () => void, ...inputs: HTMLElement[]): void {
 export function numberSlider(id: string, label: string, value: number, min: number, max: number, render: () => void, opts: { step?: number; hint?: string } = {}): { input: HTMLInputElement; slider: HTMLInputElement; control: HTMLElement } {
   const step = opts.step ?? 1;
   const input = numberInput(id, value, min, max, step);
-  const slider = el("input", { id: `${id}-slider`, type: "range", value, min, max, step, "aria-labelledby": `${id}-label` }) as HTMLInputElement;
+  const slider = el("input", { id: `${id}-slider`, type: "range", min, max, step, "aria-labelledby": `${id}-label` }) as HTMLInputElement;
+  // after min, max and step: a range input snaps a value to the step it has when the value is set (0.5 -> 1)
+  slider.value = String(value);
   slider.addEventListener("input", () => {
     input.value = slider.value;
     render();

@@ -196,8 +196,6 @@ function passkeyLive(manifest: TaskManifest, filler: string): void {
   const render = () => show();
   const size = numberSlider("passkey-size", "Filler characters", 32, 8, 256, render, { hint: "trained on 8 to 32" });
   const depth = numberSlider("passkey-depth", "Depth of the key", 0.5, 0, 1, render, { step: 0.05, hint: "0: first, 1: after all the filler" });
-  // ui.ts sets the slider's value before its step, so a range input that still has step 1 rounds 0.5 to 1: set it again
-  depth.slider.value = depth.input.value;
   const start = numberSlider("passkey-start", "Filler from character", 0, 0, filler.length - 32, render, { hint: `of a ${filler.length.toLocaleString("en")}-character sample` });
   const key = el("input", { id: "passkey-key", type: "text", value: "12345", inputmode: "numeric", autocomplete: "off", maxlength: KEY_DIGITS, pattern: `\\d{${KEY_DIGITS}}` }) as HTMLInputElement;
   const again = el("button", { type: "button", id: "passkey-new", text: "New example" });

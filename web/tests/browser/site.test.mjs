@@ -30,6 +30,14 @@ describe("every page", () => {
       assert.equal(first, 1, "the first heading is the h1");
       assert.deepEqual(jumps, [], "heading levels that skip one");
       assert.equal(empty, 0, "table header cells with no text");
+      // every slider shows the value of the number box beside it (a range input snaps a value set before its step)
+      const apart = await page.evaluate(() =>
+        [...document.querySelectorAll('input[type="range"][id$="-slider"]')].flatMap((slider) => {
+          const box = document.getElementById(slider.id.slice(0, -"-slider".length));
+          return box && Number(box.value) !== Number(slider.value) ? [`${box.id} ${box.value} / slider ${slider.value}`] : [];
+        }),
+      );
+      assert.deepEqual(apart, [], `${name}: a slider and its number box disagree`);
       const icon = await page.locator('link[rel="icon"]').getAttribute("href");
       assert.ok(icon, "a favicon link");
       assert.equal(await page.evaluate(async (href) => (await fetch(href)).status, icon), 200, "the favicon is served");
