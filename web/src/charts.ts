@@ -170,6 +170,10 @@ export interface Series {
   points: [number, number][];
   dash?: string;
   id?: string;
+  /** a marker's SVG path centred on (x, y), `size` px wide: drawn on the key's sample when given */
+  glyph?: (x: number, y: number, size: number) => string;
+  /** drawn but not shown (display none), and left out of the hover readout; its key entry stays */
+  hidden?: boolean;
 }
 
 export interface PlotOptions {
@@ -185,6 +189,13 @@ export interface PlotOptions {
   yRange?: [number, number]; // default: fitted to the data, widened to round ticks
   marker?: { x: number; label: string }; // a dashed vertical line
   extra?: (ctx: PlotContext) => SVGElement[];
+  /** given: each key entry is a checkbox that shows or hides its series, and this is called on each change */
+  onToggle?: (name: string, shown: boolean) => void;
+  /** numbers in the hover readout and the key (default: fmt to 4 digits, 2 for the key's gaps) */
+  format?: (v: number, digits: number) => string;
+  /** tick labels; the y one is given the ticks' step (default: fmt to 4 digits) */
+  xFormat?: (v: number) => string;
+  yFormat?: (v: number, step: number) => string;
 }
 
 export interface PlotContext {
@@ -205,23 +216,37 @@ function text(x: number, y: number, s: string, anchor = "middle", extra: Record<
   return t;
 }
 
-/** A short line in a series' colour, width and dash: the sample beside its name in the key. */
-function sampleLine(colour: string, style: SeriesStyle): SVGElement {
+/** A short line in a series' colour, width and dash (and its marker, if it has one): the sample beside its name in the key. */
+function sampleLine(colour: string, style: SeriesStyle, glyph?: Series["glyph"]): SVGElement {
+  const w = glyph ? 36 : 30;
   return svg(
     "svg",
-    { class: "key-sample", width: 30, height: 12, viewBox: "0 0 30 12", "aria-hidden": "true" },
-    svg("line", { x1: 1, x2: 29, y1: 6, y2: 6, stroke: colour, "stroke-width": Math.min(style.width, 10), "stroke-dasharray": style.dash }),
+    { class: "key-sample", width: w, height: 12, viewBox: `0 0 ${w} 12`, "aria-hidden": "true" },
+    svg("line", { x1: 1, x2: w - 1, y1: 6, y2: 6, stroke: colour, "stroke-width": Math.min(style.width, 10), "stroke-dasharray": style.dash }),
+    glyph ? svg("path", { d: glyph(w / 2, 6, 8), fill: colour, stroke: "#fff", "stroke-width": 1, class: "key-glyph" }) : null,
   );
 }
 
 /** The key of a chart with several series: one entry per series, its line sample and its name, in a list that wraps. */
 export function seriesKey(o: PlotOptions, styles: SeriesStyle[]): HTMLElement {
+  const words = (s: Series, i: number) => el("span", { text: legendText(s.name, styles[i], (v) => (o.format ?? fmt)(v, 2)) });
   return el(
     "ul",
-    { class: "series-key", "data-chart": o.id, "aria-label": `Key to ${o.series.length} series` },
-    ...o.series.map((s, i) =>
-      el("li", { "data-series": s.name, "data-same-as": styles[i].sameAs }, sampleLine(s.colour, styles[i]), el("span", { text: legendText(s.name, styles[i], (v) => fmt(v, 2)) })),
-    ),
+    { class: o.onToggle ? "series-key toggles" : "series-key", "data-chart": o.id, "aria-label": o.onToggle ? `Key to ${o.series.length} series; tick a series to show it` : `Key to ${o.series.length} series` },
+    ...o.series.map((s, i) => {
+      if (!o.onToggle) return el("li", { "data-series": s.name, "data-same-as": styles[i].sameAs }, sampleLine(s.colour, styles[i], s.glyph), words(s, i));
+      const box = el("input", { type: "checkbox", class: "key-toggle", "data-series": s.name });
+      // a hidden series' sample is faded (its words keep their contrast; the unticked box says it is hidden)
+      const sample = sampleLine(s.colour, styles[i], s.glyph);
+      if (s.hidden) sample.setAttribute("opacity", "0.3");
+      box.checked = !s.hidden;
+      box.addEventListener("change", () => o.onToggle!(s.name, box.checked));
+      return el(
+        "li",
+        { "data-series": s.name, "data-same-as": styles[i].sameAs, "data-shown": String(!s.hidden) },
+        el("label", {}, box, sample, words(s, i)),
+      );
+    }),
   );
 }
 
@@ -232,7 +257,9 @@ export function seriesKey(o: PlotOptions, styles: SeriesStyle[]): HTMLElement {
  */
 function hover(chart: SVGSVGElement, out: HTMLElement, o: PlotOptions, box: PlotContext): void {
   const { X, Y } = box;
-  const xs = allXs(o.series);
+  const shown = o.series.filter((s) => !s.hidden);
+  const xs = allXs(shown);
+  const num = (v: number) => (o.format ?? fmt)(v, 4);
   const guide = svg("line", { class: "hover-guide", y1: box.top, y2: box.bottom, stroke: "#444", "stroke-width": 1, visibility: "hidden", "pointer-events": "none" });
   const dots = svg("g", { class: "hover-dots", "pointer-events": "none" });
   chart.append(guide, dots);
@@ -249,12 +276,12 @@ function hover(chart: SVGSVGElement, out: HTMLElement, o: PlotOptions, box: Plot
     const px = ((e.clientX - rect.left) / (rect.width || 1)) * chart.viewBox.baseVal.width;
     const x = px < box.left - 8 || px > box.right + 8 ? undefined : nearestX(xs, px, X);
     if (x === undefined) return clear();
-    const values = valuesAt(o.series, x);
+    const values = valuesAt(shown, x);
     guide.setAttribute("x1", String(X(x)));
     guide.setAttribute("x2", String(X(x)));
     guide.setAttribute("visibility", "visible");
-    dots.replaceChildren(...values.flatMap((v, i) => (v.value === null ? [] : [svg("circle", { cx: X(x), cy: Y(v.value), r: 4, fill: o.series[i].colour, stroke: "#fff", "stroke-width": 1.5 })])));
-    out.textContent = `${xName} = ${fmt(x, 4)}: ` + values.map((v) => `${v.name} ${v.value === null ? "no value" : fmt(v.value, 4)}`).join(" · ");
+    dots.replaceChildren(...values.flatMap((v, i) => (v.value === null ? [] : [svg("circle", { cx: X(x), cy: Y(v.value), r: 4, fill: shown[i].colour, stroke: "#fff", "stroke-width": 1.5 })])));
+    out.textContent = `${xName} = ${(o.xFormat ?? num)(x)}: ` + values.map((v) => `${v.name} ${v.value === null ? "no value" : num(v.value)}`).join(" · ");
     out.dataset.x = String(x);
   });
 }
@@ -279,9 +306,9 @@ export function drawPlot(o: PlotOptions, width: number): HTMLElement {
   const styles = seriesStyles(o.series, COINCIDE_FRACTION * (yt.hi - yt.lo));
   const kids: SVGElement[] = [];
   yt.ticks.forEach((v) => {
-    kids.push(svg("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: "#e4e4de" }), text(L - 6, Y(v) + 4, fmt(v, 4), "end", { class: "ytick" }));
+    kids.push(svg("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: "#e4e4de" }), text(L - 6, Y(v) + 4, o.yFormat ? o.yFormat(v, yt.ticks[1] - yt.ticks[0] || 1) : fmt(v, 4), "end", { class: "ytick" }));
   });
-  xTicks.forEach((v) => kids.push(svg("line", { x1: X(v), x2: X(v), y1: H - B, y2: H - B + 4, stroke: "#444" }), text(X(v), H - B + 17, fmt(v, 4), "middle", { class: "xtick" })));
+  xTicks.forEach((v) => kids.push(svg("line", { x1: X(v), x2: X(v), y1: H - B, y2: H - B + 4, stroke: "#444" }), text(X(v), H - B + 17, (o.xFormat ?? ((u: number) => fmt(u, 4)))(v), "middle", { class: "xtick" })));
   kids.push(svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#444" }), svg("line", { x1: L, x2: L, y1: T, y2: H - B, stroke: "#444" }));
   kids.push(text((L + W - R) / 2, H - 6, o.xLabel));
   kids.push(text(14, (T + H - B) / 2, o.yLabel, "middle", { transform: `rotate(-90 14 ${(T + H - B) / 2})` }));
@@ -295,7 +322,7 @@ export function drawPlot(o: PlotOptions, width: number): HTMLElement {
   o.series.forEach((s, i) => {
     const good = s.points.filter((p) => Number.isFinite(p[1]));
     if (good.length > 1)
-      kids.push(svg("polyline", { class: "series", "data-series": s.name, points: good.map((p) => `${X(p[0]).toFixed(2)},${Y(p[1]).toFixed(2)}`).join(" "), fill: "none", stroke: s.colour, "stroke-width": styles[i].width, "stroke-dasharray": styles[i].dash }));
+      kids.push(svg("polyline", { class: "series", "data-series": s.name, points: good.map((p) => `${X(p[0]).toFixed(2)},${Y(p[1]).toFixed(2)}`).join(" "), fill: "none", stroke: s.colour, "stroke-width": styles[i].width, "stroke-dasharray": styles[i].dash || undefined, display: s.hidden ? "none" : undefined }));
   });
   if (o.extra) kids.push(...o.extra(ctx));
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "aria-label": o.label, class: "chart", id: o.id }, ...kids) as SVGSVGElement;

@@ -13,6 +13,8 @@ import { tokenMap } from "./models-attention";
 import { linker } from "./models-flow";
 import { SHOWN, constructorCode, constructorNote, layerView } from "./models-layer";
 import { seriesColours } from "./results-palette";
+import { DATA_FILES, checkLength, loadData, presentFiles, type LengthData } from "../data";
+import { sig } from "../scale";
 
 const DEFAULT_TEXT = `def count_words(path):
     """Return a dict mapping each word in the file to its count."""
@@ -61,9 +63,12 @@ function sizesView(): void {
   const budget = (s: string) => `${manifest.models[s].steps} × ${manifest.models[s].batch_size} × ${manifest.models[s].context_length}`;
   const shared = new Set(schemes.map(budget)).size === 1 ? budget(schemes[0]) : null;
   const m0 = manifest.models[schemes[0]];
-  $("#lm-models caption").textContent = shared
-    ? `The shipped models, each trained ${m0.steps} steps of ${m0.batch_size} windows of ${m0.context_length} tokens: validation bits per byte (on text held out from training), download size`
-    : "The shipped models: training (steps × batch × tokens), validation bits per byte, download size";
+  $("#lm-models caption").replaceChildren(
+    shared
+      ? `The shipped models, each trained ${m0.steps} steps of ${m0.batch_size} windows of ${m0.context_length} tokens: validation bits per byte (on text held out from training), download size`
+      : "The shipped models: training (steps × batch × tokens), validation bits per byte, download size",
+    ...resultsNote(),
+  );
   const heads = ["scheme", ...(shared ? [] : ["steps × batch × tokens"]), "bits per byte", "download", "status"];
   $("#lm-models thead").replaceChildren(el("tr", {}, ...heads.map((h) => el("th", { scope: "col", text: h }))));
   $("#lm-models tbody").replaceChildren(
@@ -87,6 +92,36 @@ function sizesView(): void {
   const rest = schemes.filter((x) => loadState(x) === "not loaded");
   const more = rest.reduce((a, x) => a + modelBytes(x), 0) + (engineLoaded() || !rest.length ? 0 : ENGINE_BYTES);
   $("#lm-compare").textContent = rest.length ? `Load and compare all ${schemes.length} models (${megabytes(more)} more)` : `Compare all ${schemes.length} models`;
+}
+
+/** The Results page's length experiment (data/length.json), read only for the note under the bits-per-byte table. */
+let lengthRuns: LengthData | null = null;
+
+/**
+ * The note on the numbers this table shares with the Results page (bits per byte at the training length, same
+ * schemes): they differ because they are separate trainings, which it says with both sources' facts and a link.
+ */
+function resultsNote(): (HTMLElement | string)[] {
+  const runs = lengthRuns;
+  if (!runs) return [];
+  const there = runs.rows.filter((r) => r.length === runs.train_length && r.status === "ok" && r.bpb_mean !== null && (!r.variant || r.variant === "plain") && schemes.includes(r.scheme));
+  if (!there.length) return [];
+  const m = manifest.models[there[0].scheme] as Manifest["models"][string] & { seed?: number; step_of_val?: number };
+  const seeds = Math.max(...runs.rows.map((r) => r.n_seeds));
+  const windows = runs.command.match(/--eval-windows\s+(\d+)/)?.[1];
+  const longest = Math.max(...runs.eval_lengths);
+  const n = (v: number) => v.toLocaleString("en-US");
+  return [
+    el("br"),
+    el(
+      "span",
+      { class: "note", id: "lm-models-note" },
+      "Not the numbers of ",
+      el("a", { href: "./results.html#length-table", text: "the Results page" }),
+      ` at ${runs.train_length} tokens (there: ${there.map((r) => `${r.scheme} ${sig(r.bpb_mean!, 4, 6)}`).join(", ")}). These are separate trainings, made to ship: ${n(m.steps)} steps, one seed${m.seed === undefined ? "" : ` (${m.seed})`}, validated once at step ${n(m.step_of_val ?? m.steps)}; ` +
+        `the Results page shows the length experiment's own runs (length.json), each the mean of ${seeds} seeds${windows ? `, scored on ${windows} windows of ${n(longest)} tokens` : ""}.`,
+    ),
+  ];
 }
 
 const bar = $("#lm-progress") as HTMLProgressElement;
@@ -380,6 +415,14 @@ schemeSelect.addEventListener("change", () => {
   void update().catch(fail);
 });
 
+/** data/length.json when the site was built with it (only files the build saw are requested), else null. */
+async function lengthExperiment(): Promise<LengthData | null> {
+  const base = import.meta.env.BASE_URL;
+  if (!(await presentFiles(base)).includes(DATA_FILES.length.path.replace("data/", ""))) return null;
+  const got = await loadData(base + DATA_FILES.length.path, checkLength);
+  return got.state === "ok" ? got.data : null;
+}
+
 async function main(): Promise<void> {
   manifest = await loadManifest();
   const order = (s: string) => {
@@ -391,6 +434,8 @@ async function main(): Promise<void> {
   schemeSelect.value = schemes.includes("rope") ? "rope" : schemes[0];
   textArea.value = DEFAULT_TEXT;
   $("#lm-text-hint").textContent = "Python source reads best: the models learned from it. Tabs, Unicode and Windows line ends are all fine.";
+  sizesView();
+  lengthRuns = await lengthExperiment();
   sizesView();
   await update();
   document.body.dataset.loaded = "true";

@@ -178,7 +178,7 @@ describe("line charts: a key for several series, coinciding series visible, a ho
   });
 
   for (const width of WIDTHS) {
-    test(`${width} px: moving over a chart reads out the nearest x and every series' value there`, async () => {
+    test(`${width} px: moving over a chart reads out the nearest x and every shown series' value there`, async () => {
       const { page } = await open("results", { width });
       await page.waitForSelector("body[data-loaded]");
       await settle(page);
@@ -196,7 +196,11 @@ describe("line charts: a key for several series, coinciding series visible, a ho
       assert.ok(out, "a readout under the chart");
       assert.equal(out.x, "256");
       const said = out.text.replace(/^[^:]*:\s*/, "").split(" · ");
-      const names = [...new Set(length.rows.map(seriesName))];
+      // every series the chart shows (all of them at 1280 px; the key series a phone starts with at 390 px), in order
+      const shown = await page.locator('.series-key[data-chart="length-chart"] li[data-shown="true"]').evaluateAll((ls) => ls.map((l) => l.dataset.series));
+      const names = [...new Set(length.rows.map(seriesName))].filter((n) => shown.includes(n));
+      if (width === 1280) assert.equal(names.length, new Set(length.rows.map(seriesName)).size, "every series shows at 1280 px");
+      assert.ok(names.length >= 3, `shown: ${shown}`);
       assert.equal(said.length, names.length, out.text);
       for (const [i, name] of names.entries()) {
         const row = length.rows.find((r) => seriesName(r) === name && r.length === 256);
