@@ -499,6 +499,11 @@ class BatteryResult:
     missing: list[str] = field(default_factory=list)
 
 
+def cell_seconds(info: dict[str, Any]) -> float:
+    """A cell's time: training, an extension row's fine-tuning, scoring."""
+    return info["train_seconds"] + info.get("extend_seconds", 0.0) + info["score_seconds"]
+
+
 def cell_records(cell: cells.Cell) -> list[dict[str, Any]]:
     """A cell's records; an extension row's with its fine-tuning checks (`extend_checks`, from how the cell
     ran), which the claims read step by step."""
@@ -514,7 +519,7 @@ def collect(out_dir: Path, progress: bool = True, ran: CellsRun | None = None) -
     found, grid, missing = cells.gathered(out_dir, AXES, ran.names if ran else None)
     records = [record for cell in found for record in cell_records(cell)]
     write_atomic(out_dir / RECORDS_FILE, "".join(json.dumps(r) + "\n" for r in records).encode())
-    seconds = sum(c.facts["info"]["train_seconds"] + c.facts["info"]["score_seconds"] for c in found)
+    seconds = sum(cell_seconds(c.facts["info"]) for c in found)
     wall = time.perf_counter() - ran.started if ran else seconds
     present = {cell.key[0] for cell in found}
     tasks = [t for t in grid["tasks"] if t in present]

@@ -405,3 +405,9 @@ def test_an_extension_rows_records_carry_its_fine_tuning_checks_and_no_other_row
         Path("y.json"), ("passkey", "rope", 0), {}, {"command": "c", "info": {}}, [{"size": 32}]
     )
     assert battery_results.cell_records(plain) == [{"size": 32}]
+
+
+def test_a_cells_time_counts_its_fine_tuning() -> None:
+    assert battery_results.cell_seconds({"train_seconds": 2.0, "score_seconds": 0.5}) == 2.5
+    info = {"train_seconds": 2.0, "extend_seconds": 4.0, "score_seconds": 0.5}
+    assert battery_results.cell_seconds(info) == 6.5
