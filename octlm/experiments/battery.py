@@ -178,7 +178,9 @@ class Settings:
         "--schemes",
         lambda: (
             "rows: a position scheme, +random for randomized positions, +nopeK for a NoPE layer K, "
-            "+ssmax for queries scaled by s log n, e.g. rope rope+random alibi+nope0 nope+ssmax "
+            "+ssmax for queries scaled by s log n, +ftF / +piF / +ntkF / +yarnF for RoPE fine-tuned to F x "
+            "the largest training size (plainly, PI, NTK-aware, YaRN), e.g. rope rope+random alibi+nope0 "
+            "nope+ssmax rope+pi4 "
             f"(default: {' '.join(default_rows())})"
         ),
         str,
