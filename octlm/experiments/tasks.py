@@ -128,8 +128,7 @@ def register(cls: type[Task]) -> type[Task]:
     return TASKS.register(cls)
 
 
-def _letters(count: int) -> tuple[str, ...]:
-    return tuple(chr(ord("a") + i) for i in range(count))
+LETTERS = tuple("abcdefghijklmnop")  # copy's and selective copy's 16 symbols
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -141,7 +140,7 @@ class Copy(Task):
     """Copy a string: `x1 .. xn <sep> x1 .. xn`."""
 
     name, counts = "copy", "items"
-    symbols = _letters(16)
+    symbols = LETTERS
     train_sizes = (1, 8)
 
     @classmethod
@@ -236,7 +235,7 @@ class HintedAddition(ReversedAddition):
     @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
         a, b = (cls.number(rng, size) for _ in range(2))
-        start = int(rng.integers(0, cls.HINTS - size))
+        start = int(rng.integers(cls.HINTS - size))  # as integers(0, high): the same draws
 
         def hinted(n: int) -> list[str]:
             return [s for i, d in enumerate(cls.digits(n)) for s in (f"h{start + i}", d)]
@@ -272,10 +271,13 @@ class MultiQueryRecall(Task):
         first_value = len(SPECIALS) + len(cls.keys)
         value_ids = [first_value + int(v) for v in rng.choice(len(cls.values), size, replace=False)]
         queries = [int(q) for q in rng.integers(0, size, size)]  # indices into the pairs, repeats allowed
-        context = [t for pair in zip(key_ids, value_ids, strict=True) for t in pair]
+        context = [t for i in range(size) for t in (key_ids[i], value_ids[i])]
         asked = [t for q in queries for t in (key_ids[q], value_ids[q])]
         tokens = (BOS, *context, SEP, *asked, EOS)
-        answer = tuple(i > len(context) + 1 and (i - len(context)) % 2 == 1 for i in range(len(tokens) - 1))
+        values_at = {
+            len(context) + 3 + 2 * q for q in range(size)
+        }  # <bos>, the pairs, <sep>, then k v k v ...
+        answer = tuple(i in values_at for i in range(len(tokens) - 1))
         withheld = tuple(i for i, marked in enumerate(answer) if marked)
         return Example(tokens, (*answer, True), withheld)
 
@@ -311,9 +313,9 @@ class Counting(Task):
 
     @classmethod
     def example(cls, rng: np.random.Generator, size: int) -> Example:
-        value = int(rng.integers(0, min(cls.MAX_VALUE, size - 1) + 1))
+        value = int(rng.integers(min(cls.MAX_VALUE, size - 1) + 1))
         printed = cls.variables[int(rng.integers(len(cls.variables)))]
-        last_set = int(rng.integers(0, size - value))
+        last_set = int(rng.integers(size - value))
         increments = {last_set + 1 + int(i) for i in rng.choice(size - 1 - last_set, value, replace=False)}
         words, values = [], {}
         for place in range(size):
@@ -369,7 +371,7 @@ class SelectiveCopy(Task):
     """Copy the four letters scattered among n positions of noise (`.`), in order, leaving the noise out."""
 
     name, counts = "selective-copy", "positions"
-    symbols = (*_letters(16), ".")
+    symbols = (*LETTERS, ".")
     train_sizes = (4, 16)
     LETTERS: ClassVar[int] = 4
 
@@ -387,8 +389,8 @@ class SelectiveCopy(Task):
         letters = [int(i) for i in rng.integers(len(SPECIALS), len(SPECIALS) + 16, cls.LETTERS)]
         where = sorted(int(p) for p in rng.choice(size, cls.LETTERS, replace=False))
         segment = [noise] * size
-        for place, letter in zip(where, letters, strict=True):
-            segment[place] = letter
+        for i, place in enumerate(where):
+            segment[place] = letters[i]
         return Example.of([*segment, SEP], letters)
 
 
@@ -400,7 +402,7 @@ def filler_text(size: int) -> str:
     """Mohtashami & Jaggi's filler, its sentences repeated (no digit anywhere), `size` characters longer than
     one round of them: a cut of `size` characters from a uniform start is a uniform phase of the round."""
     unit = FILLER + " "
-    return (unit * (size // len(unit) + 2))[: size + len(unit)]
+    return "".join(itertools.islice(itertools.cycle(unit), size + len(unit)))
 
 
 @register
@@ -435,7 +437,7 @@ class Passkey(Task):
         """The needle after `round(depth x size)` characters of filler (0: first, 1: last), the filler cut
         from `text` (default: `filler_text(size)`, Mohtashami & Jaggi's sentences from a random phase)."""
         text = filler_text(size) if text is None else text
-        start = int(rng.integers(0, len(text) - size))
+        start = int(rng.integers(len(text) - size))
         filler = text[start : start + size]
         key = "".join(str(int(d)) for d in rng.integers(0, 10, cls.KEY_DIGITS))
         cut = math.floor(depth * size + 0.5)

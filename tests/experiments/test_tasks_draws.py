@@ -36,8 +36,11 @@ def near(count: int, n: int, p: float) -> bool:
     return abs(count - n * p) <= 5 * math.sqrt(n * p * (1 - p))
 
 
-def test_letters_are_the_first_n_lowercase() -> None:
-    assert Copy.symbols == tuple("abcdefghijklmnop") and SelectiveCopy.symbols[:16] == Copy.symbols
+def test_letters_are_the_first_sixteen_lowercase() -> None:
+    assert (
+        Copy.symbols == tuple("abcdefghijklmnop") == tasks.LETTERS
+        and SelectiveCopy.symbols[:16] == Copy.symbols
+    )
     assert SelectiveCopy.symbols[-1] == "."
 
 
@@ -218,3 +221,49 @@ def test_register_files_a_task_and_refuses_anything_else() -> None:
     finally:
         TASKS._classes.pop("echo-draws")
     assert "echo-draws" not in tasks.TASKS
+
+
+def test_addition_answers_in_digits_and_two_digit_numbers_start_at_10() -> None:
+    assert Addition.answer_symbols() == tuple("0123456789")
+    rng = np.random.default_rng(0)
+    twos = [Addition.number(rng, 2) for _ in range(3000)]
+    assert min(twos) >= 10 and max(twos) <= 99 and {x // 10 for x in twos} == set(range(1, 10))
+
+
+def replay(words: list[str]) -> tuple[str, list[str], dict[str, int]]:
+    """A counting prompt read back: the printed variable, the statements, and the largest value each variable
+    held, by the task's own rules (`a = 0` sets, `a ++` adds one)."""
+    statements = [x.strip() for x in " ".join(words[:-3]).split(";")][:-1]
+    values: dict[str, int] = {}
+    highest: dict[str, int] = {}
+    for s in statements:
+        var, op = s.split()[0], s.split()[-1]
+        if op == "0":
+            values[var] = 0
+        elif op == "++":
+            values[var] += 1
+        if var in values:
+            highest[var] = max(highest.get(var, 0), values[var])
+    return words[-2], statements, highest
+
+
+def test_counting_distractors_count_up_to_the_cap_and_may_touch_the_printed_variable_before_its_last_set() -> (
+    None
+):
+    """Every variable's value stays within MAX_VALUE (an increment at the cap is drawn again), the cap is
+    reached, and before the printed variable's last set the distractors may set or increment it too."""
+    rng, peak, touched = np.random.default_rng(0), 0, 0
+    for _ in range(3000):
+        printed, statements, highest = replay(Counting.text(Counting.example(rng, 64).tokens[1:-1]).split())
+        peak = max([peak, *(v for var, v in highest.items() if var != printed)])  # the distractors' own
+        last = max(i for i, s in enumerate(statements) if s == f"{printed} = 0")
+        touched += any(s.split()[0] == printed for s in statements[:last])
+    assert peak == Counting.MAX_VALUE
+    assert touched > 300  # 488 of 3,000 here: about one example in six (none if they spared it)
+
+
+def test_selective_copy_refuses_a_size_with_no_room_for_its_letters() -> None:
+    from octlm.errors import UserError
+
+    with pytest.raises(UserError, match="selective-copy scatters 4 letters, so a size below 4 holds none"):
+        SelectiveCopy.example(np.random.default_rng(0), 3)
