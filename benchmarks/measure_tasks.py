@@ -12,8 +12,9 @@ import torch
 from measure import interleaved, summary
 
 from octlm.config import TrainConfig
-from octlm.experiments import battery
+from octlm.experiments import battery_train
 from octlm.experiments.battery import Cell, Row, Settings
+from octlm.experiments.task_batches import answer_loss
 from octlm.experiments.tasks import TASKS
 from octlm.model.decoder import Decoder
 from octlm.runtime import torch_threads
@@ -24,7 +25,7 @@ POOL = 8  # batches drawn once and cycled, so both models train on the same ones
 
 
 class OctlmStep:
-    """One step of a battery cell (`octlm.training.loop.optimizer_step` on `battery.answer_loss`), on pooled
+    """One step of a battery cell (`octlm.training.loop.optimizer_step` on `task_batches.answer_loss`), on pooled
     batches or, with `fresh`, drawing each batch as the battery does (the task's generator is part of a
     cell's time)."""
 
@@ -38,9 +39,9 @@ class OctlmStep:
         self.pool, self.fresh = itertools.cycle(pool), fresh
 
     def __call__(self) -> None:
-        batch = battery.training_batch(self.cell, self.rng) if self.fresh else next(self.pool)
+        batch = battery_train.training_batch(self.cell, self.rng) if self.fresh else next(self.pool)
         ids, targets, mask = batch
-        loss = lambda: battery.answer_loss(self.model(ids)[0], targets, mask)  # noqa: E731
+        loss = lambda: answer_loss(self.model(ids)[0], targets, mask)  # noqa: E731
         optimizer_step(self.model, self.optimizer, self.train, 0, loss, lambda *_: ValueError("not finite"))
 
 
@@ -100,7 +101,7 @@ def bench_task_cells(tasks: list[str], warmup: int, reps: int, log) -> dict[str,
     for name in tasks:
         cell = Cell(TASKS[name], Row.parse("learned", settings.model["n_layers"]), 0, settings)
         rng = np.random.default_rng(1)
-        pool = [battery.training_batch(cell, rng) for _ in range(POOL)]
+        pool = [battery_train.training_batch(cell, rng) for _ in range(POOL)]
         fns = {
             "octlm": OctlmStep(cell, pool, fresh=False),
             "octlm, drawing its batches": OctlmStep(cell, pool, True),

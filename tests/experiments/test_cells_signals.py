@@ -23,6 +23,7 @@ SCRIPT = """
 import contextlib, os, sys, time
 from pathlib import Path
 import octlm.experiments.battery as battery
+import octlm.experiments.battery_train as battery_train
 import octlm.experiments.extend as extend
 import octlm.files as files
 import octlm.training.loop as loop
@@ -53,7 +54,7 @@ if POINT in ("base training", "fine-tuning"):
     patch(loop, "train_step", lambda s, config, *a, **k: bool(config.train.init_from) == fine_tuning
           and mark_and_wait(1))
 if POINT == "training":
-    patch(battery, "optimizer_step", lambda *a, **k: mark_and_wait(1))
+    patch(battery_train, "optimizer_step", lambda *a, **k: mark_and_wait(1))
 # Scoring and writing: the signal raises where it lands (in 60 s the test has failed on its own).
 if POINT == "scoring":
     patch(battery, "score_cell", lambda *a, **k: mark_and_wait(60))
