@@ -22,6 +22,7 @@ records, a metric not recorded, a model that did not learn the task) raises `Inc
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -152,6 +153,23 @@ def mean_of(label: str, estimates: Sequence[Estimate]) -> Estimate:
         sum(e.n for e in estimates),
         tuple(sorted({s for e in estimates for s in e.seeds})),
     )
+
+
+def steps_to(
+    curves: dict[int, list[tuple[int, float]]],
+    targets: dict[int, float],
+    reaches: Callable[[float, float], bool],
+) -> tuple[dict[int, int], list[str]]:
+    """Per seed in `targets`, the first step of its curve whose value `reaches` (value, target) the seed's
+    target; a curve that never does counts one step interval past its end. Also the seeds that never did."""
+    steps, short = {}, []
+    for seed, points in curves.items():
+        if seed in targets:
+            reached = [step for step, value in points if reaches(value, targets[seed])]
+            late = points[-1][0] + (points[-1][0] - points[-2][0] if len(points) > 1 else 1)
+            steps[seed] = reached[0] if reached else late
+            short += [] if reached else [str(seed)]
+    return steps, short
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -385,13 +403,7 @@ class Battery:
         """Per seed in `targets`, the first fine-tuning check at which `row` reaches that seed's target,
         counted from its own step 0; a seed that never does counts one check interval past its budget (a
         lower bound, named)."""
-        steps, short = {}, []
-        for seed, points in self.extension_curve(row, task).items():
-            if seed in targets:
-                reached = [step for step, exact in points if exact >= targets[seed]]
-                late = points[-1][0] + (points[-1][0] - points[-2][0] if len(points) > 1 else 1)
-                steps[seed] = reached[0] if reached else late
-                short += [] if reached else [str(seed)]
+        steps, short = steps_to(self.extension_curve(row, task), targets, operator.ge)
         if not steps:
             raise Inconclusive(f"missing rows: no seed of {row} {task} shared with {reference}")
         note = f" (not reached in seeds {', '.join(short)}: counted past the budget)" if short else ""
@@ -560,13 +572,7 @@ class Extend:
     def steps(self, row: str, targets: dict[int, float], reference: str) -> Estimate:
         """Per seed, the first step at which `row`'s curve reaches that seed's target, counted from its own
         step 0; a curve that never does counts one curve interval past its end (a lower bound, named)."""
-        steps, short = {}, []
-        for seed, points in self.curve(row).items():
-            if seed in targets:
-                reached = [step for step, value in points if value <= targets[seed]]
-                late = points[-1][0] + (points[-1][0] - points[-2][0] if len(points) > 1 else 1)
-                steps[seed] = reached[0] if reached else late
-                short += [] if reached else [str(seed)]
+        steps, short = steps_to(self.curve(row), targets, operator.le)
         if not steps:
             raise Inconclusive(f"missing rows: no seed of {row} shared with {reference}'s curve")
         note = f" (not reached in seeds {', '.join(short)}: counted past the end)" if short else ""
