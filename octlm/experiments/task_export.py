@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from octlm.config import ModelConfig
-from octlm.experiments.tasks import EOS, SEP, SPECIALS, Copy, Passkey, Task
+from octlm.experiments.tasks import EOS, SEP, SPECIALS, Copy, Passkey, Task, filler_text
 from octlm.interop.export_folder import sibling, swap_in
 from octlm.interop.onnx_export import ONNX_FILE, OPSET, write_checked_onnx
 from octlm.model.decoder import Decoder
@@ -129,28 +129,16 @@ def copy_case(seed: int, size: int) -> dict[str, Any]:
     return {"task": "copy", "items": items, "tokens": list(example.tokens), "answer": list(example.answer)}
 
 
-class SitePasskey(Passkey):
-    """The passkey the site's in-browser models were trained on (web/public/task-models/passkey/, 600 steps):
-    the battery's format before Mohtashami & Jaggi's needle, `" The pass key is N. "` cut into filler. The
-    page spells it (web/src/tasks.ts) until scripts/site-task-models trains those models on the battery's
-    passkey again; then the page takes `Passkey.needle` and this class goes. Not registered: no battery cell
-    trains on it."""
-
-    @staticmethod
-    def needle(key: str) -> str:
-        return f" The pass key is {key}. "
-
-
 def passkey_case(sample: str, seed: int, size: int, depth: float) -> dict[str, Any]:
-    """A passkey example of the site's models (`SitePasskey.example_at`) drawn from `default_rng(seed)` with
-    `sample` as its filler corpus, and what a page needs to draw the same one: where its filler starts in
-    `sample`, and its key."""
-    # the page has a committed sample, not the running Python's standard library: the generator cuts
-    # from it too
-    example = SitePasskey.example_at(np.random.default_rng(seed), size, depth, text=sample)
-    text = SitePasskey.text(example.tokens[1 : example.tokens.index(SEP)])
-    key = SitePasskey.text(example.answer_tokens[:-1])
-    needle = SitePasskey.needle(key)
+    """A passkey example (`Passkey.example_at`, the battery's) drawn from `default_rng(seed)` with `sample` as
+    its filler text, and what a page needs to draw the same one: where its filler starts in `sample`, and its
+    key."""
+    # the page cuts from its committed sample (filler.txt), so the generator cuts from the same text; the
+    # filler repeats, so `start` is the first place its cut occurs, which spells the same example
+    example = Passkey.example_at(np.random.default_rng(seed), size, depth, text=sample)
+    text = Passkey.text(example.tokens[1 : example.tokens.index(SEP)])
+    key = Passkey.text(example.answer_tokens[:-1])
+    needle = Passkey.needle(key)
     cut = text.index(needle)
     filler = text[:cut] + text[cut + len(needle) :]
     return {
@@ -173,10 +161,10 @@ def prompt_of(case: dict[str, Any]) -> list[int]:
 def task_fixtures(add: Callable[..., None]) -> None:
     """Examples of the task battery's copy and passkey tasks, drawn by their own generators, with the choices
     the Tasks page makes (the items; the filler's start, the key, the depth): web/src/tasks.ts must spell each
-    one token for token. Passkey's filler is a fixed sample here, not the running Python's standard library,
-    so the file is the same on every machine."""
+    one token for token. Passkey's filler is a fixed sample of Mohtashami & Jaggi's sentences (what the
+    page's filler.txt holds), cut at a start the generator draws."""
     src = "octlm/experiments/tasks.py"
-    sample = " ".join(f"def f{i}(x): return x * {i} + {i * i}  # line {i}" for i in range(40))
+    sample = filler_text(400)
     copies = [copy_case(seed, size) for seed, size in ((0, 1), (1, 8), (2, 3), (3, 64))]
     # sizes and depths where depth x size falls on a half (7.5, 2.5, 12.5): the rounding is exercised
     passkeys = [

@@ -24,7 +24,7 @@ from octlm.experiments.task_export import (  # noqa: E402
     passkey_case,
     prompt_of,
 )
-from octlm.experiments.tasks import BOS, EOS, SEP, Copy, Passkey  # noqa: E402
+from octlm.experiments.tasks import BOS, EOS, SEP, Copy, Passkey, filler_text  # noqa: E402
 from octlm.model.decoder import Decoder  # noqa: E402
 
 LOGIT_TOL = 1e-4  # the site's parity bound; float32 rounding here is about 1e-6
@@ -159,25 +159,21 @@ def test_copy_case_is_the_generators_example():
 
 @pytest.mark.parametrize(("size", "depth"), [(24, 0.0), (30, 0.5), (31, 0.75), (40, 1.0)])
 def test_passkey_case_rebuilds_from_its_fields(size, depth):
-    sample = "".join(chr(ord(" ") + (i * 37) % 95) for i in range(500))  # no repeat within 95 characters
+    sample = filler_text(300)
     case = passkey_case(sample, 3, size, depth)
     filler = sample[case["start"] : case["start"] + size]
     cut = math.floor(depth * size + 0.5)  # round half up, as Passkey.example_at
     key = case["key"]
-    prompt = (
-        f"{filler[:cut]} The pass key is {key}. {filler[cut:]}"  # the site's models' format (SitePasskey)
-    )
+    prompt = f"{filler[:cut]} The pass key is {key}. Remember it. {key} is the pass key. {filler[cut:]}"
     assert case["tokens"] == [BOS, *Passkey.ids(prompt), SEP, *Passkey.ids(case["key"]), EOS]
     assert case["answer"] == [False] * (len(prompt) + 2) + [True] * 6
     assert len(case["key"]) == 5 and case["key"].isdigit()
     assert prompt_of(case) == case["tokens"][: len(prompt) + 2]
 
 
-def test_the_sites_passkey_is_not_a_battery_task():
-    """The site's format stays out of the battery: its task is the battery's passkey, which says more."""
-    from octlm.experiments.task_export import SitePasskey
-    from octlm.experiments.tasks import TASKS
-
-    assert TASKS["passkey"] is Passkey and SitePasskey not in TASKS.values()
-    assert SitePasskey.needle("12345") == " The pass key is 12345. "
-    assert Passkey.needle("12345") == " The pass key is 12345. Remember it. 12345 is the pass key. "
+def test_passkey_case_is_the_generators_example():
+    """The page's example is the battery's own draw, not a format of the site's."""
+    sample = filler_text(300)
+    case = passkey_case(sample, 5, 32, 0.25)
+    example = Passkey.example_at(np.random.default_rng(5), 32, 0.25, text=sample)
+    assert case["tokens"] == list(example.tokens) and case["answer"] == list(example.answer)

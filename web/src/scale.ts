@@ -6,8 +6,11 @@
 export type RGB = [number, number, number];
 type Stop = [number, RGB];
 
-// A diverging blue–white–orange for signed values, a viridis-like ramp for one-signed ones. Both stay
-// distinguishable under the common colour-vision deficiencies.
+// A diverging blue–white–orange for signed values, a near-white to deep purple ramp (ColorBrewer's BuPu) for
+// one-signed ones. Both stay distinguishable under the common colour-vision deficiencies. The sequential ramp is
+// light at 0 so that a near-zero weight reads as "nothing here" (reversed viridis put a loud yellow there), and its
+// luminance falls at every step, so it reads the same in grey; its middle, where the luminance meets the masked
+// grey's, is saturated purple, far from grey in hue.
 const DIVERGING: Stop[] = [
   [0, [33, 102, 172]],
   [0.25, [146, 197, 222]],
@@ -16,11 +19,11 @@ const DIVERGING: Stop[] = [
   [1, [230, 97, 1]],
 ];
 const SEQUENTIAL: Stop[] = [
-  [0, [253, 231, 37]],
-  [0.25, [94, 201, 98]],
-  [0.5, [33, 145, 140]],
-  [0.75, [59, 82, 139]],
-  [1, [68, 1, 84]],
+  [0, [247, 252, 253]],
+  [0.25, [191, 211, 230]],
+  [0.5, [140, 150, 198]],
+  [0.75, [136, 65, 157]],
+  [1, [77, 0, 75]],
 ];
 export const MASKED = "#6b6b6b";
 export const MASKED_RGB: RGB = [107, 107, 107];
@@ -93,7 +96,7 @@ export function colour(scale: Scale, v: number): string {
 
 /**
  * Text colour for a cell of the given value: black or white, whichever contrasts more (WCAG ratio). Pure black,
- * not a near-black: where the ramps cross mid-grey (sequential ~0.55) #111 reaches only 4.4:1 either way, under
+ * not a near-black: where the ramps cross mid-grey (sequential ~0.64) #111 reaches only 4.4:1 either way, under
  * WCAG's 4.5; black and white meet at 4.58:1 at worst.
  */
 export function ink(scale: Scale, v: number): string {
@@ -130,7 +133,8 @@ export function indexTicks(n: number, count = 5): number[] {
   for (let v = 0; v <= n - 1; v += step) ticks.push(v);
   const last = ticks[ticks.length - 1];
   if (last !== n - 1) {
-    if (n - 1 - last < step / 2) ticks.pop();
+    // a round tick within half a step of the last (inclusive: 14 beside 15 with a step of 2) would crowd its label
+    if (ticks.length > 1 && n - 1 - last <= step / 2) ticks.pop();
     ticks.push(n - 1);
   }
   return ticks;

@@ -6,7 +6,8 @@
  * Every example is `<bos>`, the prompt, `<sep>`, then the answer and `<eos>`; a model reads the tokens through
  * `<sep>` and writes the rest.
  * - copy: `x1 .. xn <sep> x1 .. xn`, the items letters a to p.
- * - passkey: filler characters with " The pass key is KKKKK. " after round(depth × n) of them (a half rounds
+ * - passkey: n characters of Mohtashami & Jaggi's digit-free filler with their needle
+ *   " The pass key is KKKKK. Remember it. KKKKK is the pass key. " after round(depth × n) of them (a half rounds
  *   up), then `<sep>` and the five digits. Every printable ASCII character is one token.
  * web/tests/unit/tasks.test.ts checks both against examples the Python generators drew
  * (web/fixtures/task_examples.json, `octlm export fixtures`).
@@ -58,10 +59,13 @@ export function copyExample(items: string): Example {
 /** Where the key sentence goes: after round(depth × size) filler characters, a half rounding up, as Python's floor(depth × size + 0.5). */
 export const passkeyCut = (size: number, depth: number) => Math.floor(depth * size + 0.5);
 
+/** The sentences that hide `key` in the filler, a space either side (Passkey.needle in tasks.py). */
+export const passkeyNeedle = (key: string) => ` The pass key is ${key}. Remember it. ${key} is the pass key. `;
+
 /** The passkey prompt's text (what sits between `<bos>` and `<sep>`). */
 export function passkeyText(filler: string, key: string, depth: number): string {
   const cut = passkeyCut(filler.length, depth);
-  return `${filler.slice(0, cut)} The pass key is ${key}. ${filler.slice(cut)}`;
+  return `${filler.slice(0, cut)}${passkeyNeedle(key)}${filler.slice(cut)}`;
 }
 
 /** The passkey example: `filler` (its length is the size) with the five-digit `key` at `depth` (0: first, 1: last). */
@@ -110,6 +114,8 @@ export async function greedy(prompt: number[], maxNew: number, maxInput: number,
 export interface TaskModelEntry {
   parameters: number;
   train_seconds: number;
+  steps: number; // steps trained
+  learned_at: number | null; // the held-out check that reached the target (null: the cap came first)
   accuracy: Record<string, number | null>; // exact match at each test size (the battery's scoring)
   accuracy_by_depth: Record<string, number | null>; // "size@depth"
   examples: number;
@@ -122,7 +128,8 @@ export interface TaskManifest {
   schema: 1;
   command: string;
   seed: number;
-  settings: { steps: number; batch_size: number; lr: number; examples: number; model: Record<string, number> };
+  // steps: the cap; target: the held-out exact match at the largest training size that stops training
+  settings: { steps: number; target: number; batch_size: number; lr: number; examples: number; model: Record<string, number> };
   tasks: Record<string, { test_sizes: number[]; models: Record<string, TaskModelEntry> }>;
   total_bytes: number;
 }

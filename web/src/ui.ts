@@ -69,7 +69,7 @@ export function legend(scale: Scale, label: string, masked = false): HTMLElement
       return svg("g", {}, svg("line", { x1: x, x2: x, y1: 14, y2: 18, stroke: "#444" }), text);
     }),
   );
-  const words = `${label}: colour scale from ${fmt(scale.min, 3)} to ${fmt(scale.max, 3)}${scale.kind === "diverging" ? ", white at 0, blue negative, orange positive" : ", yellow low, purple high"}`;
+  const words = `${label}: colour scale from ${fmt(scale.min, 3)} to ${fmt(scale.max, 3)}${scale.kind === "diverging" ? ", white at 0, blue negative, orange positive" : ", white low, purple high"}`;
   return el(
     "div",
     { class: "legend", role: "img", "aria-label": words, "data-kind": scale.kind, "data-min": String(scale.min), "data-max": String(scale.max) },
@@ -79,10 +79,13 @@ export function legend(scale: Scale, label: string, masked = false): HTMLElement
   );
 }
 
-/** An HTML table of numbers with coloured cells; `highlight` marks rows (by index) with a class. */
+/**
+ * An HTML table of numbers with coloured cells; `highlight` marks rows (by index) with a class. `format` writes a
+ * cell's text (the Models page's tables: sig), else fmt to `digits`.
+ */
 export function numberTable(
   data: Matrix,
-  opts: { caption: string; rowLabels: string[]; colLabels?: string[]; scale: Scale; highlight?: number[]; digits?: number; corner?: string },
+  opts: { caption: string; rowLabels: string[]; colLabels?: string[]; scale: Scale; highlight?: number[]; digits?: number; format?: (v: number) => string; corner?: string },
 ): HTMLTableElement {
   const cols = data[0]?.length ?? 0;
   const colLabels = opts.colLabels ?? Array.from({ length: cols }, (_, j) => String(j));
@@ -93,7 +96,7 @@ export function numberTable(
       "tr",
       { class: opts.highlight?.includes(i) ? "hl" : undefined },
       el("th", { scope: "row", text: opts.rowLabels[i] }),
-      ...r.map((v) => el("td", { style: `background:${colour(opts.scale, v)};color:${ink(opts.scale, v)}`, "data-value": String(v), text: fmt(v, opts.digits ?? 2) })),
+      ...r.map((v) => el("td", { style: `background:${colour(opts.scale, v)};color:${ink(opts.scale, v)}`, "data-value": String(v), text: opts.format ? opts.format(v) : fmt(v, opts.digits ?? 2) })),
     ),
   );
   return el("table", { class: "numbers" }, el("caption", { text: opts.caption }), el("thead", {}, head), el("tbody", {}, ...body));

@@ -43,23 +43,10 @@ const t5Init = el("p", { class: "init-note", id: "t5-init", text: "Where the T5 
 biasBox.append(t5Init);
 $("#bias-maps").append(biasBox, bucketBox);
 
-/**
- * Drop the tick just before the last when they label neighbouring cells: with a step of 2, indexTicks keeps
- * 14 beside 15 (T = 16), and on a phone the two labels run together. The first and last stay labelled.
- */
-function unCrowd(root: HTMLElement): void {
-  for (const axis of root.querySelectorAll<HTMLElement>(".heatmap-xticks, .heatmap-yticks")) {
-    const ticks = [...axis.querySelectorAll<HTMLElement>(".tick")];
-    const [a, b] = ticks.slice(-2).map((t) => Number(t.dataset.index));
-    if (ticks.length > 2 && b - a === 1) ticks[ticks.length - 2].remove();
-  }
-}
-
 /** Draw `data` on its quantity's scale (fitted to `domain`, the data unless given) and state it on the map's box. */
 function draw(map: { update(d: number[][], s: Scale): void }, box: HTMLElement, quantity: Quantity, data: number[][], domain = data.flat()): void {
   const scale = scaleOf(quantity, domain);
   map.update(data, scale);
-  unCrowd(box);
   box.dataset.scale = scaleAttr(scale);
 }
 

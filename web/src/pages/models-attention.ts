@@ -6,8 +6,8 @@
  * with their own key entry, never in the colour of a real 0.
  */
 import { headWindow, range } from "../lm";
-import { MASKED_RGB, PROBABILITY, colour, colourRGB, divergingFor, type Scale } from "../scale";
-import { el, fmt, legend, numberSlider, svg } from "../ui";
+import { MASKED_RGB, PROBABILITY, colour, colourRGB, divergingFor, sig, type Scale } from "../scale";
+import { el, legend, numberSlider, svg } from "../ui";
 import { explainAttention, explainBias } from "./models-flow";
 
 /** The most tokens a window shows along each axis (a readable label per row and column). */
@@ -60,7 +60,7 @@ function windowTable(input: MapInput, scale: Scale, qs: number[], ks: number[]):
         const words = `query ${q} (${input.labels[q]}), key ${ks[j]} (${input.labels[ks[j]]}): `;
         const linked = { "data-query": q, "data-key": ks[j], "data-explain": cellWords(input, q, ks[j], c.masked ? null : c.value) };
         if (c.masked) return el("td", { class: "masked", "data-masked": "true", title: `${words}masked (the future)`, ...linked });
-        return el("td", { "data-value": String(c.value), style: `background:${colour(scale, c.value)}`, title: words + fmt(c.value, 4), ...linked });
+        return el("td", { "data-value": String(c.value), style: `background:${colour(scale, c.value)}`, title: words + sig(c.value, 3), ...linked });
       }),
     ),
   );
@@ -74,6 +74,37 @@ function windowTable(input: MapInput, scale: Scale, qs: number[], ks: number[]):
 export function windowMap(id: string, input: MapInput, qs: number[], ks: number[], label: string): HTMLElement {
   const scale = scaleOf(input);
   return el("div", { class: "token-map compact", id, "data-scale": `${scale.kind} ${scale.min} ${scale.max}` }, el("div", { class: "scroll" }, windowTable(input, scale, qs, ks)), key(scale, label));
+}
+
+/**
+ * The flow's attention lines, drawn as poloclub's Transformer Explainer draws them: the window's tokens as keys
+ * (left) and as queries (right), and from each query a line to every key at or before it (the model sees no later
+ * one), its width and opacity growing linearly with the weight (a hairline at 0, so that every key the query sees
+ * has a line). Every query's lines are drawn once, marked with its token: the linker lights the current token's,
+ * and the stylesheet shows lit lines only, so that none is drawn while no token is pointed at or pinned.
+ */
+export function attentionLines(id: string, input: MapInput, rows: number[]): HTMLElement {
+  const { T, data, head, labels } = input;
+  const [W, pad, step] = [340, 118, 20];
+  const at = new Map(rows.map((r, i) => [r, 14 + i * step]));
+  const ink = colour(PROBABILITY, 1); // the dark end of the map's own scale: a heavy line is a dark cell
+  const kids: SVGElement[] = [];
+  for (const q of rows)
+    for (const k of rows.filter((r) => r <= q)) {
+      const p = data[(head * T + q) * T + k];
+      const [y0, y1, mid] = [at.get(k)!, at.get(q)!, W / 2];
+      const d = `M${pad} ${y0} C${mid} ${y0} ${mid} ${y1} ${W - pad} ${y1}`;
+      kids.push(svg("path", { class: "attn-line", d, fill: "none", stroke: ink, "stroke-width": (0.5 + 5.5 * p).toFixed(2), "stroke-opacity": (0.2 + 0.8 * p).toFixed(3), "data-token": q, "data-to": k, "data-value": p, "data-explain": explainAttention(q, labels[q], k, labels[k], p) }));
+    }
+  const text = (x: number, k: number, s: string, anchor: string, cls: string) => {
+    const t = svg("text", { x, y: at.get(k)! + 4, "text-anchor": anchor, "font-size": 12, class: cls, "data-token": k, "font-family": "ui-monospace, monospace" });
+    t.textContent = s;
+    return t;
+  };
+  for (const k of rows) kids.push(text(pad - 6, k, `${short(labels[k])} ${k}`, "end", "key-label"), text(W - pad + 6, k, `${k} ${short(labels[k])}`, "start", "query-label"));
+  const height = 14 + (rows.length - 1) * step + 10;
+  const drawing = svg("svg", { class: "flow-lines", id, viewBox: `0 0 ${W} ${height}`, width: W, height, role: "img", "aria-label": "Lines from the token pointed at (a query, right) to each key it sees (left), as thick and as dark as its attention weight; the map above has the numbers" }, ...kids);
+  return el("figure", { class: "flow-lines-figure" }, drawing, el("figcaption", { class: "hint", text: "Point at a token (or tap it): lines from it, as a query on the right, to every key it sees on the left, as heavy as the weight it gives each." }));
 }
 
 /** The whole map, one pixel per cell, on a canvas the page scales: where the window sits in it. */

@@ -9,7 +9,8 @@
  * Hover and focus show a token while the pointer (or focus) is on it; a click or tap pins it, so that a phone,
  * which has no hover, keeps the picture lit until the next tap.
  */
-import { el, fmt } from "../ui";
+import { sig } from "../scale";
+import { el } from "../ui";
 
 export const LINKED = "is-linked";
 /** The class on a map cell in the current token's key column (a cell's row is its `tr[data-token]`). */
@@ -35,7 +36,8 @@ export function tokenOfAttr(value: string | undefined | null): number | null {
 }
 
 const quoted = (label: string) => `'${label}'`;
-const num = (v: number) => fmt(v, 3);
+// the format of the tables the words sit under (sig, 3 digits), so that a number reads the same in both
+const num = (v: number) => sig(v, 3);
 
 /**
  * A cell of the sum's equation, channel c of token k, in the numbers the tables print (3 digits): with a position
@@ -51,14 +53,14 @@ export function explainSum(k: number, label: string, c: number, tok: number, pos
 export function explainAttention(q: number, qLabel: string, k: number, kLabel: string, p: number | null): string {
   const who = `query ${quoted(qLabel)} (position ${q})`;
   if (p === null) return `${who} cannot see key ${quoted(kLabel)} (position ${k}): a future token, masked`;
-  return `${who} attends to key ${quoted(kLabel)} (position ${k}) with probability ${fmt(p, 3)}`;
+  return `${who} attends to key ${quoted(kLabel)} (position ${k}) with probability ${num(p)}`;
 }
 
 /** A cell of a position bias: what is added to the score of query q on key k before the softmax. */
 export function explainBias(q: number, qLabel: string, k: number, kLabel: string, b: number | null, head: number): string {
   const who = `query ${quoted(qLabel)} (position ${q})`;
   if (b === null) return `${who} cannot see key ${quoted(kLabel)} (position ${k}): a future token, masked`;
-  return `head ${head}: ${fmt(b, 3)} is added to the score of ${who} on key ${quoted(kLabel)} (position ${k}), before the softmax; x is untouched`;
+  return `head ${head}: ${num(b)} is added to the score of ${who} on key ${quoted(kLabel)} (position ${k}), before the softmax; x is untouched`;
 }
 
 /** A cell of q or k before and after the rotation (RoPE and its kin): channel c of token k, one head. */
@@ -68,7 +70,7 @@ export function explainRotation(name: string, k: number, label: string, head: nu
 
 /** A candidate for the token after token k: its probability under the model (temperature 1, every token kept). */
 export function explainNext(k: number, label: string, next: string, p: number, actual: boolean): string {
-  return `after token ${k} ${quoted(label)}, the model gives ${quoted(next)} probability ${fmt(p, 3)}${actual ? " (the text's own next token)" : ""}`;
+  return `after token ${k} ${quoted(label)}, the model gives ${quoted(next)} probability ${num(p)}${actual ? " (the text's own next token)" : ""}`;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -100,6 +102,8 @@ export interface Linker {
   highlight(k: number | null): void;
   /** The token lit now (pinned first, else hovered). */
   current(): number | null;
+  /** Call `fn` with the pinned token (null: let go) whenever a click or tap pins one or lets it go. */
+  onPin(fn: (k: number | null) => void): void;
   clear(): void;
 }
 
@@ -114,6 +118,7 @@ export function linker(explain: HTMLElement, idle: () => string): Linker {
   let pinned: number | null = null;
   let pinnedWords = "";
   let lit: number | null = null;
+  const pinListeners: ((k: number | null) => void)[] = [];
 
   const current = () => pinned ?? hovered;
   function paint(): void {
@@ -171,6 +176,7 @@ export function linker(explain: HTMLElement, idle: () => string): Linker {
       pinnedWords = pinned === null ? "" : (words ?? explain.textContent ?? "");
       paint();
       say(pinned === null ? (words ?? idle()) : pinnedWords);
+      for (const fn of pinListeners) fn(pinned);
     });
   }
 
@@ -190,6 +196,9 @@ export function linker(explain: HTMLElement, idle: () => string): Linker {
       paint();
     },
     current,
+    onPin(fn) {
+      pinListeners.push(fn);
+    },
     clear() {
       pinned = hovered = null;
       paint();

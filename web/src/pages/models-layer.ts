@@ -12,9 +12,9 @@
 import type { Forward, ModelInfo, Signal } from "../engine";
 import { block, difference, largestMagnitude, nextTokenDistribution, range } from "../lm";
 import type { SchemeInfo } from "../schemes";
-import { divergingFor, type Scale } from "../scale";
-import { el, fmt, labelled, legend, numberSlider, numberTable, select } from "../ui";
-import { windowMap } from "./models-attention";
+import { divergingFor, sig, type Scale } from "../scale";
+import { el, labelled, legend, numberSlider, numberTable, select } from "../ui";
+import { attentionLines, windowMap } from "./models-attention";
 import { explainNext, explainRotation, explainSum, markTable, stage, tensorLabel, tokenChips, type Linker } from "./models-flow";
 
 /**
@@ -110,7 +110,7 @@ const WHY: Record<Signal, string> = {
  * The first layer as one flow, 8 tokens at a time: tokens and ids, token rows, the position signal as what it is,
  * x, block 0's attention and the next-token probabilities; each view registered with `link` by token.
  */
-export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLElement; update(input: LayerInput): void } {
+export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLElement; update(input: LayerInput): void; reveal(k: number): void } {
   const root = el("div", { class: "layer flow-stages" });
   const from = numberSlider("lm-layer-from", "Tokens from position", 0, 0, 0, () => draw());
   const channel = numberSlider("lm-layer-channel", "Channels from", 0, 0, 0, () => draw(), { step: COLS });
@@ -121,7 +121,7 @@ export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLEl
   let drawn = 0; // bumped per draw, so that late token names never fill an older table
 
   function table(caption: string, data: number[][], rows: number[], c0: number, id: string, labels: string[], scale: Scale, words: (k: number, c: number, i: number, j: number) => string): HTMLElement {
-    const t = numberTable(data, { caption, rowLabels: rows.map((r) => `${r} ${clip(labels[r], colsNow() < COLS ? 6 : 14)}`), colLabels: range(c0, c0 + (data[0]?.length ?? 0)).map(String), scale, digits: 3, corner: "token \\ channel" });
+    const t = numberTable(data, { caption, rowLabels: rows.map((r) => `${r} ${clip(labels[r], colsNow() < COLS ? 6 : 14)}`), colLabels: range(c0, c0 + (data[0]?.length ?? 0)).map(String), scale, format: (v) => sig(v, 3), corner: "token \\ channel" });
     t.id = id;
     return el("div", { class: "scroll" }, markTable(t, rows, c0, words));
   }
@@ -149,7 +149,7 @@ export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLEl
       stage("flow-ids", "ids", `Your text → tokens → token ids (tokens ${rows[0]}–${rows[rows.length - 1]} of ${T})`, [tensorLabel("ids", ["B", "T"], [1, T])], tokenChips(rows, labels, ids)),
       stage("flow-token-rows", "token-rows", "tok(ids): each id picks its row of the token table", [tensorLabel("tok.weight", ["V", "C"], [info.vocab_size, C]), tensorLabel("token_rows", ["B", "T", "C"], out.first.token_rows!.dims)], table(`tok(ids): the token table's rows (token_rows), ${channels}`, tokenRows, rows, c0, "lm-token-rows", labels, scale, sum)),
     ];
-    const largest = fmt(largestMagnitude(diffAll(out)), 3);
+    const largest = sig(largestMagnitude(diffAll(out)), 3);
     if (added) parts.push(op("+ the position signal, embedded − token_rows:"), stage("flow-signal", "signal", addedTitle(info.scheme), [tensorLabel("pos rows", ["T", "C"], [T, C], true)], broadcast(T, C), table(`The position rows added (embedded − token_rows), ${channels}`, added, rows, c0, "lm-signal", labels, scale, sum)));
     else parts.push(op(`+ nothing: x = tok(ids) (largest |embedded − token_rows| = ${largest}). ${signal === "none" ? "NoPE has no position signal." : "This scheme's position signal enters inside attention, below."}`));
     parts.push(op("="), stage("flow-x", "x", "x: the sum entering block 0", [tensorLabel("x", ["B", "T", "C"], dims)], table(`x: the sum entering block 0 (embedded), ${channels}`, embedded, rows, c0, "lm-embedded", labels, scale, sum), legend(scale, added ? "token rows, position signal and sum" : "token rows and sum")));
@@ -181,7 +181,7 @@ export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLEl
       );
     if (signal === "attend")
       parts.push(
-        stage("flow-attend", "attention", `Inside block 0's attention: the scheme's own rule gives the weights`, [attnShape(out, T)], el("p", { class: "signal-line", text: `The position signal is not in x: the scheme computes attention by its own rule. For head ${h}, ${gates ? "after its additive term on the scores (bias_0, above), " : ""}the layer-0 weights that rule gives:` }), map("lm-attend-map", out.attention[0], "probability", `Layer 0, head ${h}: the attention weights its rule gives, query by key`, "attention probability"), windowNote(rows)),
+        stage("flow-attend", "attention", `Inside block 0's attention: the scheme's own rule gives the weights`, [attnShape(out, T)], el("p", { class: "signal-line", text: `The position signal is not in x: the scheme computes attention by its own rule. For head ${h}, ${gates ? "after its additive term on the scores (bias_0, above), " : ""}the layer-0 weights that rule gives:` }), map("lm-attend-map", out.attention[0], "probability", `Layer 0, head ${h}: the attention weights its rule gives, query by key`, "attention probability"), attentionLines("lm-attend-lines", { data: out.attention[0], T, head: h, labels, kind: "probability", caption: "" }, rows), windowNote(rows)),
       );
     return parts;
   }
@@ -208,7 +208,7 @@ export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLEl
     const { out, labels } = current;
     const T = out.length;
     const input = { data: out.attention[0], T, head: h, labels, kind: "probability" as const, caption: `Layer 0, head ${h}: the attention weights, query by key` };
-    return stage("flow-attn", "attention", `Block 0's attention: how much each token takes from each earlier one`, [attnShape(out, T)], windowMap("flow-attn-map", input, rows, rows, "attention probability"), windowNote(rows));
+    return stage("flow-attn", "attention", `Block 0's attention: how much each token takes from each earlier one`, [attnShape(out, T)], windowMap("flow-attn-map", input, rows, rows, "attention probability"), attentionLines("flow-attn-lines", input, rows), windowNote(rows));
   }
 
   function nextStage(current: LayerInput, rows: number[]): HTMLElement {
@@ -233,6 +233,17 @@ export function layerView(link: Linker): { controls: HTMLElement[]; root: HTMLEl
   return {
     controls: [from.control, channel.control, headControl],
     root,
+    reveal(k) {
+      // a token chosen elsewhere (the text's tokens, the full map) is brought into the window: as its last row, so
+      // that the keys it attends to are the window's other rows; a token already in the window leaves it be
+      if (!input) return;
+      const T = input.out.length;
+      const [t0, n] = (root.dataset.rows ?? "0 0").split(" ").map(Number);
+      if (k >= T || (k >= t0 && k < t0 + n)) return;
+      const start = String(Math.max(0, Math.min(k - ROWS + 1, T - Math.min(ROWS, T))));
+      from.input.value = from.slider.value = start;
+      draw();
+    },
     update(next) {
       input = next;
       const T = next.out.length;
@@ -272,9 +283,9 @@ function windowNote(rows: number[]): HTMLElement | null {
 /** One row of the next-token table: token t, its three likeliest successors, and the text's own next token. */
 function nextRow(t: number, labels: string[], ids: number[], dist: { id: number; prob: number }[], name: Map<number, string>, T: number): HTMLElement {
   const actual = t + 1 < T ? ids[t + 1] : null;
-  const top = dist.slice(0, 3).map((c) => el("span", { class: "flow-candidate", "data-explain": explainNext(t, labels[t], name.get(c.id) ?? "?", c.prob, c.id === actual) }, el("code", { text: name.get(c.id) ?? "?" }), ` ${fmt(c.prob, 3)}`));
+  const top = dist.slice(0, 3).map((c) => el("span", { class: "flow-candidate", "data-explain": explainNext(t, labels[t], name.get(c.id) ?? "?", c.prob, c.id === actual) }, el("code", { text: name.get(c.id) ?? "?" }), ` ${sig(c.prob, 3)}`));
   const own = actual === null ? null : dist.find((c) => c.id === actual);
-  const ownCell = own ? el("td", { "data-explain": explainNext(t, labels[t], labels[t + 1], own.prob, true) }, el("code", { text: labels[t + 1] }), ` ${fmt(own.prob, 3)}`) : el("td", { text: "the text ends here: see “The next token”" });
+  const ownCell = own ? el("td", { "data-explain": explainNext(t, labels[t], labels[t + 1], own.prob, true) }, el("code", { text: labels[t + 1] }), ` ${sig(own.prob, 3)}`) : el("td", { text: "the text ends here: see “The next token”" });
   return el("tr", { "data-token": t }, el("th", { scope: "row", text: `${t} ${clip(labels[t], 10)}` }), el("td", {}, ...top), ownCell);
 }
 

@@ -8,7 +8,7 @@ import { linePlot, type Series } from "../charts";
 import { ENGINE_BYTES, encode, engineLoaded, forward, hasFirstLayer, isLoaded, load, loadManifest, loadState, modelInfo, tokenOf, type Encoded, type Forward, type Manifest, type ModelInfo, type Signal } from "../engine";
 import { EOT, bitsPerToken, megabytes, meanOf, movingMean, mulberry32, nextTokenDistribution, progressText, range, sampleFrom, showBytes, signalOfHooks, tokenBytes } from "../lm";
 import { SCHEMES as REGISTRY } from "../schemes";
-import { $, el, fmt, labelled, numberSlider, select } from "../ui";
+import { $, el, labelled, numberSlider, select } from "../ui";
 import { tokenMap } from "./models-attention";
 import { linker } from "./models-flow";
 import { SHOWN, constructorCode, constructorNote, layerView } from "./models-layer";
@@ -79,7 +79,7 @@ function sizesView(): void {
         { "data-scheme": s, "data-bytes": String(modelBytes(s)) },
         el("td", { text: s }),
         shared ? null : el("td", { text: budget(s) }),
-        el("td", { text: fmt(m.val_bpb, 4) }),
+        el("td", { text: sig(m.val_bpb, 4, 6) }), // as the note beside it gives the Results page's
         el("td", { text: megabytes(modelBytes(s)) }),
         el("td", { class: "model-status", text: loadState(s) }),
       );
@@ -182,6 +182,8 @@ async function constructorView(): Promise<void> {
 // the one linking state: a token pointed at in any view is lit in all of them (models-flow.ts)
 const link = linker($("#flow-explain"), () => "Point at a token, or tap it, to light it in every view; point at a number to read it here.");
 const layer = layerView(link);
+// one selection: a token pinned anywhere (the text's tokens at the top, say) is brought into the flow's window
+link.onPin((k) => k !== null && layer.reveal(k));
 $("#lm-layer-controls").append(...layer.controls);
 
 function layerDraw(s: string, info: ModelInfo, run: { ids: number[]; out: Forward } | undefined): void {
@@ -265,7 +267,7 @@ async function nextView(): Promise<void> {
   const mine = generation;
   const candidates = await nextFor(s, encoded.ids);
   if (mine !== generation) return;
-  const rows = await Promise.all(candidates.slice(0, TOP_ROWS).map(async (c, i) => el("tr", { "data-id": String(c.id), "data-prob": String(c.prob) }, el("td", { text: String(i + 1) }), el("td", {}, el("code", { text: showBytes(tokenBytes(await tokenOf(s, c.id))) })), el("td", { text: String(c.id) }), el("td", { text: fmt(c.prob, 4) }))));
+  const rows = await Promise.all(candidates.slice(0, TOP_ROWS).map(async (c, i) => el("tr", { "data-id": String(c.id), "data-prob": String(c.prob) }, el("td", { text: String(i + 1) }), el("td", {}, el("code", { text: showBytes(tokenBytes(await tokenOf(s, c.id))) })), el("td", { text: String(c.id) }), el("td", { text: sig(c.prob, 4) }))));
   $("#lm-next tbody").replaceChildren(...rows);
   $("#lm-next caption").textContent = `Most likely next tokens after your text (${s}, temperature ${temperature.input.value}, top-k ${topK.input.value === "0" ? "all" : topK.input.value}; ${candidates.length} tokens kept)`;
 }
@@ -317,8 +319,8 @@ function bitsView(): void {
     const bits = bitsPerToken(run.out.logits, run.ids, V); // bits[t - 1] is position t's
     series.push({ name: s, colour: colours[i], points: movingMean(bits, Number(smooth.value)).map((b, t) => [t + 1, b]) });
     const past = run.ids.length > L ? meanOf(bits, L - 1) : NaN;
-    const pastText = maxLength(s) <= L && encoded.ids.length > L ? `no rows: the table ends at ${maxLength(s)}` : Number.isNaN(past) ? "text too short" : fmt(past, 4);
-    rows.push(el("tr", { "data-scheme": s, "data-inside": String(meanOf(bits, 0, L - 1)), "data-past": String(past) }, el("td", { text: s }), el("td", { text: fmt(meanOf(bits, 0, L - 1), 4) }), el("td", { text: pastText })));
+    const pastText = maxLength(s) <= L && encoded.ids.length > L ? `no rows: the table ends at ${maxLength(s)}` : Number.isNaN(past) ? "text too short" : sig(past, 4);
+    rows.push(el("tr", { "data-scheme": s, "data-inside": String(meanOf(bits, 0, L - 1)), "data-past": String(past) }, el("td", { text: s }), el("td", { text: sig(meanOf(bits, 0, L - 1), 4) }), el("td", { text: pastText })));
   });
   $("#lm-bits tbody").replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: 3, text: "Nothing yet: no model has run on your text." }))]));
   const drawn = series.some((s) => s.points.length);

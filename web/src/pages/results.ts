@@ -200,15 +200,18 @@ export function otherSourceNote(data: LengthData, shipped: ShippedModels): HTMLE
 export function renderLength(data: LengthData, shipped: ShippedModels | null = null): HTMLElement {
   const names = [...new Set(data.rows.map(seriesName))];
   const lengths = [...data.eval_lengths].sort((a, b) => a - b);
+  // each cell names its column (data-label): on a phone the table is a stack of cards, one per series, with no
+  // header row above them (style.css, table.cards), so the cell says which length it is
+  const label = (len: number) => `${len} tokens${len === data.train_length ? " (trained)" : ""}`;
   const cell = (name: string, len: number) => {
     const r = data.rows.find((x) => seriesName(x) === name && x.length === len);
-    if (!r) return el("td", { text: "—" });
-    if (r.status !== "ok" || r.bpb_mean === null) return el("td", { text: "no rows" });
-    return el("td", { text: r.bpb_std !== null ? `${num(r.bpb_mean, 4)} ± ${num(r.bpb_std, 2)}` : num(r.bpb_mean, 4), "data-value": String(r.bpb_mean) });
+    if (!r) return el("td", { text: "—", "data-label": label(len) });
+    if (r.status !== "ok" || r.bpb_mean === null) return el("td", { text: "no rows", "data-label": label(len) });
+    return el("td", { text: r.bpb_std !== null ? `${num(r.bpb_mean, 4)} ± ${num(r.bpb_std, 2)}` : num(r.bpb_mean, 4), "data-value": String(r.bpb_mean), "data-label": label(len) });
   };
   const table = el(
     "table",
-    { class: "plain", id: "length-table" },
+    { class: "plain cards", id: "length-table" },
     el("caption", { text: `Validation bits per byte (mean, 4 significant digits ± standard deviation over seeds, 2 significant digits), trained at ${data.train_length} tokens` }),
     el("thead", {}, el("tr", {}, el("th", { scope: "col", text: "scheme" }), ...lengths.map((l) => el("th", { scope: "col", text: String(l) })))),
     el("tbody", {}, ...names.map((n) => el("tr", { "data-series": n }, el("th", { scope: "row", text: n }), ...lengths.map((l) => cell(n, l))))),

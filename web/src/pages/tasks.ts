@@ -19,6 +19,7 @@ import {
   modelAnswer,
   passkeyCut,
   passkeyExample,
+  passkeyNeedle,
   promptOf,
   spell,
   taskSession,
@@ -146,15 +147,19 @@ function modelsNote(manifest: TaskManifest, task: TaskName): HTMLElement {
   const schemes = Object.keys(models);
   const bytes = schemes.reduce((n, s) => n + models[s].files["model.onnx"], 0);
   const st = manifest.settings;
-  const trained = manifest.tasks[task].test_sizes[0];
-  const best = Math.max(...schemes.map((s) => models[s].accuracy[String(trained)] ?? 0));
+  const sizes = manifest.tasks[task].test_sizes;
+  const trained = sizes[0];
+  const learned = schemes.filter((s) => models[s].learned_at !== null);
+  const scores = (s: string) => sizes.map((n) => (models[s].accuracy[String(n)] === null ? "–" : pct(models[s].accuracy[String(n)]!))).join(" / ");
   return el(
     "p",
-    { class: "hint" },
-    `${schemes.length} models (${schemes.join(", ")}), ${megabytes(bytes)} together: the site's own models, not the battery's above, each trained once (seed ${manifest.seed}) for a fixed ${st.steps} steps of ${st.batch_size} examples, width ${st.model.d_model}, ${st.model.n_layers} layers, by `,
+    { class: "hint", id: `${task}-models-note` },
+    `${schemes.length} models (${schemes.join(", ")}), ${megabytes(bytes)} together: the battery's seed-${manifest.seed} cells trained again by `,
     el("code", { text: manifest.command }),
-    `. Exact match at ${trained} (the battery's scoring, ${models[schemes[0]].examples} examples): ${schemes.map((s) => `${s} ${models[s].accuracy[String(trained)] === null ? "–" : `${pct(models[s].accuracy[String(trained)]!)} %`}`).join(", ")}.`,
-    best < 0.5 ? ` None of them gets more than ${pct(best)} % right even at the size it trained on: they did not learn this task, so expect wrong answers here.` : "",
+    ` (width ${st.model.d_model}, ${st.model.n_layers} layers, ${st.batch_size} examples a step), each until its held-out exact match at ${trained} reached ${pct(st.target)} % or ${st.steps.toLocaleString("en")} steps. `,
+    learned.length ? `Learned: ${learned.map((s) => `${s} at step ${models[s].learned_at!.toLocaleString("en")}`).join(", ")}. ` : "",
+    learned.length < schemes.length ? `Not learned within the cap: ${schemes.filter((s) => !learned.includes(s)).join(", ")} (expect wrong answers from ${learned.length ? "them" : "all of them"}). ` : "",
+    `Exact match at ${sizes.join(" / ")} ${task === "copy" ? "letters" : "characters"} (the battery's scoring, ${models[schemes[0]].examples} examples a size, in %): ${schemes.map((s) => `${s} ${scores(s)}`).join("; ")}.`,
   );
 }
 
@@ -221,7 +226,7 @@ function passkeyLive(manifest: TaskManifest, filler: string): void {
     const cut = passkeyCut(n, d);
     view.replaceChildren(
       el("p", { class: "hint", text: `${n} characters of filler, the key after ${cut} of them: ${e.tokens.length} tokens (each character one), the answer last.` }),
-      el("p", { class: "passkey-text", id: "passkey-tokens", "data-tokens": e.tokens.join(",") }, el("span", { class: "special", text: "<bos>" }), text.slice(0, cut), el("mark", { text: ` The pass key is ${key.value}. ` }), text.slice(cut), el("span", { class: "special", text: "<sep>" }), el("span", { class: "answer-text", text: key.value }), el("span", { class: "special", text: "<eos>" })),
+      el("p", { class: "passkey-text", id: "passkey-tokens", "data-tokens": e.tokens.join(",") }, el("span", { class: "special", text: "<bos>" }), text.slice(0, cut), el("mark", { text: passkeyNeedle(key.value) }), text.slice(cut), el("span", { class: "special", text: "<sep>" }), el("span", { class: "answer-text", text: key.value }), el("span", { class: "special", text: "<eos>" })),
     );
     if (live && live.root.dataset.ran !== undefined) schedule(live);
   }

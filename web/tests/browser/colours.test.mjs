@@ -229,3 +229,30 @@ describe("at 390 px: nothing the text discusses scrolls sideways or is cut off, 
     }
   });
 });
+
+describe("a near-zero probability is drawn pale, not loud", () => {
+  // reversed viridis drew 0 bright yellow, so the emptiest attention cells were the loudest on the Models page
+  test("Models page: an attention map's near-zero cell is light (luminance > 0.8) and not yellow", async () => {
+    const { page, errors } = await open("models", { width: 1280 });
+    await page.waitForSelector("body[data-loaded]", { timeout: 60_000 });
+    if (await page.locator("#lm-load").isVisible()) await page.click("#lm-load");
+    await page.waitForSelector("#lm-attn-map td[data-value]", { timeout: 120_000 });
+    const cells = await page.locator("#lm-attn-map td[data-value]").evaluateAll((tds) =>
+      tds.map((td) => ({ value: Number(td.dataset.value ?? NaN), masked: td.classList.contains("masked"), rgb: getComputedStyle(td).backgroundColor.match(/\d+(\.\d+)?/g).slice(0, 3).map(Number) })),
+    );
+    const wcag = (rgb) => {
+      const [r, g, b] = rgb.map((c) => (c / 255 <= 0.03928 ? c / 255 / 12.92 : ((c / 255 + 0.055) / 1.055) ** 2.4));
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const real = cells.filter((c) => !c.masked);
+    const least = real.reduce((a, c) => (c.value < a.value ? c : a));
+    assert.ok(least.value < 0.05, `a near-zero weight on the map: ${least.value}`);
+    assert.ok(wcag(least.rgb) > 0.8, `weight ${least.value} is drawn ${least.rgb}, luminance ${wcag(least.rgb).toFixed(3)}`);
+    assert.ok(least.rgb[2] >= least.rgb[0] - 10, `weight ${least.value} is drawn ${least.rgb}: yellow (blue far under red)`);
+    // and the heaviest weight is drawn dark (masked cells are hatched, not a colour of the ramp: scale.test.ts)
+    const most = real.reduce((a, c) => (c.value > a.value ? c : a));
+    assert.ok(wcag(most.rgb) < wcag(least.rgb), `${most.value} (${most.rgb}) darker than ${least.value} (${least.rgb})`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+});

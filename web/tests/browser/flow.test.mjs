@@ -3,6 +3,8 @@
 // hover, click to pin, keyboard focus) and at 390 px (a phone: taps, with touch events as a phone sends them):
 // pointing at token k lights exactly the elements of token k in every view and nothing else; pointing at a number
 // explains it with the number shown; a bias scheme's bias sits on the attention scores, after x, never in x's sum;
+// the attention stage draws lines from the token pointed at to every key it sees, heaviest to its largest weight,
+// and none while nothing is pointed at; a token clicked in the text's tokens at the top is brought into the flow;
 // and the page never scrolls sideways.
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -67,6 +69,39 @@ const numberAfter = (words, before) => {
 const near = (shown, value, what) => assert.ok(Math.abs(shown - value) <= 5e-3 * Math.abs(value) + 1e-9, `${what}: ${shown} vs ${value}`);
 const explained = (page) => page.locator("#flow-explain").innerText();
 
+/**
+ * The attention lines drawn now (visible ones only), and row k of the flow's attention map as the page holds it
+ * (each cell's data-value is the graph's number, unrounded), with the window's first token.
+ */
+const attentionLines = (page, map, k) =>
+  page.evaluate(
+    ([map, k]) => ({
+      lines: [...document.querySelectorAll("#lm-layer .flow-lines .attn-line")].filter((l) => l.checkVisibility()).map((l) => ({ token: Number(l.dataset.token), to: Number(l.dataset.to), value: Number(l.dataset.value), width: Number(l.getAttribute("stroke-width")), opacity: Number(l.getAttribute("stroke-opacity")) })),
+      row: [...document.querySelectorAll(`${map} tr[data-token="${k}"] td[data-value]`)].map((td) => ({ key: Number(td.dataset.key), value: Number(td.dataset.value) })),
+      first: Number(document.querySelector("#lm-layer .layer").dataset.rows.split(" ")[0]),
+    }),
+    [map, k],
+  );
+
+/**
+ * Token k lit: one line from it to each key of the window at or before it (every one, however small its weight:
+ * k − first + 1 lines), none to a later key, width and opacity growing with the weight, and the heaviest line to
+ * the key with the largest weight in row k of the map the page holds.
+ */
+async function assertLines(page, map, k, what) {
+  const { lines, row, first } = await attentionLines(page, map, k);
+  assert.equal(lines.length, k - first + 1, `${what}: ${lines.length} lines for token ${k} (window from ${first})`);
+  assert.ok(lines.every((l) => l.token === k && l.to <= k && l.to >= first), `${what}: lines from ${k} to the keys before it: ${JSON.stringify(lines)}`);
+  assert.deepEqual(lines.map((l) => l.to).sort((a, b) => a - b), row.map((c) => c.key).sort((a, b) => a - b), `${what}: one line per unmasked key of row ${k}`);
+  const byValue = [...lines].sort((a, b) => a.value - b.value);
+  byValue.slice(1).forEach((l, i) => assert.ok(l.width >= byValue[i].width && l.opacity >= byValue[i].opacity, `${what}: weight ${l.value} drawn thinner than ${byValue[i].value}`));
+  const argmax = row.reduce((best, c) => (c.value > best.value ? c : best));
+  const heaviest = lines.reduce((best, l) => (l.width > best.width ? l : best));
+  assert.ok(heaviest.value === argmax.value, `${what}: the heaviest line goes to key ${heaviest.to} (${heaviest.value}); row ${k}'s largest weight is key ${argmax.key} (${argmax.value})`);
+  for (const l of lines) assert.equal(l.value, row.find((c) => c.key === l.to).value, `${what}: line ${k} → ${l.to} carries the map's weight`);
+}
+const visibleLines = async (page) => (await attentionLines(page, "#flow-attn-map", 0)).lines.length;
+
 /** Token k lit in every view it has elements in, and nothing else lit; the views that must show it, do. */
 async function assertLit(page, k, scheme) {
   const { mine, strays, count } = await lit(page, k);
@@ -92,9 +127,12 @@ async function checkScheme(page, cdp, scheme, width) {
   assert.equal(await page.locator("#flow-ids .tensor").getAttribute("data-shape"), `[1, ${T}]`, scheme);
   if (signal === "embed") assert.match(await page.locator("#flow-signal").innerText(), new RegExp(`\\[T, C\\] = \\[${T}, ${INFO[scheme].d_model}\\][^]*broadcast`));
 
-  // a token: lit in every view
+  // a token: lit in every view, with its attention lines
+  const map = signal === "attend" ? "#lm-attend-map" : "#flow-attn-map";
+  assert.equal(await visibleLines(page), 0, `${scheme}: no attention lines while no token is pointed at`);
   await point(page, cdp, page.locator(`#flow-ids .flow-token[data-token="${K}"]`));
   await assertLit(page, K, scheme);
+  await assertLines(page, map, K, `${scheme} at ${width} px`);
   assert.match(await explained(page), new RegExp(`^token ${K} '${escape(labels[K])}' has id \\d+`), scheme);
 
   // a number of the sum: named by its token, with the numbers the tables show
@@ -111,7 +149,6 @@ async function checkScheme(page, cdp, scheme, width) {
   }
 
   // a cell of the attention map: query K, key KEY, with the cell's probability
-  const map = signal === "attend" ? "#lm-attend-map" : "#flow-attn-map";
   const attn = page.locator(`${map} tr[data-token="${K}"] td[data-key="${KEY}"]`);
   await point(page, cdp, attn);
   const said = await explained(page);
@@ -150,6 +187,7 @@ async function checkScheme(page, cdp, scheme, width) {
     // itself lets go, and a tap on its row's label pins it again
     await tap(page, cdp, page.locator(`#flow-ids .flow-token[data-token="${K}"]`));
     assert.equal((await lit(page, K)).count, 0, `${scheme}: a tap on the pinned token lets go`);
+    assert.equal(await visibleLines(page), 0, `${scheme}: no attention lines once let go`);
     await tap(page, cdp, page.locator(`#lm-token-rows tr[data-token="${K}"] th`));
     await assertLit(page, K, scheme);
     await tap(page, cdp, page.locator(`#lm-token-rows tr[data-token="${K}"] th`));
@@ -158,6 +196,7 @@ async function checkScheme(page, cdp, scheme, width) {
     // the mouse leaves: nothing stays lit; a click pins until clicked again; the keyboard lights a chip it reaches
     await page.mouse.move(1, 1);
     assert.equal((await lit(page, K)).count, 0, `${scheme}: nothing lit once the mouse leaves`);
+    assert.equal(await visibleLines(page), 0, `${scheme}: no attention lines once the mouse leaves`);
     await page.locator(`#lm-embedded tr[data-token="${K}"] th`).click();
     await page.mouse.move(1, 1);
     await assertLit(page, K, scheme);
@@ -197,4 +236,32 @@ describe("models page: the first layer in one picture, linked by token", () => {
       await page.close();
     });
   }
+
+  test("one selection: a token clicked in the text's tokens at the top is lit in the flow, its window moved to it", async () => {
+    const { page, errors } = await open("models", { width: 1280 });
+    await ready(page);
+    const scheme = SCHEMES.find((s) => INFO[s].signal !== "attend") ?? SCHEMES[0];
+    await loadModel(page, scheme);
+    const map = INFO[scheme].signal === "attend" ? "#lm-attend-map" : "#flow-attn-map";
+    const T = Math.min(await page.locator("#lm-tokens [data-token]").count(), MANIFEST.models[scheme].max_length);
+    const far = Math.min(20, T - 1); // past the flow's first window of 8
+    assert.ok(far >= 8, `the text has ${T} tokens`);
+    for (const k of [far, 3]) {
+      await page.locator(`#lm-tokens [data-token="${k}"]`).click();
+      await page.mouse.move(1, 1);
+      await settle(page);
+      const chip = page.locator(`#flow-ids .flow-token[data-token="${k}"]`);
+      assert.equal(await chip.count(), 1, `token ${k} is in the flow's window (${await page.locator("#lm-layer .layer").getAttribute("data-rows")})`);
+      assert.ok(await chip.evaluate((e) => e.classList.contains("is-linked")), `token ${k}: its chip in the flow is lit`);
+      await assertLit(page, k, scheme);
+      await assertLines(page, map, k, `token ${k} clicked at the top`);
+    }
+    // a second click on it lets go, in the flow too
+    await page.locator(`#lm-tokens [data-token="3"]`).click();
+    await page.mouse.move(1, 1);
+    assert.equal((await lit(page, 3)).count, 0);
+    assert.equal(await visibleLines(page), 0);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
 });

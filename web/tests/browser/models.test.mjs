@@ -395,6 +395,45 @@ describe("models page: the first layer and attention", () => {
     await page.close();
   });
 
+  test("one number format in every table: no exponent (1.987e+4), and each column's numbers to one count of significant digits", async () => {
+    const { page, errors } = await open("models", { width: 1280 });
+    await ready(page);
+    await loadModel(page, await page.inputValue("#lm-scheme"));
+    await page.waitForSelector("#lm-next tbody tr[data-prob]");
+    // every table of the page, filled: the models, the next tokens, bits per token, and the flow's tables
+    const columns = await page.evaluate(() => {
+      const out = {};
+      for (const table of document.querySelectorAll("main table")) {
+        if (!table.checkVisibility()) continue;
+        const name = table.id || table.closest("[id]")?.id || "a table";
+        for (const tr of table.tBodies[0]?.rows ?? [])
+          [...tr.cells].forEach((cell, j) => {
+            const key = `${name} column ${j}`;
+            (out[key] ??= []).push(cell.innerText.trim());
+          });
+      }
+      return out;
+    });
+    const tables = Object.keys(columns).map((k) => k.split(" column ")[0]);
+    for (const id of ["lm-models", "lm-next", "lm-bits", "lm-token-rows", "lm-embedded", "flow-next"]) assert.ok(tables.includes(id), `${id} is read: ${[...new Set(tables)]}`);
+    const NUMBER = /^[−-]?\d+(\.\d+)?( × 10[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)?$/;
+    // significant digits as sig() writes them: leading zeros are not, trailing ones are (6.990 has 4)
+    const digits = (t) => t.replace(/^[−-]/, "").split(" × ")[0].replace(".", "").replace(/^0+/, "").length;
+    for (const [column, texts] of Object.entries(columns)) {
+      for (const t of texts) assert.doesNotMatch(t, /\de[+-]?\d/, `${column}: "${t}" has an exponent`);
+      // measured numbers only: a rank or a token id is a count, written whole
+      const numbers = texts.filter((t) => NUMBER.test(t) && /[.×]/.test(t));
+      assert.ok(new Set(numbers.map(digits)).size <= 1, `${column} mixes formats: ${numbers.join(" ")}`);
+    }
+    // the flow's next-token probabilities, inside their cells beside the token: the same
+    const probs = await page.locator("#flow-next td").evaluateAll((tds) => tds.flatMap((td) => td.innerText.match(/\S+$/) ?? []));
+    const shown = probs.filter((t) => NUMBER.test(t));
+    assert.ok(shown.length >= 8, `${probs}`);
+    assert.equal(new Set(shown.map(digits)).size, 1, `the flow's probabilities: ${shown.join(" ")}`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
   test("temperature, top-k, sampling, the all-model chart, and the page at 1280 and 390 px", async () => {
     const { page, errors, offsite, failed } = await open("models", { width: 1280 });
     await ready(page);

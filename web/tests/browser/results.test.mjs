@@ -182,6 +182,32 @@ describe("issue 46: the Results page and the Models page", () => {
     assert.deepEqual(errors, []);
   });
 
+  test("390 px: the length table reflows (a card per series): no sideways scroll, nothing clipped, each cell names its length", async () => {
+    const { page, errors } = await results(390);
+    await page.locator("#length-table").scrollIntoViewIfNeeded();
+    const found = await page.evaluate(() => {
+      const table = document.querySelector("#length-table");
+      const wrap = table.parentElement;
+      const box = wrap.getBoundingClientRect();
+      const cells = [...table.querySelectorAll("th, td")].filter((c) => c.checkVisibility());
+      return {
+        page: document.documentElement.scrollWidth,
+        wrap: [wrap.scrollWidth, wrap.clientWidth],
+        outside: cells.filter((c) => { const r = c.getBoundingClientRect(); return r.left < box.left - 0.5 || r.right > box.right + 0.5; }).map((c) => c.textContent),
+        cut: cells.filter((c) => c.scrollWidth > c.clientWidth + 1).map((c) => c.textContent),
+        labels: [...table.querySelectorAll("tbody td")].map((td) => getComputedStyle(td, "::before").content),
+      };
+    });
+    assert.ok(found.page <= 390, `the page is ${found.page} px wide`);
+    assert.ok(found.wrap[0] <= found.wrap[1], `the table's box scrolls: ${found.wrap[0]} px in ${found.wrap[1]} px`);
+    assert.deepEqual(found.outside, [], "cells outside the table's box");
+    assert.deepEqual(found.cut, [], "cells that cut their text");
+    // with no header row in view, every cell says its length
+    const lengths = [...LENGTH.eval_lengths].sort((a, b) => a - b);
+    found.labels.forEach((l, i) => assert.ok(l.includes(`${lengths[i % lengths.length]} tokens`), `cell ${i}: label ${l}`));
+    assert.deepEqual(errors, []);
+  });
+
   test("one number format per table column and axis: the same significant digits, no exponent", async () => {
     const { page } = await results(1280);
     const cells = await page.locator("#length-table tbody td").allInnerTexts();

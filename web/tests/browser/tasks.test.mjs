@@ -183,13 +183,23 @@ describe("task battery page", () => {
     await page.close();
   });
 
-  test("Try it: passkey says the live models are the older ones that fail, and names the battery's rows that learned passkey", async () => {
+  test("Try it: passkey names its models for what they are (the battery's seed-0 cells, which learned) and the battery's rows that learned passkey", async () => {
     const { page, errors } = await open("tasks", { width: 1280 });
     await loaded(page);
     const intro = await page.locator("h2:has-text('Try it: passkey') + p").innerText();
-    assert.match(intro, /not the battery's/);
-    assert.match(intro, /older passkey models/);
-    assert.match(intro, /Python source/);
+    assert.match(intro, /The pass key is N\. Remember it\. N is the pass key\./);
+    assert.match(intro, /battery's\s+seed-0 cells/);
+    assert.doesNotMatch(intro, /older|Python source/);
+    // the note under the run button: every model's steps and scores, straight from the manifest
+    for (const task of ["copy", "passkey"]) {
+      const note = await page.locator(`#${task}-models-note`).innerText();
+      const models = MANIFEST.tasks[task].models;
+      for (const [scheme, m] of Object.entries(models)) {
+        if (m.learned_at !== null) assert.ok(note.includes(`${scheme} at step ${m.learned_at.toLocaleString("en")}`), `${task} ${scheme} learned at: ${note}`);
+        const scores = MANIFEST.tasks[task].test_sizes.map((n) => (m.accuracy[String(n)] === null ? "–" : String(Math.round(100 * m.accuracy[String(n)])))).join(" / ");
+        assert.ok(note.includes(`${scheme} ${scores}`), `${task} ${scheme} scores ${scores}: ${note}`);
+      }
+    }
     const note = page.locator("#passkey-battery-note");
     const learned = Object.keys(DATA.tasks.passkey.learned_at).filter((r) => !(r in DATA.tasks.passkey.not_learned));
     assert.equal(await note.getAttribute("data-learned"), learned.join(","));
@@ -242,7 +252,7 @@ describe("task battery page", () => {
     for (const depth of [0, 0.25, 0.5, 0.75, 1]) {
       await page.fill("#passkey-depth", String(depth));
       const tokens = await tokensOf(page, "#passkey-tokens");
-      const sentence = ` The pass key is ${c.key}. `;
+      const sentence = ` The pass key is ${c.key}. Remember it. ${c.key} is the pass key. `;
       starts.push(tokens.findIndex((_, i) => tokens.slice(i, i + sentence.length).map((x) => String.fromCharCode(x - 4 + 32)).join("") === sentence));
     }
     assert.deepEqual(starts, [0, 0.25, 0.5, 0.75, 1].map((d) => 1 + Math.floor(d * c.size + 0.5)), "the sentence after round(depth × size) filler characters");
@@ -259,6 +269,7 @@ describe("task battery page", () => {
     const fetched = [];
     page.on("request", (r) => fetched.push(new URL(r.url()).pathname));
     await loaded(page);
+    const atTraining = [];
     for (const task of ["copy", "passkey"]) {
       const models = MANIFEST.tasks[task].models;
       assert.deepEqual(Object.keys(REF.tasks[task].answers).sort(), Object.keys(models).sort(), `${task}: a reference for every model`);
@@ -295,8 +306,16 @@ describe("task battery page", () => {
           assert.equal(row.right, String(JSON.stringify(pytorch) === JSON.stringify(want)), `${task} case ${i} ${row.scheme}: verdict`);
         }
         console.log(`# ${task} case ${i}: ${got.filter((r) => r.right === "true").length} of ${got.length} right, every answer equal to PyTorch's`);
+        // the page's promise: at a size it trained on (8 letters for copy, 32 characters for passkey), the models
+        // that learned the task (95 %+ exact match on fresh examples) answer right; tallied over those cases below
+        if ((c.items ? c.items.length : c.size) <= MANIFEST.tasks[task].test_sizes[0]) {
+          for (const r of got.filter((r) => models[r.scheme].learned_at !== null)) atTraining.push(`${task} case ${i} ${r.scheme}: ${r.right}`);
+        }
       }
     }
+    // at most one answer in ten wrong (the models stop training at 99 % held out; one slip is 1 of the 30 here)
+    const wrongs = atTraining.filter((t) => t.endsWith(": false"));
+    assert.ok(atTraining.length >= 10 && wrongs.length <= atTraining.length / 10, `learned models wrong at a trained size: ${wrongs.join("; ")} (of ${atTraining.length})`);
     assert.deepEqual(errors, []);
     assert.deepEqual(failed, []);
     await page.close();
