@@ -255,6 +255,15 @@ def learned_models(records: Iterable[dict[str, Any]], target: float = LEARNED) -
     }
 
 
+def _budget(steps: list[int | None]) -> str:
+    """The training the seeds had, for a "not learned" reason: " in 2,000 steps" (a range when the seeds
+    stopped at different steps), or nothing where the records do not say."""
+    if not steps or None in steps:
+        return ""
+    lo, hi = min(steps), max(steps)
+    return f" in {lo:,} steps" if lo == hi else f" in {lo:,}-{hi:,} steps"
+
+
 def _score(record: dict[str, Any]) -> float:
     """A record's exact match, or per query for MQAR where recorded."""
     if record["task"] in PER_QUERY and "tokens" in record:
@@ -335,16 +344,16 @@ class Battery:
         if seeds := self.seeds_learned(task, row):
             return self.at(task, row, size, metric, seeds)
         found = sorted(
-            (r["seed"], _score(r))
+            (r["seed"], _score(r), r.get("steps"))
             for r in self.records
             if (r["task"], r["scheme"], r["size"]) == (task, row, size) and r["hits"] is not None
         )
         if not found:
             raise Inconclusive(f"missing rows: {row} {task} at {size}")
-        scores = ", ".join(f"{100 * score:.0f} %" for _, score in found)
+        scores = ", ".join(f"{100 * score:.0f} %" for _, score, _ in found)
         raise Inconclusive(
-            f"not learned: {row} {task}, no seed at {100 * self.target:.0f} % {metric} at {size} "
-            f"(seeds: {scores})"
+            f"not learned: {row} {task}, no seed at {100 * self.target:.0f} % {metric} at {size}"
+            f"{_budget([steps for *_, steps in found])} (seeds: {scores})"
         )
 
     @checked

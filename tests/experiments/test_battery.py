@@ -355,6 +355,7 @@ if __name__ == "__main__":
         (signal.SIGINT, 1, 130, "interrupted"),
         (signal.SIGTERM, 1, 143, "stopped by SIGTERM"),
         (signal.SIGTERM, 2, 143, "stopped by SIGTERM"),  # passed on to both workers
+        (signal.SIGINT, 2, 130, "interrupted"),  # to the parent alone (not a terminal's whole group)
     ],
 )
 def test_a_signal_stops_each_cell_after_its_step_and_writes_no_cell(

@@ -371,7 +371,7 @@ def test_the_tables_hold_the_baselines_mark_scores_under_majority_and_rows_not_l
     assert set(reading.not_learned) == {"alibi"}
     assert (
         reading.not_learned["alibi"]
-        == "not learned: alibi copy, no seed at 95 % exact match at 8 (seeds: 90 %, 90 %)"
+        == "not learned: alibi copy, no seed at 95 % exact match at 8 in 100 steps (seeds: 90 %, 90 %)"
     )
     table = task_table("copy", ["rope", "alibi", "learned"], summarize(RECORDS), [1, 2], reading=reading)
     assert table.headers == ["row", "8 (trained)", "16 (2x)", "learned at step, per seed (cap 100)"]

@@ -176,6 +176,23 @@ def test_battery_per_token_and_not_learned() -> None:
     assert Battery(records, target=0.5).learned("copy", "path").value == 0.6
 
 
+def test_not_learned_names_the_steps_the_seeds_trained() -> None:
+    """The reason a row is "not learned" carries its budget: the steps its seeds trained, a range where they
+    stopped apart, nothing where the records do not say."""
+
+    def reason(*steps: int | None) -> str:
+        records = [{**battery_record("copy", "nope", seed, 8, 9), "steps": n} for seed, n in enumerate(steps)]
+        with pytest.raises(Inconclusive) as caught:
+            Battery(records, target=0.95).learned("copy", "nope")
+        return str(caught.value)
+
+    assert reason(2000, 2000) == (
+        "not learned: nope copy, no seed at 95 % exact match at 8 in 2,000 steps (seeds: 90 %, 90 %)"
+    )
+    assert reason(1800, 2000).endswith("at 8 in 1,800-2,000 steps (seeds: 90 %, 90 %)")
+    assert reason(2000, None).endswith("exact match at 8 (seeds: 90 %, 90 %)")
+
+
 def length_record(row: str, seed: int, length: int, bpb: float | None, **more: object) -> dict:
     status = "ok" if bpb is not None else "no rows"
     base = {"scheme": row, "variant": "", "seed": seed, "length": length, "mode": "windows", "status": status}

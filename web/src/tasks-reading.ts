@@ -109,6 +109,12 @@ export function rowList(rows: string[], after: (row: string) => string = () => "
   return rows.flatMap((row, i): Part[] => [...(i === 0 ? [] : [i === rows.length - 1 ? " and " : ", "]), { row }, after(row)].filter((p) => p !== ""));
 }
 
+/**
+ * The registered schemes (`registry`, in its order) that no row of the battery is built on: a row names its scheme
+ * first (`rope+random`, `rope+pi4` are RoPE's), so these are the schemes the page has no numbers for.
+ */
+export const schemesNotRun = (rows: string[], registry: string[]): string[] => registry.filter((name) => !rows.some((row) => row.split("+")[0] === name));
+
 /** The sentence as plain text (the row names as they are). */
 export const partsText = (parts: Part[]): string => parts.map((p) => (typeof p === "string" ? p : p.row)).join("");
 

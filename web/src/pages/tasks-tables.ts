@@ -9,7 +9,7 @@ import "../tasks.css";
 import { DATA_FILES, rowsOf, type Loaded, type TaskResult, type TasksData } from "../data";
 import { SCHEMES } from "../schemes";
 import { PROBABILITY, colour, ink, type Scale } from "../scale";
-import { baselineRows, claimRows, flagOf, learnedAtText, percent, rowList, shortReason, taskRows, whoLearned, type Cell, type Metric, type Part, type TaskRow } from "../tasks-reading";
+import { baselineRows, claimRows, flagOf, learnedAtText, percent, rowList, schemesNotRun, shortReason, taskRows, whoLearned, type Cell, type Metric, type Part, type TaskRow } from "../tasks-reading";
 import { el, legend } from "../ui";
 
 const ACCURACY: Scale = PROBABILITY; // a share right: the site's one scale for [0, 1]
@@ -204,12 +204,27 @@ function depthMap(data: TasksData, row: string, find: (row: string, size: number
   );
 }
 
+/** Which registered schemes the battery ran, and the ones it did not, named with how to run them. */
+function coverage(data: TasksData): HTMLElement {
+  const registry = SCHEMES.map((s) => s.name);
+  const missing = schemesNotRun(data.rows, registry);
+  return el(
+    "p",
+    { id: "tasks-coverage", "data-missing": missing.join(",") },
+    `Rows built on ${registry.length - missing.length} of the ${registry.length} registered position schemes` +
+      (missing.length
+        ? `. Not in this battery: ${missing.join(", ")}, which no claim it checks reads; `
+        : ": every one."),
+    ...(missing.length ? [el("code", { text: `octlm experiment tasks --schemes ${missing.join(" ")}` }), " runs them."] : []),
+  );
+}
+
 export function renderResults(data: TasksData): { tables: HTMLElement; passkey: HTMLElement } {
   const index = new Map(data.results.filter((r) => r.task === "passkey").map((r) => [`${r.scheme}|${r.size}|${r.depth}`, r]));
   const find = (row: string, size: number, depth: number) => index.get(`${row}|${size}|${depth}`);
   const many = data.seeds.length > 1;
   const made = el("p", {}, many ? `Mean over ${data.seeds.length} seeds; in a row that learned a task, over the seeds that learned it (a seed that did not is left out, as results.md leaves it out). Made by ` : "One seed. Made by ", el("code", { class: "command", text: data.command }), ".");
-  const tables = el("div", {}, made, accuracyKey(data), el("div", { class: "task-list", id: "task-tables" }, ...Object.keys(data.tasks).map((t) => taskCard(data, t))));
+  const tables = el("div", {}, made, coverage(data), accuracyKey(data), el("div", { class: "task-list", id: "task-tables" }, ...Object.keys(data.tasks).map((t) => taskCard(data, t))));
   const passkey = "passkey" in data.tasks && data.depths.length
     ? el(
         "div",

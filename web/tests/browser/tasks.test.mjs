@@ -230,6 +230,22 @@ describe("task battery page", () => {
     await page.close();
   });
 
+  test("every registered scheme is a battery row's or named as not run, with the command that runs it", async () => {
+    const { page, errors } = await open("tasks");
+    await loaded(page);
+    const registry = JSON.parse(readFileSync(join(WEB, "fixtures/schemes.json"), "utf-8")).schemes.map((s) => s.name);
+    const ran = new Set(DATA.rows.map((r) => r.split("+")[0]));
+    const absent = registry.filter((s) => !ran.has(s));
+    const note = page.locator("#tasks-coverage");
+    assert.equal(await note.getAttribute("data-missing"), absent.join(","));
+    const text = await note.innerText();
+    assert.ok(text.includes(`${registry.length - absent.length} of the ${registry.length} registered`), text);
+    for (const s of absent) assert.ok(text.includes(s), `${s} is not named: ${text}`);
+    if (absent.length) assert.ok(text.includes(`octlm experiment tasks --schemes ${absent.join(" ")}`), text);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
   test("a malformed tasks.json is listed problem by problem, and the page names the command", async () => {
     const { page } = await open("tasks", { routes: { "data/tasks.json": JSON.stringify({ ...DATA, schema: 2, rows: "rope" }) } });
     await loaded(page);

@@ -7,7 +7,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, test } from "vitest";
 import type { TaskResult, TasksData } from "../../src/data";
-import { baselineRows, claimRows, flagOf, learnedAtText, partsText, percent, rowList, shortReason, taskRows, whoLearned } from "../../src/tasks-reading";
+import { baselineRows, claimRows, flagOf, learnedAtText, partsText, percent, rowList, schemesNotRun, shortReason, taskRows, whoLearned } from "../../src/tasks-reading";
 
 const result = (scheme: string, size: number, mean: number | null, lo: number, seeds: number[], token: number | null, tokenLo: number): TaskResult => ({
   task: "copy",
@@ -165,5 +165,15 @@ describe("the committed tasks.json", () => {
     expect(reading.notLearned).toEqual(["nope", "fox"]);
     expect(partsText(reading.sentences[1])).toBe("Not learned: nope (best seed 92 %) and fox (best seed 0 %).");
     expect(taskRows(data, "copy", "exact").find((r) => r.row === "rope")!.learnedAt).toEqual([1200, 1200, 800]);
+  });
+});
+
+describe("schemesNotRun", () => {
+  test("a row counts for the scheme it names first; the rest of the registry, in its order, is not run", () => {
+    const registry = ["learned", "rope", "p-rope", "xpos", "alibi", "nope"];
+    expect(schemesNotRun(["rope+random", "rope+pi4", "alibi+nope0", "learned"], registry)).toEqual(["p-rope", "xpos", "nope"]);
+    expect(schemesNotRun(registry, registry)).toEqual([]);
+    // "p-rope" is not RoPE's: a row is its scheme's by its whole first name, not by a prefix
+    expect(schemesNotRun(["p-rope"], ["rope", "p-rope"])).toEqual(["rope"]);
   });
 });
