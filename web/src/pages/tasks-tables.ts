@@ -280,7 +280,7 @@ export function passkeyPointer(data: TasksData): HTMLElement {
   return el(
     "p",
     { id: "passkey-battery-note", "data-learned": reading.learned.join(",") },
-    `The models below are the battery's seed-0 cells, trained again for the browser; the tables above score three seeds each: at ${spec.train_sizes[1]} ${spec.counts}, `,
+    `The models below are the battery's seed-0 cells, trained again for the browser; the tables above score ${data.seeds.length} seeds each: at ${spec.train_sizes[1]} ${spec.counts}, `,
     ...(reading.learned.length ? [`${reading.learned.length} of ${reading.learned.length + reading.notLearned.length} rows learned it (`, ...parts(rowList(reading.learned)), ")"] : ["no row learned it"]),
     ...(reading.notLearned.length ? ["; ", ...parts(rowList(reading.notLearned)), " did not"] : []),
     ". See ",
