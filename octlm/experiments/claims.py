@@ -217,7 +217,7 @@ CLAIMS = (
         "fire-length",
         "Li et al. (FIRE)",
         2024,
-        "FIRE generalises to longer inputs better than RoPE and at least as well as ALiBi",
+        "FIRE generalises to longer inputs better than RoPE and ALiBi",
         "length",
         "bits per byte (windows) at the longest length",
         lambda n: all_of([n.lower_than("fire", "rope"), n.lower_than("fire", "alibi")]),
@@ -287,20 +287,15 @@ CLAIMS = (
 def evidence(
     experiment: str, records: Iterable[dict[str, Any]], grid: Mapping[str, Any] | None, learned: float
 ) -> Battery | Length | Extend:
-    """The experiment's records read as estimates; the extension's lengths from its grid (default: its
-    defaults), the others' from their records."""
+    """The experiment's records read as estimates; the extension's training length from its grid (default: its
+    default), the others' lengths from their records."""
     if experiment == "tasks":
         return Battery(records, learned)
     if experiment == "length":
         return Length(records)
     if experiment == "extend":
-        grid = grid or {}
-        default = ExtendSettings()
-        lengths = (
-            grid.get("train_length", default.train_length),
-            grid.get("extend_length", default.extend_length),
-        )
-        return Extend(records, *lengths, target=learned)
+        train_length = (grid or {}).get("train_length", ExtendSettings().train_length)
+        return Extend(records, train_length, target=learned)
     raise ValueError(f"no experiment {experiment!r}: one of {', '.join(EXPERIMENTS)}")
 
 
@@ -378,7 +373,7 @@ def claims_json(found: Sequence[Finding]) -> list[dict[str, Any]]:
 
 def claims_blocks(found: Sequence[Finding]) -> list[Block]:
     """results.md's "Claims" section: what a verdict means, and the table."""
-    return [Heading("Claims"), Paragraph(ABOUT), Paragraph(claims_markdown(found).rstrip("\n"))]
+    return [Heading("Claims"), Paragraph(ABOUT), Paragraph(claims_markdown(found).removesuffix("\n"))]
 
 
 def write_claims(out_dir: Path, experiment: str, found: Sequence[Finding]) -> Path:

@@ -311,13 +311,13 @@ class Battery:
         label, used = f"{row} {task} {metric} at {size}{none}", tuple(sorted({r["seed"] for r in found}))
         examples = sum(r["examples"] for r in found)
         if metric == EXACT:
-            hits, trials = [r["hits"] or 0 for r in found], [r["examples"] for r in found]
-            pooled = interval(sum(hits), examples)
+            counts = [(r["hits"] or 0, r["examples"]) for r in found]
         else:  # per token, n the examples, as the tables count them
-            hits, trials = [r["token_hits"] or 0 for r in found], [r["tokens"] for r in found]
-            pooled = token_interval(sum(hits), sum(trials), examples)
-        per_seed = [h / t for h, t in zip(hits, trials, strict=True) if t]
-        value = sum(hits) / sum(trials) if sum(trials) else 0.0
+            counts = [(r["token_hits"] or 0, r["tokens"]) for r in found]
+        hits, trials = sum(h for h, _ in counts), sum(t for _, t in counts)
+        pooled = interval(hits, examples) if metric == EXACT else token_interval(hits, trials, examples)
+        per_seed = [h / t for h, t in counts if t]
+        value = hits / trials if trials else 0.0
         return Estimate(label, value, *across_seeds(pooled, per_seed), examples, used)
 
     def past(self, task: str, row: str, metric: str, seeds: Collection[int] | None = None) -> Estimate:
@@ -511,13 +511,12 @@ class Extend:
         self,
         records: Iterable[dict[str, Any]],
         train_length: int,
-        extend_length: int,
         target: float = LEARNED,
     ) -> None:
         records = list(records)
         self.scores = [r for r in records if "phase" in r]
         self.curves = [r for r in records if "step" in r]
-        self.train_length, self.extend_length, self.target = train_length, extend_length, target
+        self.train_length, self.target = train_length, target
 
     def passkey(self, row: str, phase: str, length: int) -> Estimate:
         """The share of passkey windows whose key `row` gets right, every seed's windows pooled."""
@@ -543,13 +542,6 @@ class Extend:
                 f"not learned: the base model finds {100 * base.value:.0f} % of keys at {self.train_length}"
                 f" (target {100 * self.target:.0f} %)"
             )
-
-    @checked
-    def passkey_above(self, row: str, other: str) -> Check:
-        """After fine-tuning, `row` retrieves more keys than `other` at the extended length, provided the base
-        model retrieves them at its own training length."""
-        self.base_retrieves()
-        return higher(*(self.passkey(r, "after", self.extend_length) for r in (row, other)))
 
     def window(self, row: str, phase: str) -> Estimate:
         """`row`'s effective context window in `phase` (`passkey.effective_window`, recorded with every

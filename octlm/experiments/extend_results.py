@@ -110,14 +110,16 @@ def metric_table(
     digits: int = 3,
     scale: float = 1.0,
 ) -> Table:
-    """Rows × lengths of one metric in one phase; the best of each column bold."""
+    """Rows × lengths of one metric in one phase; the best of each column bold (none where all tie: a column
+    of equal scores has no best row)."""
     at = {(s["row"], s["length"]): s for s in summary if s["phase"] == phase}
     best = {}
     for n in settings.eval_lengths:
         values = [
             at[(r, n)][f"{key}_mean"] for r in rows if at.get((r, n), {}).get(f"{key}_mean") is not None
         ]
-        best[n] = (min(values) if lower_is_better else max(values)) if values else None
+        tie = len(set(values)) < 2
+        best[n] = None if tie else (min(values) if lower_is_better else max(values))
     body: list[list[Inline]] = []
     for row in rows:
         line: list[Inline] = [label(row)]

@@ -10,9 +10,21 @@ import math
 import pytest
 
 from octlm.experiments import battery
-from octlm.experiments.claims import CLAIMS, Claim, Finding, claims_json, claims_markdown, findings
-from octlm.experiments.evidence import Battery, Check, Estimate, Verdict
+from octlm.experiments.claims import (
+    ABOUT,
+    CLAIMS,
+    Claim,
+    Finding,
+    claims_blocks,
+    claims_json,
+    claims_markdown,
+    evidence,
+    findings,
+    write_claims,
+)
+from octlm.experiments.evidence import EXACT, Battery, Check, Estimate, Extend, Inconclusive, Verdict
 from octlm.experiments.tasks import TASKS
+from octlm.inspect.render import Heading, Paragraph
 
 SEEDS = (0, 1, 2)
 # battery claims: the tasks they read, the rows the paper puts ahead, the rows it puts behind
@@ -222,6 +234,11 @@ def test_a_row_that_did_not_learn_is_left_out_and_named() -> None:
 
 def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_leave_out_the_unlearned():
     records = extension_records("pi-passkey-tasks", Verdict.AGREE)
+    unlearned = [
+        r | {"learned_at": None, "hits": 0} if (r["scheme"], r["seed"]) == ("rope+pi4", 2) else r
+        for r in records
+    ]
+    assert Battery(unlearned).extended("rope+pi4", "passkey", EXACT).seeds == (0, 1)  # seed 2 left out
     [pi] = [f for f in findings("tasks", records) if f.claim.key == "pi-passkey-tasks"]
     assert [e.label for e in pi.estimates] == [
         "rope+pi4 passkey exact match at 128",
@@ -254,7 +271,11 @@ def test_extension_claims_read_the_size_fine_tuned_to_count_a_budget_missed_and_
     read = Battery(records)
     targets = {seed: points[-1][1] for seed, points in read.extension_curve("rope+pi4", "passkey").items()}
     assert targets == {0: 0.5, 1: 0.9, 2: 0.9}
-    assert read.extension_steps("rope+ft4", "passkey", targets, "PI").value == (0 + 900 + 1000) / 3
+    plain = read.extension_steps("rope+ft4", "passkey", targets, "PI")
+    assert plain.value == (0 + 900 + 1000) / 3  # every seed reached: no note
+    assert plain.label == "rope+ft4 passkey fine-tuning steps to PI's end"
+    with pytest.raises(Inconclusive, match=r"^missing rows: no seed of rope\+ft4 passkey shared with PI$"):
+        read.extension_steps("rope+ft4", "passkey", {7: 0.5}, "PI")
     # rows without their checks (cells from before the extension rows) are not recorded
     records = [{k: v for k, v in r.items() if k != "extend_checks"} for r in records]
     [yarn] = [f for f in findings("tasks", records) if f.claim.key == "yarn-steps-pi-tasks"]
@@ -280,30 +301,90 @@ def test_findings_without_records_are_inconclusive_missing_rows() -> None:
         found = findings(experiment, [])
         assert found and all(f.verdict is Verdict.INCONCLUSIVE for f in found)
         assert all(f.reason.startswith(("missing rows", "not tested")) for f in found)
-    with pytest.raises(ValueError, match="no experiment 'battery'"):
+    with pytest.raises(ValueError, match="^no experiment 'battery': one of tasks, length, extend$"):
         findings("battery", [])
 
 
-def test_markdown_and_json_carry_the_numbers_used() -> None:
-    claim = Claim("k", "A | B", 2024, "x beats y", "length", "bits per byte", lambda _: None)  # type: ignore
+def two_findings() -> list[Finding]:
+    """One finding with two estimates (a pipe and a line break in its texts), one with none."""
+    first = Claim("k", "A | B", 2024, "x beats\ny", "length", "bits per byte", lambda _: None)  # type: ignore
+    second = Claim("j", "C", 2023, "z", "tasks", "exact match", lambda _: None)  # type: ignore
+    x = Estimate("x bpb", 1.5, 1.25, math.inf, 3, (1, 2, 3))
+    y = Estimate("y bpb", 2.0, -math.inf, 2.5, 2, (4, 5))
+    return [
+        Finding(first, Verdict.AGREE, (x, y), "x below y"),
+        Finding(second, Verdict.INCONCLUSIVE, (), "not learned: z"),
+    ]
 
-    e = Estimate("x bpb", 1.5, 1.25, math.inf, 3, (1, 2, 3))
-    table = claims_markdown([Finding(claim, Verdict.AGREE, (e,), "x below y")])
-    assert table.splitlines()[2] == (
+
+def test_the_markdown_table_is_exact() -> None:
+    assert claims_markdown(two_findings()) == (
+        "| paper | claim | metric | verdict | why | numbers used |\n"
+        "| --- | --- | --- | --- | --- | --- |\n"
         "| A \\| B 2024 | x beats y | bits per byte | **agree** | x below y "
-        "| x bpb 1.500 [1.250, inf] (n 3) |"
+        "| x bpb 1.500 [1.250, inf] (n 3); y bpb 2.000 [-inf, 2.500] (n 2) |\n"
+        "| C 2023 | z | exact match | **inconclusive** | not learned: z | none |\n"
     )
-    [row] = claims_json([Finding(claim, Verdict.INCONCLUSIVE, (e,), "overlap")])
-    assert row["verdict"] == "inconclusive" and row["estimates"][0]["hi"] is None
-    assert row["estimates"][0] == {
-        "label": "x bpb",
-        "value": 1.5,
-        "lo": 1.25,
-        "hi": None,
-        "n": 3,
-        "seeds": [1, 2, 3],
-    }
-    json.dumps(row, allow_nan=False)
+    assert claims_markdown([]) == (
+        "| paper | claim | metric | verdict | why | numbers used |\n| --- | --- | --- | --- | --- | --- |\n"
+    )
+
+
+def test_the_json_and_the_results_section_are_exact(tmp_path) -> None:
+    found = two_findings()
+    expected = [
+        {
+            "key": "k",
+            "paper": "A | B",
+            "year": 2024,
+            "statement": "x beats\ny",
+            "experiment": "length",
+            "metric": "bits per byte",
+            "verdict": "agree",
+            "reason": "x below y",
+            "estimates": [
+                {"label": "x bpb", "value": 1.5, "lo": 1.25, "hi": None, "n": 3, "seeds": [1, 2, 3]},
+                {"label": "y bpb", "value": 2.0, "lo": None, "hi": 2.5, "n": 2, "seeds": [4, 5]},
+            ],
+        },
+        {
+            "key": "j",
+            "paper": "C",
+            "year": 2023,
+            "statement": "z",
+            "experiment": "tasks",
+            "metric": "exact match",
+            "verdict": "inconclusive",
+            "reason": "not learned: z",
+            "estimates": [],
+        },
+    ]
+    assert claims_json(found) == expected
+    assert claims_blocks(found) == [
+        Heading("Claims"),
+        Paragraph(ABOUT),
+        Paragraph(claims_markdown(found).removesuffix("\n")),
+    ]
+    path = write_claims(tmp_path, "length", found)
+    assert path == tmp_path / "claims.json"
+    text = path.read_text()
+    assert text == json.dumps({"experiment": "length", "claims": expected}, indent=1) + "\n"
+    assert text.startswith('{\n "experiment": "length",\n "claims": [\n  {\n   "key": "k",')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["claims.json"]  # nothing left half-written
+
+
+def test_the_extension_reads_its_training_length_from_its_grid() -> None:
+    """The base model is asked at the grid's training length (default: the extension's default, 64)."""
+    records = extend_records("pi-passkey", Verdict.AGREE)  # the base retrieves at 64
+    read = evidence("extend", records, None, 0.9)
+    assert isinstance(read, Extend) and (read.train_length, read.target) == (64, 0.9)
+    assert evidence("extend", records, {"train_length": 32}, 0.5).train_length == 32
+    assert verdict_of("pi-passkey", "extend", records) is Verdict.AGREE
+    [at_32] = [f for f in findings("extend", records, {"train_length": 32}) if f.claim.key == "pi-passkey"]
+    assert at_32.verdict is Verdict.INCONCLUSIVE
+    assert at_32.reason == "missing rows: plain passkey before fine-tuning at 32"
+    [strict] = [f for f in findings("extend", records, None, learned=1.01) if f.claim.key == "pi-passkey"]
+    assert strict.reason == "not learned: the base model finds 100 % of keys at 64 (target 101 %)"
 
 
 class Reads:

@@ -5,6 +5,7 @@ on small hand-built records of each experiment."""
 from __future__ import annotations
 
 import math
+import operator
 from types import SimpleNamespace
 
 import mpmath
@@ -28,11 +29,13 @@ from octlm.experiments.evidence import (
     curve_records,
     exceeds,
     higher,
+    learned_models,
     lower,
     mean_of,
     negated,
     over_seeds,
     proportion,
+    steps_to,
     t_interval,
     t_quantile,
 )
@@ -56,7 +59,7 @@ def test_t_quantile_known_values_and_past_the_table() -> None:
     assert (
         t_quantile(100) == t_quantile(30) > 1.959963984540054
     )  # wider than the true quantile, never narrower
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^0 degrees of freedom$"):
         t_quantile(0)
 
 
@@ -75,6 +78,8 @@ def test_higher_lower_and_exceeds_on_exact_values() -> None:
     assert higher(b, a).verdict is Verdict.DISAGREE
     assert higher(a, est(0.3, 0.5)).verdict is Verdict.INCONCLUSIVE  # touching bounds overlap
     assert "overlap" in higher(a, est(0.3, 0.5)).reason and higher(a, b).used == (a, b)
+    assert higher(est(0.3, 0.5), a).verdict is Verdict.INCONCLUSIVE  # touching from below too
+    assert higher(a, est(0.3, 0.5)).used == (a, est(0.3, 0.5))  # an overlap names what it compared
     assert lower(b, a).verdict is Verdict.AGREE and lower(a, b).verdict is Verdict.DISAGREE
     assert lower(a, est(0.6, 0.7)).verdict is Verdict.INCONCLUSIVE
     assert exceeds(a, 0.4999, "t").verdict is Verdict.AGREE
@@ -83,6 +88,13 @@ def test_higher_lower_and_exceeds_on_exact_values() -> None:
     assert negated(exceeds(a, 0.4, "t")).verdict is Verdict.DISAGREE
     assert negated(exceeds(a, 0.7, "t")).verdict is Verdict.AGREE
     assert negated(exceeds(a, 0.5, "t")).verdict is Verdict.INCONCLUSIVE
+    # touching bounds overlap from either side, and every verdict names the estimates it read
+    assert lower(a, est(0.3, 0.5)).verdict is Verdict.INCONCLUSIVE
+    assert exceeds(a, 0.6, "t").verdict is Verdict.INCONCLUSIVE
+    assert lower(a, est(0.3, 0.5)).used == (a, est(0.3, 0.5))
+    for threshold in (0.4, 0.55, 0.7):
+        assert exceeds(a, threshold, "t").used == (a,)
+        assert negated(exceeds(a, threshold, "t")).used == (a,)
 
 
 def test_all_of_any_disagreement_disagrees_and_only_agreement_agrees() -> None:
@@ -102,6 +114,21 @@ def test_mean_of_and_proportion() -> None:
     assert mean_of("m", [one]) is one
     p = proportion("p", 30, 40, [2, 1, 2])
     assert (p.value, (p.lo, p.hi), p.seeds) == (0.75, interval(30, 40), (1, 2))
+    assert proportion("p", 0, 0, []).value == 0.0  # no trials: nothing right
+
+
+def test_steps_to_counts_a_curve_that_never_reaches_one_interval_past_its_end() -> None:
+    """Seed 1 (one point) never reaches: its step + 1; seed 2, every 10 steps: 10 past its end; seed 3, whose
+    last interval is 20: 20 past; seed 5 reaches at 10; seed 4 has no target and is left out."""
+    curves = {
+        1: [(5, 2.0)],
+        2: [(0, 2.0), (10, 2.0)],
+        3: [(0, 2.0), (10, 2.0), (30, 2.0)],
+        4: [(0, 1.0)],
+        5: [(0, 2.0), (10, 1.0), (20, 0.5)],
+    }
+    steps, short = steps_to(curves, {1: 1.5, 2: 1.5, 3: 1.5, 5: 1.5, 9: 1.5}, operator.le)
+    assert steps == {1: 6, 2: 20, 3: 50, 5: 10} and short == ["1", "2", "3"]
 
 
 def battery_record(task: str, row: str, seed: int, size: int, hits: int | None, **more: int) -> dict:
@@ -138,7 +165,10 @@ def test_battery_pools_seeds_counts_no_rows_wrong_and_averages_past_sizes() -> N
     assert (only.value, only.seeds) == (pytest.approx(0.2), (0,))
     assert only.lo == pytest.approx((interval(4, 10)[0] + interval(0, 10)[0]) / 2)
     none = b.at("copy", "learned", 16, EXACT)
-    assert none.value == 0 and none.n == 10 and "(no rows)" in none.label
+    assert none.value == 0 and none.n == 10 and none.label == "learned copy exact match at 16 (no rows)"
+    assert b.at("copy", "rope", 16, EXACT).label == "rope copy exact match at 16"
+    with pytest.raises(Inconclusive, match="^missing rows: copy past 8$"):
+        Battery(records[:2]).past("copy", "rope", EXACT)
     with pytest.raises(Inconclusive, match="not recorded: per token accuracy of rope copy"):
         b.at("copy", "rope", 8, PER_TOKEN)
     with pytest.raises(Inconclusive, match="missing rows: nope copy at 8"):
@@ -174,6 +204,42 @@ def test_battery_per_token_and_not_learned() -> None:
     ):
         b.learned("copy", "path")
     assert Battery(records, target=0.5).learned("copy", "path").value == 0.6
+    learned = b.learned("mqar", "rope")
+    assert learned.label == "rope mqar per token at 8"
+    # per query only where every MQAR record has its tokens; another task's records do not decide it
+    no_tokens = battery_record("copy", "rope", 0, 8, 10)
+    assert Battery([*records, no_tokens]).learned("mqar", "rope").label == "rope mqar per token at 8"
+    assert Battery([*records, no_tokens]).learned("copy", "rope").label == "rope copy exact match at 8"
+    with pytest.raises(Inconclusive, match="^missing rows: no task sorting$"):
+        b.trained("sorting")
+    # MQAR's reason quotes each seed per query (no tokens: 0 %)
+    per_query = [
+        battery_record("mqar", "rope", 0, 8, 0, tokens=80, token_hits=40),
+        battery_record("mqar", "rope", 1, 8, 0, tokens=0, token_hits=0),
+    ]
+    with pytest.raises(Inconclusive, match=r"no seed at 95 % per token at 8 \(seeds: 50 %, 0 %\)$"):
+        Battery(per_query).learned("mqar", "rope")
+    # a record without rows counts its tokens wrong, and no tokens at all score 0
+    empty = battery_record("copy", "nope", 0, 16, None, tokens=40) | {"token_hits": None}
+    half = battery_record("copy", "nope", 1, 16, 5, tokens=40, token_hits=20)
+    assert Battery([empty, half]).at("copy", "nope", 16, PER_TOKEN).value == 20 / 80
+    nothing = empty | {"examples": 0, "tokens": 0}
+    assert Battery([nothing]).at("copy", "nope", 16, PER_TOKEN).value == 0.0
+    assert Battery([nothing]).at("copy", "nope", 16, EXACT).value == 0.0
+
+
+def test_learned_models_read_the_training_size_and_not_the_depth_records() -> None:
+    """A seed learned a task from its record at the largest training size; the passkey's per-depth records
+    (which split that record) do not count, nor do other sizes or a size without rows."""
+    records = [
+        battery_record("copy", "rope", 0, 8, 10),
+        battery_record("copy", "rope", 1, 8, 5),
+        battery_record("copy", "rope", 1, 8, 10) | {"depth": 0.5},
+        battery_record("copy", "rope", 2, 16, 10),
+        battery_record("copy", "learned", 0, 8, None),
+    ]
+    assert learned_models(records) == {("copy", "rope", 0)}
+    assert learned_models(records, target=0.5) == {("copy", "rope", 0), ("copy", "rope", 1)}
 
 
 def test_not_learned_names_the_steps_the_seeds_trained() -> None:
@@ -222,6 +288,22 @@ def test_length_rise_is_paired_by_seed_and_only_windows_of_plain_rows_count() ->
     assert check.verdict is Verdict.INCONCLUSIVE and check.reason == "missing rows: learned at 64 tokens"
 
 
+def test_length_reads_its_rows_training_length_and_mode() -> None:
+    """A record without `variant` (cells from before RoPE's variants) is a plain row; a variant other than
+    plain is not; the training length is the records' own, not the shortest scored; no records, no lengths."""
+    old = {k: v for k, v in length_record("rope", 1, 128, 2.0).items() if k != "variant"}
+    records = [old, length_record("rope", 1, 256, 2.1), length_record("rope", 1, 256, 9.0, variant="yarn")]
+    n = Length(records)
+    assert (n.train_length, n.longest) == (64, 256)
+    assert n.bpb("rope", 128).value == 2.0 and n.bpb("rope", 256).value == 2.1
+    assert n.bpb("rope", 256).label == "rope bpb at 256"
+    assert Length([{k: v for k, v in r.items() if k != "train_length"} for r in records]).train_length == 128
+    empty = Length([], mode="sliding")
+    assert (empty.mode, empty.train_length, empty.longest) == ("sliding", 0, 0)
+    with pytest.raises(Inconclusive, match="^missing rows: no sliding records$"):
+        empty.by_seed("rope", 64)
+
+
 def test_length_holds_and_rises_against_near() -> None:
     flat = [length_record("alibi", s, 64, 1.8 + s / 100) for s in range(3)]
     flat += [length_record("alibi", s, 1024, 1.8 + s / 100 + 0.001 * s) for s in range(3)]
@@ -238,17 +320,24 @@ def extend_record(row: str, seed: int, phase: str, length: int, passkey: float |
 def test_extend_passkey_pools_windows_and_needs_a_base_that_retrieves() -> None:
     records = [extend_record("plain", s, "before", 64, 1.0) for s in (1, 2)]
     records += [extend_record("pi", s, "after", 256, a) for s, a in ((1, 0.9), (2, 0.95))]
-    records += [extend_record("plain", s, "after", 256, 0.1) for s in (1, 2)]
-    e = Extend(records, 64, 256)
+    e = Extend(records, 64)
     pi = e.passkey("pi", "after", 256)
-    assert (pi.value, pi.n, (pi.lo, pi.hi)) == (74 / 80, 80, interval(74, 80))
-    assert e.passkey_above("pi", "plain").verdict is Verdict.AGREE
-    blind = Extend([{**r, "passkey": 0.0} if r["phase"] == "before" else r for r in records], 64, 256)
-    check = blind.passkey_above("pi", "plain")
-    assert check.verdict is Verdict.INCONCLUSIVE
-    assert check.reason == "not learned: the base model finds 0 % of keys at 64 (target 95 %)"
-    old = Extend([{k: v for k, v in r.items() if k != "passkey_windows"} for r in records], 64, 256)
-    assert old.passkey_above("pi", "plain").reason == "not recorded: passkey windows of plain"
+    assert (pi.value, pi.n, pi.seeds, (pi.lo, pi.hi)) == (74 / 80, 80, (1, 2), interval(74, 80))
+    assert pi.label == "pi passkey after at 256"
+    e.base_retrieves()  # 80 of 80 keys at 64: no exception
+    with pytest.raises(Inconclusive, match="^missing rows: pi passkey before fine-tuning at 256$"):
+        e.passkey("pi", "before", 256)
+    half = Extend([{**r, "passkey": 0.95} if r["phase"] == "before" else r for r in records], 64)
+    half.base_retrieves()  # exactly at the 95 % target: learned
+    blind = Extend([{**r, "passkey": 0.9} if r["phase"] == "before" else r for r in records], 64)
+    with pytest.raises(
+        Inconclusive, match=r"^not learned: the base model finds 90 % of keys at 64 \(target 95 %\)$"
+    ):
+        blind.base_retrieves()
+    Extend(blind.scores, 64, target=0.9).base_retrieves()  # the target is the caller's
+    old = Extend([{k: v for k, v in r.items() if k != "passkey_windows"} for r in records], 64)
+    with pytest.raises(Inconclusive, match="^not recorded: passkey windows of plain$"):
+        old.base_retrieves()
 
 
 def test_extend_effective_windows_are_per_seed_and_need_a_base_that_retrieves() -> None:
@@ -257,16 +346,16 @@ def test_extend_effective_windows_are_per_seed_and_need_a_base_that_retrieves() 
         for seed, window in zip((1, 2, 3), windows, strict=True):
             at = [extend_record(row, seed, "after", n, 0.5) | {"effective_window": window} for n in (64, 256)]
             records += at  # the same window in every record of a seed and phase: counted once
-    e = Extend(records, 64, 256)
+    e = Extend(records, 64)
     plain = e.window("plain", "after")
     assert (plain.value, plain.seeds, (plain.lo, plain.hi)) == (256 / 3, (1, 2, 3), t_interval([64, 128, 64]))
     check = e.window_above("pi", "plain")
     assert check.verdict is Verdict.AGREE and check.reason.startswith("pi effective window after above plain")
     assert e.window_above("ntk", "plain").reason == "missing rows: ntk after fine-tuning"
     assert e.window_above("plain", "pi").verdict is Verdict.DISAGREE
-    old = Extend([{k: v for k, v in r.items() if k != "effective_window"} for r in records], 64, 256)
+    old = Extend([{k: v for k, v in r.items() if k != "effective_window"} for r in records], 64)
     assert old.window_above("pi", "plain").reason == "not recorded: effective window of pi"
-    blind = Extend([{**r, "passkey": 0.0} if r["phase"] == "before" else r for r in records], 64, 256)
+    blind = Extend([{**r, "passkey": 0.0} if r["phase"] == "before" else r for r in records], 64)
     assert blind.window_above("pi", "plain").reason.startswith("not learned: the base model finds 0 %")
 
 
@@ -277,14 +366,19 @@ def test_extend_steps_count_from_each_rows_own_start_and_past_the_end_when_never
     records = curve("pi", 1, [2.0, 1.9, 1.8]) + curve("pi", 2, [2.0, 1.85, 1.7])
     records += curve("yarn", 1, [1.8, 1.7, 1.6]) + curve("yarn", 2, [1.9, 1.69, 1.6])
     records += curve("plain", 1, [2.0, 1.95, 1.9]) + curve("plain", 2, [2.0, 1.8, 1.7])
-    e = Extend(records, 64, 256)
+    e = Extend(records, 64)
     targets = {1: 1.8, 2: 1.7}
     assert e.steps("yarn", targets, "pi").value == 5.0  # seed 1 at step 0, seed 2 at step 10
     plain = e.steps("plain", targets, "pi")  # seed 1 never reaches 1.8: counted at 30
     assert (plain.value, plain.seeds) == (25.0, (1, 2)) and "not reached in seeds 1" in plain.label
+    assert e.steps("plain", {1: 0.0, 2: 0.0}, "pi").label == (
+        "plain steps to pi's end (not reached in seeds 1, 2: counted past the end)"
+    )
+    with pytest.raises(Inconclusive, match="^missing rows: no seed of yarn shared with pi's curve$"):
+        e.steps("yarn", {7: 1.0}, "pi")
     assert e.fewer_steps("yarn", "pi").verdict is Verdict.INCONCLUSIVE  # two seeds: t(1) = 12.7
     quick = records[:6] + curve("yarn", 1, [1.8, 1.7, 1.6]) + curve("yarn", 2, [1.7, 1.69, 1.6])
-    check = Extend(quick, 64, 256).fewer_steps("yarn", "pi")  # 0, 0 against 20, 20: no spread
+    check = Extend(quick, 64).fewer_steps("yarn", "pi")  # 0, 0 against 20, 20: no spread
     assert (
         check.verdict is Verdict.AGREE
         and check.reason == "yarn steps to pi's end below pi steps to pi's end: 0.000 < 20.000"

@@ -18,6 +18,7 @@ from octlm.config import config_from_dict
 from octlm.experiments import cells, extend, extend_results
 from octlm.experiments.evidence import Extend, Verdict, curve_records
 from octlm.experiments.lengths_scorer import make_eval_text, score
+from octlm.inspect.render import Strong
 from octlm.positions.rope_scaling import scaled_frequencies
 from octlm.storage.checkpoint import load_checkpoint, load_model
 from octlm.storage.run import Run
@@ -162,6 +163,25 @@ def test_steps_to_extend_and_the_summary() -> None:
     after = next(s for s in summary if s["phase"] == "after")
     assert after["bpb_mean"] == 1.5 and after["bpb_std"] == pytest.approx(0.5**0.5, abs=1e-15)
     assert after["passkey_mean"] == 0.75 and after["retrieval_bits_mean"] is None and after["n_seeds"] == 2
+
+
+def test_the_best_of_a_column_is_bold_and_a_column_of_ties_has_none() -> None:
+    """Passkey accuracy 0 for every row (no model retrieves) bolds nothing; bits per byte bolds the lowest."""
+    settings = extend.Settings(eval_lengths=[64, 128], rows=["plain", "pi"])
+    summary = [
+        {"row": row, "phase": "after", "length": n, "bpb_mean": bpb, "bpb_std": 0.0, "passkey_mean": 0.0}
+        | {"passkey_std": 0.0}
+        for row, n, bpb in (("plain", 64, 1.5), ("pi", 64, 1.6), ("plain", 128, 1.7), ("pi", 128, 1.7))
+    ]
+    bpb = extend_results.metric_table(summary, "after", "bpb", ["plain", "pi"], settings)
+    assert bpb.rows == [
+        ["rope, plain", Strong("1.500 ± 0.000"), "1.700 ± 0.000"],
+        ["rope + PI", "1.600 ± 0.000", "1.700 ± 0.000"],
+    ]
+    key = extend_results.metric_table(
+        summary, "after", "passkey", ["plain", "pi"], settings, lower_is_better=False, digits=0, scale=100
+    )
+    assert key.rows == [["rope, plain", "0 ± 0", "0 ± 0"], ["rope + PI", "0 ± 0", "0 ± 0"]]
 
 
 def test_base_runs_are_reused_from_a_length_experiment(tmp_path: Path, quick: dict[str, Any]) -> None:
@@ -331,7 +351,7 @@ def test_the_claims_read_the_records_as_the_experiment_writes_them(quick: dict[s
     """Each row from its own start: YaRN's and plain's steps to PI's end, seed by seed, from the cells'
     curves (step 0 first); the effective windows per seed from the records."""
     found, grid, _ = cells.gathered(quick["out"], extend.AXES)
-    e = Extend(quick["records"] + curve_records(found), grid["train_length"], grid["extend_length"])
+    e = Extend(quick["records"] + curve_records(found), grid["train_length"])
     ends = {seed: e.curve("pi")[seed][-1][1] for seed in (1337, 1338)}
     for row in ("yarn", "plain"):
         assert e.steps(row, ends, "pi").seeds == (1337, 1338)
