@@ -304,6 +304,17 @@ def test_length_reads_its_rows_training_length_and_mode() -> None:
         empty.by_seed("rope", 64)
 
 
+def test_length_rise_pairs_only_the_seeds_scored_at_both_lengths() -> None:
+    records = [length_record("rope", s, 64, 1.8) for s in (1, 2)]
+    records += [length_record("rope", s, 1024, 2.0 + s / 10) for s in (2, 3)]
+    rise = Length(records).rise("rope")
+    assert (rise.value, rise.seeds) == (pytest.approx(0.4), (2,))
+    assert rise.label == "rope rise in bpb 64 -> 1024"
+    apart = [r for r in records if r["seed"] != 2]
+    with pytest.raises(Inconclusive, match="^missing rows: rope has no seed at both 64 and 1024$"):
+        Length(apart).rise("rope")
+
+
 def test_length_holds_and_rises_against_near() -> None:
     flat = [length_record("alibi", s, 64, 1.8 + s / 100) for s in range(3)]
     flat += [length_record("alibi", s, 1024, 1.8 + s / 100 + 0.001 * s) for s in range(3)]
